@@ -1,0 +1,43 @@
+# Usual targets. `make ci` runs what .ci/run runs.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+
+.PHONY: venv install test lint typecheck fmt demo bench manifests ci clean
+
+venv:
+	python3 -m venv $(VENV)
+
+install: venv
+	$(PY) -m pip install -e '.[dev]'
+
+test:
+	$(VENV)/bin/pytest
+
+lint:
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+fmt:
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+typecheck:
+	$(VENV)/bin/mypy
+
+demo:
+	$(VENV)/bin/kelvin demo
+
+bench:
+	$(PY) bench/extender_latency.py
+	$(PY) bench/exporter_scrape.py
+	$(PY) bench/prometheus_source.py
+	$(PY) bench/placement_quality.py
+
+manifests:
+	bash hack/render-manifests.sh
+
+ci:
+	bash .ci/run
+
+clean:
+	rm -rf build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache

