@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -75,10 +76,10 @@ class FleetArrays:
 
     def copy(self) -> FleetArrays:
         """A deep copy whose arrays can be mutated (the simulator places pods into it)."""
-        kwargs = {}
-        for name in self.__slots__:  # type: ignore[attr-defined]
-            v = getattr(self, name)
-            kwargs[name] = v.copy() if isinstance(v, np.ndarray) else (dict(v) if isinstance(v, dict) else v)
+        kwargs: dict[str, Any] = {}
+        for f in fields(self):
+            v = getattr(self, f.name)
+            kwargs[f.name] = v.copy() if isinstance(v, np.ndarray) else (dict(v) if isinstance(v, dict) else v)
         return FleetArrays(**kwargs)
 
     def with_assumed(self, assumed: Mapping[str, Sequence[GpuAssignment]]) -> FleetArrays:
@@ -109,7 +110,7 @@ class FleetArrays:
                     assigned_mem[i, j] += mem
                     free_mem[i, j] = max(0, free_mem[i, j] - mem)
                     tenants[i, j] += 1
-        out = FleetArrays(**{name: getattr(self, name) for name in self.__slots__})  # type: ignore[attr-defined]
+        out = replace(self)
         out.free_milli = free_milli
         out.free_mem = free_mem
         out.assigned_milli = assigned_milli

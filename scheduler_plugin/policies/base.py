@@ -84,5 +84,5 @@ class GpuPicker(Protocol):
     name: str
 
     def pick(self, req: GpuRequest, fleet: FleetArrays, row: int, ctx: CycleContext) -> tuple[int, ...] | None:
-        """GPU indices (the GPUs' own indices, not slots) to give the pod on node row ``row``; None if it does not fit."""
+        """GPU indices (their own indices, not slots) for the pod on node row ``row``; None if it does not fit."""
         ...

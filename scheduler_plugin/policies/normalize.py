@@ -1,0 +1,33 @@
+"""Shared normalisation of raw scores to 0..MAX_EXTENDER_PRIORITY. The all-equal and non-finite cases live here once."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .base import MAX_EXTENDER_PRIORITY, FloatA
+
+
+def minmax(raw: FloatA, *, reverse: bool = False) -> FloatA:
+    """Scale so the best candidate gets MAX and the worst 0. All equal -> all MAX (nobody is worse).
+
+    NaN or -inf (no data) gets 0. ``reverse`` means lower raw is better.
+    """
+    x = np.asarray(raw, dtype=np.float64)
+    out = np.zeros_like(x)
+    ok = np.isfinite(x)
+    if not ok.any():
+        return out
+    v = -x[ok] if reverse else x[ok]
+    lo, hi = float(v.min()), float(v.max())
+    if hi - lo <= 1e-12:
+        out[ok] = MAX_EXTENDER_PRIORITY
+    else:
+        out[ok] = (v - lo) / (hi - lo) * MAX_EXTENDER_PRIORITY
+    return out
+
+
+def unit(raw: FloatA) -> FloatA:
+    """An absolute score in 0..1 to 0..MAX (clipped; NaN -> 0). For policies whose raw value means the same on
+    every node (thermal headroom), so a hot fleet scores low everywhere instead of being stretched to 0..10."""
+    x = np.nan_to_num(np.asarray(raw, dtype=np.float64), nan=0.0, posinf=1.0, neginf=0.0)
+    return np.clip(x, 0.0, 1.0) * MAX_EXTENDER_PRIORITY
