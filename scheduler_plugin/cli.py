@@ -14,3 +14,7 @@ app = typer.Typer(
 # Registration: one line per subcommand, each defined next to the code it runs.
 # (owners: extender/demo/explain -> scheduler_plugin/extender/cli.py; exporter -> scheduler_plugin/exporter/cli.py;
 #  simulate -> scheduler_plugin/simulator/cli.py; operator -> kelvin_operator/cli.py)
+app.command("exporter")(__import__("scheduler_plugin.exporter.cli", fromlist=["exporter"]).exporter)
+app.command("extender")(__import__("scheduler_plugin.extender.cli", fromlist=["extender"]).extender)
+app.command("explain")(__import__("scheduler_plugin.extender.cli", fromlist=["explain"]).explain)
+app.command("demo")(__import__("scheduler_plugin.extender.cli", fromlist=["demo"]).demo)

@@ -59,6 +59,8 @@ class GpuProcess:
     pod_uid: str | None = None
     pod_namespace: str | None = None
     pod_name: str | None = None
+    sm_utilization: float | None = None
+    """This process' share of the GPU's SM time, 0..1 (NVML process utilisation); ``None`` when unknown."""
 
 
 @dataclass(frozen=True, slots=True)

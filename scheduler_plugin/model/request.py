@@ -87,12 +87,28 @@ class GpuRequest:
         return f"{self.count} whole GPU" + ("s" if self.count > 1 else "")
 
 
+MAX_GPUS_PER_POD = 1024
+"""More whole GPUs than any node has; larger counts are rejected as malformed instead of overflowing arrays."""
+
+
 def _container_resources(c: Mapping[str, Any], field: str) -> Mapping[str, Any]:
     res = c.get("resources") or {}
+    if not isinstance(res, Mapping):
+        raise RequestError(f"spec.containers[{c.get('name', '?')}].resources", res, "must be a mapping")
     out = res.get(field) or {}
     if not isinstance(out, Mapping):
         raise RequestError(f"spec.containers[{c.get('name', '?')}].resources.{field}", out, "must be a mapping")
     return out
+
+
+def _containers(spec: Mapping[str, Any], field: str) -> list[Mapping[str, Any]]:
+    items = spec.get(field) or []
+    if not isinstance(items, list):
+        raise RequestError(f"spec.{field}", items, "must be a list of containers")
+    for c in items:
+        if not isinstance(c, Mapping):
+            raise RequestError(f"spec.{field}", c, "every container must be an object")
+    return items
 
 
 def _pod_resource(spec: Mapping[str, Any], name: str, parse: Any) -> int:
@@ -110,19 +126,27 @@ def _pod_resource(spec: Mapping[str, Any], name: str, parse: Any) -> int:
             raise RequestError(f"container {c.get('name', '?')!r} resource {name}", raw, str(exc)) from exc
         return v
 
-    containers = spec.get("containers") or []
-    inits = spec.get("initContainers") or []
+    containers = _containers(spec, "containers")
+    inits = _containers(spec, "initContainers")
     total = sum(one(c) for c in containers)
     init_max = max((one(c) for c in inits), default=0)
-    overhead_raw = (spec.get("overhead") or {}).get(name)
-    overhead = parse(overhead_raw) if overhead_raw is not None else 0
-    return max(total, init_max) + overhead
+    overhead_map = spec.get("overhead") or {}
+    if not isinstance(overhead_map, Mapping):
+        raise RequestError("spec.overhead", overhead_map, "must be a mapping")
+    overhead_raw = overhead_map.get(name)
+    try:
+        overhead = parse(overhead_raw) if overhead_raw is not None else 0
+    except QuantityError as exc:
+        raise RequestError(f"spec.overhead.{name}", overhead_raw, str(exc)) from exc
+    return int(max(total, init_max) + overhead)
 
 
 def _gpu_count(raw: Any) -> int:
     q = parse_quantity(raw)
     if q != q.to_integral_value() or q < 0:
         raise QuantityError(f"{raw!r} is not a whole number of GPUs")
+    if q > MAX_GPUS_PER_POD:
+        raise QuantityError(f"{raw!r} is more than {MAX_GPUS_PER_POD} GPUs")
     return int(q)
 
 
@@ -138,6 +162,13 @@ def parse_pod(pod: Mapping[str, Any]) -> GpuRequest:
     if not isinstance(annotations, Mapping):
         raise RequestError("metadata.annotations", annotations, "must be a mapping of strings")
 
+    for key, value in annotations.items():
+        if str(key).startswith(ann.PREFIX) and not isinstance(value, str):
+            raise RequestError(str(key), value, "annotation values must be strings")
+    raw_priority = spec.get("priority") or 0
+    if isinstance(raw_priority, bool) or not isinstance(raw_priority, int):
+        raise RequestError("spec.priority", raw_priority, "must be an integer")
+
     count = _pod_resource(spec, ann.GPU_RESOURCE, _gpu_count)
     cpu = _pod_resource(spec, "cpu", parse_cpu_milli)
     mem = _pod_resource(spec, "memory", parse_bytes)
@@ -148,7 +179,7 @@ def parse_pod(pod: Mapping[str, Any]) -> GpuRequest:
         host_memory_bytes=mem,
         pod_key=f"{meta.get('namespace', 'default')}/{meta.get('name', '')}",
         pod_uid=str(meta.get("uid") or ""),
-        priority=int(spec.get("priority") or 0),
+        priority=raw_priority,
     )
 
 

@@ -1,0 +1,7 @@
+"""Scoring policies. Importing this package registers every policy (filters, scores, pickers) in the registry."""
+
+from . import burst, fit, noise, thermal, topology
+from .config import PolicyConfig
+from .framework import Explanation, FilterOutcome, Framework
+
+__all__ = ["Explanation", "FilterOutcome", "Framework", "PolicyConfig", "burst", "fit", "noise", "thermal", "topology"]

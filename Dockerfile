@@ -1,0 +1,56 @@
+# syntax=docker/dockerfile:1
+# kelvin: one image for every entry point (kelvin extender | exporter | operator | simulate | demo).
+# Build:  docker build -t ghcr.io/kelvin-sched/kelvin:0.1.0 .
+# CI lints this file with hadolint (tests/deploy/test_dockerfile.py); it cannot build it (no base image can be pulled).
+
+ARG PYTHON_VERSION=3.11
+
+# ---- builder: compile wheels for kelvin and all its dependencies (compilers live only here)
+FROM python:${PYTHON_VERSION}-slim AS builder
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PYTHONDONTWRITEBYTECODE=1
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends build-essential=12.* \
+ && rm -rf /var/lib/apt/lists/*
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY scheduler_plugin/ scheduler_plugin/
+COPY operator/ operator/
+RUN pip wheel --wheel-dir /wheels .
+
+# ---- runtime: slim Python, the wheels only, a non-root user, no compilers
+FROM python:${PYTHON_VERSION}-slim AS runtime
+ARG VERSION=0.1.0
+ARG REVISION=unknown
+ARG CREATED=unknown
+LABEL org.opencontainers.image.title="kelvin" \
+      org.opencontainers.image.description="GPU-aware scheduling for Kubernetes: scheduler extender, NVML exporter, operator, simulator" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.created="${CREATED}" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.source="https://github.com/kelvin-sched/kelvin" \
+      org.opencontainers.image.url="https://github.com/kelvin-sched/kelvin" \
+      org.opencontainers.image.documentation="https://github.com/kelvin-sched/kelvin/blob/main/docs/install.md" \
+      org.opencontainers.image.vendor="kelvin contributors"
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    NVIDIA_VISIBLE_DEVICES=all \
+    NVIDIA_DRIVER_CAPABILITIES=utility
+# --no-index: only the wheels built above, nothing fetched at this stage; then the wheels are gone again
+RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
+    pip install --no-index --find-links=/wheels "kelvin==${VERSION}" \
+ && groupadd --system --gid 10001 kelvin \
+ && useradd --system --uid 10001 --gid kelvin --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin kelvin
+# The policy file is mounted here by the Helm chart (read-only root filesystem; /tmp is an emptyDir).
+WORKDIR /etc/kelvin
+USER 10001:10001
+# extender 8888, exporter 9400, operator metrics 8080 / health 8081 / webhook 9443
+EXPOSE 8888 9400 8080 8081 9443
+# Probes come from Kubernetes (each component serves /healthz); a HEALTHCHECK cannot know which one runs here.
+HEALTHCHECK NONE
+ENTRYPOINT ["kelvin"]
+CMD ["--help"]

@@ -1,0 +1,111 @@
+"""The one evictor: the only code that removes pods. It alone owns the limits, the checkpoint handshake, the
+policy/v1 Eviction API (a 429 from a PodDisruptionBudget means "later"), dry run, Events and eviction metrics."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from scheduler_plugin.model import annotations as ann
+
+from .config import OperatorConfig
+from .handshake import Step, decide
+from .k8s import EvictResult, Kube, ObjectRef
+from .limits import EvictionBudget
+from .metrics import OperatorMetrics
+from .pods import PodView, format_time
+from .strategies import Candidate
+
+log = logging.getLogger("kelvin.operator.evictor")
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    pod: str
+    reason: str
+    result: str
+    """``evicted``, ``pdb_blocked``, ``error``, ``dry_run``, ``limited``, ``gone``, ``checkpoint_requested``,
+    ``checkpoint_pending``."""
+    message: str = ""
+
+
+def pod_ref(pod: PodView) -> ObjectRef:
+    return ObjectRef(kind="Pod", name=pod.name, namespace=pod.namespace, uid=pod.uid or None)
+
+
+class Evictor:
+    def __init__(self, kube: Kube, cfg: OperatorConfig, metrics: OperatorMetrics, budget: EvictionBudget) -> None:
+        self.kube = kube
+        self.cfg = cfg
+        self.metrics = metrics
+        self.budget = budget
+
+    @property
+    def dry(self) -> str:
+        return "true" if self.cfg.dry_run else "false"
+
+    async def act(self, node: str, ranked: Sequence[Candidate], now: float) -> list[Outcome]:
+        """Work through ``ranked`` (safest first) within the limits. Call ``budget.new_cycle(node)`` before."""
+        out: list[Outcome] = []
+        for c in ranked:
+            refusal = self.budget.refusal(node, c.pod.namespace, now)
+            if refusal is not None:
+                self.metrics.evictions.labels(c.reason.value, "limited", self.dry).inc()
+                log.info("not evicting %s (%s): %s", c.pod.key, c.reason.value, refusal)
+                out.append(Outcome(c.pod.key, c.reason.value, "limited", refusal))
+                continue
+            out.append(await self._one(node, c, now))
+        return out
+
+    async def _one(self, node: str, c: Candidate, now: float) -> Outcome:
+        pod, reason = c.pod, c.reason.value
+        step = None
+        if pod.wants_checkpoint:
+            d = decide(pod.annotations, now, self.cfg.checkpoint.timeout_s)
+            step = d
+            if d.step is Step.REQUEST and not self.cfg.dry_run:
+                stamp = format_time(now)
+                await self.kube.annotate_pod(pod.namespace, pod.name, {ann.CHECKPOINT_REQUESTED: stamp})
+                await self.kube.event(
+                    pod_ref(pod), "CheckpointRequested",
+                    f"kelvin will evict this pod ({reason}: {c.detail}); checkpoint and answer "
+                    f"{ann.CHECKPOINT_DONE}=<RFC 3339 time> within {self.cfg.checkpoint.timeout_s:g} s",
+                )
+                self.budget.hold_node_slot(node)
+                log.info("checkpoint requested from %s at %s", pod.key, stamp)
+                return Outcome(pod.key, reason, "checkpoint_requested", c.detail)
+            if d.step is Step.WAIT:
+                self.budget.hold_node_slot(node)
+                return Outcome(pod.key, reason, "checkpoint_pending", f"waiting {d.waited_s:.0f} s for checkpoint")
+
+        if self.cfg.dry_run:
+            self.budget.record(node, pod.namespace, now)
+            self.metrics.evictions.labels(reason, "dry_run", "true").inc()
+            await self.kube.event(pod_ref(pod), "KelvinDryRunEviction", f"dry run: would evict ({reason}): {c.detail}")
+            log.info("dry run: would evict %s (%s): %s", pod.key, reason, c.detail)
+            return Outcome(pod.key, reason, "dry_run", c.detail)
+
+        res = await self.kube.evict(pod.namespace, pod.name)
+        if res.result is EvictResult.EVICTED:
+            self.budget.record(node, pod.namespace, now)
+            self.metrics.evictions.labels(reason, "evicted", "false").inc()
+            if step is not None and step.evict:
+                self.metrics.handshake.labels(step.step.value).observe(step.waited_s)
+            how = "" if step is None else f" after checkpoint handshake ({step.step.value}, {step.waited_s:.0f} s)"
+            await self.kube.event(pod_ref(pod), "KelvinEvicted", f"evicted ({reason}){how}: {c.detail}")
+            log.info("evicted %s (%s)%s: %s", pod.key, reason, how, c.detail)
+            return Outcome(pod.key, reason, "evicted", c.detail)
+        if res.result is EvictResult.PDB_BLOCKED:
+            self.metrics.evictions.labels(reason, "pdb_blocked", "false").inc()
+            await self.kube.event(
+                pod_ref(pod), "KelvinEvictionBlocked",
+                f"eviction ({reason}) refused by a PodDisruptionBudget, will retry: {res.message}", warning=True,
+            )
+            log.info("eviction of %s blocked by a PodDisruptionBudget: %s", pod.key, res.message)
+            return Outcome(pod.key, reason, "pdb_blocked", res.message)
+        if res.result is EvictResult.GONE:
+            return Outcome(pod.key, reason, "gone", res.message)
+        self.metrics.evictions.labels(reason, "error", "false").inc()
+        log.warning("eviction of %s failed: %s", pod.key, res.message)
+        return Outcome(pod.key, reason, "error", res.message)

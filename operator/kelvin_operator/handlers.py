@@ -1,0 +1,119 @@
+"""kopf wiring: handlers of a few lines that call the reconciler and the pure admission code.
+
+:func:`build_registry` registers everything on a fresh ``kopf.OperatorRegistry`` for one configuration (timer
+intervals are fixed at registration). Shared state lives in ``memo.runtime``; pods are found through the
+``pods_by_node`` index, never by listing.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import kopf
+
+from scheduler_plugin.kube import KubeConfig
+from scheduler_plugin.model import annotations as ann
+
+from . import webhooks
+from .config import OperatorConfig
+from .runtime import Runtime, webhook_cert
+
+log = logging.getLogger("kelvin.operator")
+
+RuntimeFactory = Callable[[OperatorConfig], Awaitable[Runtime]]
+
+
+def _gpu_pod(spec: kopf.Spec, annotations: kopf.Annotations, **_: Any) -> bool:
+    """Pods worth indexing: they request GPUs or carry a kelvin GPU annotation, and are bound to a node."""
+    if not spec.get("nodeName"):
+        return False
+    if ann.GPU_MEMORY in annotations or ann.GPU_SHARE in annotations:
+        return True
+    for c in spec.get("containers") or []:
+        res = c.get("resources") or {}
+        if ann.GPU_RESOURCE in (res.get("limits") or {}) or ann.GPU_RESOURCE in (res.get("requests") or {}):
+            return True
+    return False
+
+
+def build_registry(
+    cfg: OperatorConfig, start_runtime: RuntimeFactory, kube_config: KubeConfig
+) -> kopf.OperatorRegistry:
+    registry = kopf.OperatorRegistry()
+
+    @kopf.on.login(registry=registry)
+    def login(**_: Any) -> kopf.ConnectionInfo:
+        # the same credentials as kelvin's own client (in-cluster service account, kubeconfig, or a test server)
+        return kopf.ConnectionInfo(
+            server=kube_config.server, token=kube_config.token, ca_path=kube_config.ca_file,
+            certificate_path=kube_config.cert_file, private_key_path=kube_config.key_file,
+            insecure=kube_config.insecure or None, scheme="Bearer" if kube_config.token else None,
+        )
+
+    @kopf.on.startup(registry=registry)
+    async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+        settings.peering.name = cfg.peering
+        settings.peering.standalone = cfg.standalone
+        settings.posting.level = logging.WARNING
+        settings.scanning.disabled = True  # no CRDs of our own: no need to watch CustomResourceDefinitions
+        settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="operator.kelvin.dev")
+        settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix="operator.kelvin.dev")
+        if cfg.webhook.enabled:
+            certfile, pkeyfile = webhook_cert(cfg.webhook)
+            settings.admission.server = kopf.WebhookServer(
+                addr=cfg.webhook.addr, port=cfg.webhook.port, host=cfg.webhook.host,
+                certfile=str(certfile), pkeyfile=str(pkeyfile),
+            )
+            settings.admission.managed = cfg.webhook.managed
+        memo.runtime = await start_runtime(cfg)
+        log.info("kelvin operator started (dry_run=%s, peering=%s)", cfg.dry_run,
+                 "standalone" if cfg.standalone else cfg.peering)
+
+    @kopf.on.cleanup(registry=registry)
+    async def cleanup(memo: kopf.Memo, **_: Any) -> None:
+        rt: Runtime | None = getattr(memo, "runtime", None)
+        if rt is not None:
+            await rt.close()
+
+    @kopf.index("pods", id="pods_by_node", registry=registry, when=_gpu_pod)
+    def pods_by_node(spec: kopf.Spec, body: kopf.Body, **_: Any) -> dict[str, dict[str, Any]]:
+        return {str(spec["nodeName"]): dict(body)}
+
+    @kopf.timer("nodes", id="node_cycle", registry=registry, interval=cfg.interval_s)
+    async def node_cycle(name: str, body: kopf.Body, memo: kopf.Memo, **kwargs: Any) -> None:
+        rt: Runtime = memo.runtime
+        index: kopf.Index[str, Any] = kwargs["pods_by_node"]
+        pods = [dict(p) for p in index.get(name, [])]
+        await rt.reconciler.reconcile_node(dict(body), rt.snapshot().node(name), pods, time.time())
+
+    if cfg.webhook.enabled:
+
+        @kopf.on.validate("pods", id="gpu-memory", operations=["CREATE"], registry=registry)
+        def validate_pod(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+            rt: Runtime = memo.runtime
+            try:
+                message = webhooks.validate(dict(body), webhooks.GpuSizes.of(rt.snapshot()))
+            except Exception:
+                rt.metrics.webhook_requests.labels("validate", "error").inc()
+                raise
+            rt.metrics.webhook_requests.labels("validate", "denied" if message else "allowed").inc()
+            if message:
+                raise kopf.AdmissionError(message, code=400)
+
+        @kopf.on.mutate("pods", id="gpu-env", operations=["CREATE"], registry=registry)
+        def mutate_pod(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> None:
+            rt: Runtime = memo.runtime
+            try:
+                containers = webhooks.mutate(dict(body), snapshot=rt.snapshot(), mps_label=cfg.webhook.mps_label,
+                                             framework_env=cfg.webhook.framework_env)
+            except Exception:
+                rt.metrics.webhook_requests.labels("mutate", "error").inc()
+                raise
+            rt.metrics.webhook_requests.labels("mutate", "allowed").inc()
+            if containers is not None:
+                patch.spec["containers"] = containers
+
+    return registry

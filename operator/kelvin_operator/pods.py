@@ -1,0 +1,129 @@
+"""A typed view of the few pod fields the operator reasons about, parsed once from API JSON (camelCase)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from scheduler_plugin.model import annotations as ann
+from scheduler_plugin.model.request import RequestError, request_from_annotations
+
+
+def parse_time(text: object) -> float | None:
+    """RFC 3339 text (``2026-01-02T03:04:05Z``, fractions and offsets allowed) as unix time; ``None`` if not one."""
+    if not isinstance(text, str) or not text.strip():
+        return None
+    s = text.strip()
+    if s.endswith(("Z", "z")):
+        s = s[:-1] + "+00:00"
+    try:
+        dt = datetime.fromisoformat(s)
+    except ValueError:
+        return None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=UTC)
+    return dt.timestamp()
+
+
+def format_time(ts: float) -> str:
+    """Unix time as RFC 3339 UTC with microseconds (``2026-01-02T03:04:05.123456Z``)."""
+    return datetime.fromtimestamp(ts, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+@dataclass(frozen=True, slots=True)
+class PodView:
+    namespace: str
+    name: str
+    uid: str
+    node: str
+    priority: int = 0
+    priority_class: str = ""
+    owner_kinds: tuple[str, ...] = ()
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    created_at: float | None = None
+    started_at: float | None = None
+    deleting: bool = False
+    phase: str = ""
+    mirror: bool = False
+    gpu_count: int = 0
+    gpu_indices: tuple[int, ...] = ()
+    """kelvin.dev/gpu-assigned, when kelvin bound it."""
+    memory_pool_bytes: int | None = None
+    compute_share_milli: int | None = None
+    request_error: str | None = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def wants_checkpoint(self) -> bool:
+        return self.annotations.get(ann.CHECKPOINT, "").strip().lower() == "true"
+
+    @property
+    def bare(self) -> bool:
+        return not self.owner_kinds
+
+
+def _gpu_count(spec: Mapping[str, Any]) -> int:
+    total = 0
+    for c in spec.get("containers") or []:
+        res = c.get("resources") or {}
+        raw = (res.get("limits") or {}).get(ann.GPU_RESOURCE, (res.get("requests") or {}).get(ann.GPU_RESOURCE))
+        try:
+            total += int(str(raw)) if raw is not None else 0
+        except ValueError:
+            continue
+    return total
+
+
+def _indices(raw: str | None) -> tuple[int, ...]:
+    if not raw:
+        return ()
+    out = []
+    for part in raw.split(","):
+        part = part.strip()
+        if part.isdigit():
+            out.append(int(part))
+    return tuple(out)
+
+
+def pod_view(pod: Mapping[str, Any]) -> PodView:
+    """Never raises on odd pods: what cannot be parsed is left empty (``request_error`` says why)."""
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    status = pod.get("status") or {}
+    annotations = {str(k): str(v) for k, v in (meta.get("annotations") or {}).items()}
+    count = _gpu_count(spec)
+    pool: int | None = None
+    share: int | None = None
+    err: str | None = None
+    try:
+        req = request_from_annotations(annotations, count=count)
+        pool = req.memory_bytes
+        share = req.milli if req.shared else None
+        count = req.count
+    except RequestError as exc:
+        err = str(exc)
+    return PodView(
+        namespace=str(meta.get("namespace") or "default"),
+        name=str(meta.get("name") or ""),
+        uid=str(meta.get("uid") or ""),
+        node=str(spec.get("nodeName") or ""),
+        priority=int(spec.get("priority") or 0),
+        priority_class=str(spec.get("priorityClassName") or ""),
+        owner_kinds=tuple(str(o.get("kind", "")) for o in meta.get("ownerReferences") or []),
+        annotations=annotations,
+        created_at=parse_time(meta.get("creationTimestamp")),
+        started_at=parse_time(status.get("startTime")),
+        deleting=bool(meta.get("deletionTimestamp")),
+        phase=str(status.get("phase") or ""),
+        mirror="kubernetes.io/config.mirror" in annotations,
+        gpu_count=count,
+        gpu_indices=_indices(annotations.get(ann.GPU_ASSIGNED)),
+        memory_pool_bytes=pool,
+        compute_share_milli=share,
+        request_error=err,
+    )

@@ -1,0 +1,154 @@
+"""One cycle over one node: hotness -> taint -> strategies -> planner -> evictor.
+
+The reconciler holds the little state the operator keeps in memory (hotness per node, first-seen times of pool
+violations, the eviction budget). Hotness is re-derived from the node's taint after a restart; the checkpoint
+handshake lives in pod annotations. kopf handlers call :meth:`Reconciler.reconcile_node`; so do the tests and the
+fleet scenario.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from scheduler_plugin import hotness
+from scheduler_plugin.model import annotations as ann
+from scheduler_plugin.model.gpu import GpuNode
+
+from .config import OperatorConfig, PoolMode
+from .evictor import Evictor, Outcome, pod_ref
+from .k8s import Kube, ObjectRef
+from .limits import EvictionBudget
+from .metrics import OperatorMetrics
+from .planner import Protected, plan
+from .pods import PodView, pod_view
+from .strategies import Candidate, PoolViolation, memory_pools, noisy_neighbours, pool_candidates, thermal
+
+log = logging.getLogger("kelvin.operator")
+
+
+@dataclass(slots=True)
+class NodeResult:
+    node: str
+    hot: bool
+    transition: hotness.Transition | None = None
+    taint_changed: bool = False
+    candidates: list[Candidate] = field(default_factory=list)
+    protected: list[Protected] = field(default_factory=list)
+    violations: list[PoolViolation] = field(default_factory=list)
+    outcomes: list[Outcome] = field(default_factory=list)
+
+
+def has_thermal_taint(node_obj: Mapping[str, Any]) -> bool:
+    taints = (node_obj.get("spec") or {}).get("taints") or []
+    return any(t.get("key") == ann.THERMAL_TAINT_KEY for t in taints)
+
+
+def active_pods(pods: Iterable[Mapping[str, Any]], node: str) -> list[PodView]:
+    views = (pod_view(p) for p in pods)
+    return [v for v in views if v.node == node and v.phase not in ("Succeeded", "Failed")]
+
+
+class Reconciler:
+    def __init__(self, cfg: OperatorConfig, kube: Kube, metrics: OperatorMetrics | None = None) -> None:
+        self.cfg = cfg
+        self.kube = kube
+        self.metrics = metrics or OperatorMetrics()
+        self.budget = EvictionBudget(cfg.limits)
+        self.evictor = Evictor(kube, cfg, self.metrics, self.budget)
+        self.states: dict[str, hotness.NodeHotness] = {}
+        self.pool_over_since: dict[str, dict[str, float]] = {}
+
+    def _state(self, name: str, node_obj: Mapping[str, Any], now: float) -> hotness.NodeHotness:
+        st = self.states.get(name)
+        if st is None:
+            # after a restart the taint is the memory: a tainted node is still hot until it proves cool
+            st = hotness.NodeHotness(hot=True, since=now, reason="thermal taint present") if has_thermal_taint(
+                node_obj) else hotness.NodeHotness()
+        return st
+
+    async def reconcile_node(
+        self,
+        node_obj: Mapping[str, Any],
+        gpu_node: GpuNode | None,
+        pods: Iterable[Mapping[str, Any]],
+        now: float,
+    ) -> NodeResult:
+        name = str((node_obj.get("metadata") or {}).get("name") or (gpu_node.name if gpu_node else ""))
+        fresh = gpu_node is not None and (gpu_node.age_seconds(now) or 0.0) <= self.cfg.max_telemetry_age_s \
+            and gpu_node.observed_at is not None
+        obs = hotness.observe(gpu_node, self.cfg.hotness) if fresh and gpu_node is not None else None
+        old = self._state(name, node_obj, now)
+        new, transition = hotness.step(old, obs, now, self.cfg.hotness) if self.cfg.thermal_enabled else (old, None)
+        self.states[name] = new
+        self.metrics.hot_nodes.set(sum(1 for s in self.states.values() if s.hot))
+        result = NodeResult(node=name, hot=new.hot, transition=transition)
+        if transition is not None:
+            log.info("node %s %s hot: %s", name, transition.value, new.reason)
+        if self.cfg.thermal_enabled:
+            result.taint_changed = await self._sync_taint(name, node_obj, new, transition)
+
+        if not fresh or gpu_node is None:
+            return result
+        views = active_pods(pods, name)
+        candidates: list[Candidate] = []
+        if new.hot and obs is not None and self.cfg.thermal_enabled:
+            candidates += thermal(gpu_node, obs, views, self.cfg.hotness.cool_celsius)
+        candidates += noisy_neighbours(gpu_node, views, self.cfg.noisy)
+        result.violations = await self._pools(name, node_obj, gpu_node, views, now)
+        candidates += pool_candidates(result.violations)
+        ranked, protected = plan(candidates, now, self.cfg.protection)
+        result.candidates, result.protected = ranked, protected
+        for p in protected:
+            log.debug("protected %s from %s eviction: %s", p.candidate.pod.key, p.candidate.reason.value, p.why)
+        self.budget.new_cycle(name)
+        result.outcomes = await self.evictor.act(name, ranked, now)
+        return result
+
+    async def _sync_taint(
+        self, name: str, node_obj: Mapping[str, Any], st: hotness.NodeHotness, transition: hotness.Transition | None
+    ) -> bool:
+        tainted = has_thermal_taint(node_obj)
+        if st.hot == tainted and transition is None:
+            return False
+        ref = ObjectRef(kind="Node", name=name, uid=(node_obj.get("metadata") or {}).get("uid"))
+        verb = "taint" if st.hot else "untaint"
+        if self.cfg.dry_run:
+            if transition is not None:
+                await self.kube.event(ref, "KelvinDryRunTaint", f"dry run: would {verb} {name}: {st.reason}")
+            return False
+        changed = await self.kube.set_taint(
+            name, ann.THERMAL_TAINT_KEY, ann.THERMAL_TAINT_VALUE, self.cfg.taint_effect, present=st.hot
+        )
+        if changed:
+            self.metrics.taint_transitions.labels("added" if st.hot else "removed").inc()
+            if st.hot:
+                await self.kube.event(
+                    ref, "KelvinNodeHot",
+                    f"tainted {ann.THERMAL_TAINT_KEY}={ann.THERMAL_TAINT_VALUE}:{self.cfg.taint_effect}: {st.reason}",
+                    warning=True,
+                )
+            else:
+                await self.kube.event(ref, "KelvinNodeCooled", f"removed the thermal taint: {st.reason}")
+        return changed
+
+    async def _pools(
+        self, name: str, node_obj: Mapping[str, Any], gpu_node: GpuNode, views: list[PodView], now: float
+    ) -> list[PoolViolation]:
+        labels = (node_obj.get("metadata") or {}).get("labels") or {}
+        mps = gpu_node.mps_enabled or str(labels.get(self.cfg.webhook.mps_label, "")).lower() == "true"
+        before = self.pool_over_since.get(name, {})
+        violations, still = memory_pools(gpu_node, views, self.cfg.pools, before, now, mps)
+        self.pool_over_since[name] = still
+        mode = self.cfg.pools.mode
+        for v in violations:
+            if v.pod.uid in before:
+                continue  # one count and one Event per episode over the pool
+            self.metrics.pool_violations.labels(mode.value, v.kind.value).inc()
+            log.warning("%s: %s (mode %s)", v.pod.key, v.message(), mode.value)
+            if mode is not PoolMode.AUDIT:
+                grace = f"; eviction after {self.cfg.pools.grace_s:g} s" if mode is PoolMode.EVICT else ""
+                await self.kube.event(pod_ref(v.pod), "KelvinGpuMemoryPoolExceeded", v.message() + grace, warning=True)
+        return violations

@@ -1,0 +1,79 @@
+"""Process settings of the extender (environment variables with the prefix ``KELVIN_``, or CLI flags).
+
+Scoring weights and thresholds live in the policy YAML file (``policy_file``, see ``policies/config.py``); this module
+holds where telemetry comes from, how the service listens and how big the simulated fleet is. Every field is listed
+in docs/configuration.md. A bad value stops startup with :class:`ConfigError`, whose message names the field.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, ValidationError
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class ConfigError(ValueError):
+    """Settings that cannot be used; the message names every bad field (and its env var)."""
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="KELVIN_", extra="forbid", validate_default=True)
+
+    # telemetry
+    source: Literal["simulated", "prometheus", "scrape"] = "simulated"
+    policy_file: Path | None = None
+    refresh_interval_s: float = Field(5.0, gt=0, le=3600)
+    max_telemetry_age_s: float = Field(30.0, gt=0)
+    # prometheus source
+    prometheus_url: str = "http://prometheus-operated.monitoring.svc:9090"
+    prometheus_metrics: Literal["auto", "kelvin", "dcgm"] = "auto"
+    prometheus_timeout_s: float = Field(5.0, gt=0, le=120)
+    # scrape source
+    scrape_service: str = "kelvin-exporter"
+    scrape_namespace: str = "kelvin-system"
+    scrape_port: int = Field(9400, ge=1, le=65535)
+    # kubernetes API
+    kube_server: str | None = None
+    kubeconfig: str | None = None
+    # simulated fleet
+    fleet_file: Path | None = None
+    fleet_nodes: int = Field(64, ge=1, le=100_000)
+    fleet_gpus_per_node: int = Field(8, ge=1, le=16)
+    fleet_model: str = "H100-SXM-80GB"
+    fleet_seed: int = 0
+    # service
+    host: str = "0.0.0.0"
+    port: int = Field(8888, ge=0, le=65535)
+    bind_enabled: bool = True
+
+
+def _env_name(field: str) -> str:
+    return "KELVIN_" + field.upper()
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Settings from the environment, with ``overrides`` (CLI flags; ``None`` values are ignored) on top.
+
+    Raises :class:`ConfigError` naming each bad field, e.g. ``port (KELVIN_PORT): Input should be less than or equal
+    to 65535 (got 70000)``.
+    """
+    kwargs = {k: v for k, v in overrides.items() if v is not None}
+    try:
+        return Settings(**kwargs)
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(exc, env=True)) from None
+
+
+def format_validation_error(exc: ValidationError, *, env: bool = False, prefix: str = "") -> str:
+    parts = []
+    for e in exc.errors():
+        loc = ".".join(str(p) for p in e["loc"])
+        name = f"{prefix}{loc}" if loc else (prefix.rstrip(".") or "value")
+        if env and e["loc"]:
+            name += f" ({_env_name(str(e['loc'][0]))})"
+        got = e.get("input")
+        shown = "" if isinstance(got, dict) or got is None else f" (got {got!r})"
+        parts.append(f"{name}: {e['msg']}{shown}")
+    return "; ".join(parts)

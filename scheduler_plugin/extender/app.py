@@ -1,0 +1,142 @@
+"""Assembling the extender: settings + policy file -> framework, telemetry source, snapshot cache, binder, FastAPI app.
+
+:func:`build_extender` validates everything that can be wrong in the configuration and raises
+:class:`StartupError` whose message names the field; the CLI prints it and exits without a traceback.
+:func:`create_app` wraps an :class:`Extender` in a FastAPI app whose lifespan starts and stops the snapshot cache.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI
+from prometheus_client import CollectorRegistry
+
+from ..config import ConfigError, Settings
+from ..kube import KubeClient, KubeConfig, KubeError
+from ..policies import fragmentation as _fragmentation  # noqa: F401  (registers the default score policy)
+from ..policies.config import PolicyConfig
+from ..policies.framework import Framework
+from ..policies.registry import PolicyConfigError
+from ..telemetry.assignments import AssignedSource
+from ..telemetry.cache import SnapshotCache, TelemetryMetrics
+from ..telemetry.ledger import AssumedLedger
+from ..telemetry.simulated import FleetSpec, FleetSpecError, SimulatedFleetSource
+from ..telemetry.source import TelemetrySource
+from .binder import Binder, KubeBinder, LocalBinder, NoApiBinder
+from .metrics import ExtenderMetrics
+from .routes import install_routes
+from .service import Extender
+
+
+class StartupError(RuntimeError):
+    """Configuration that stops the extender from starting; the message names the field or file."""
+
+
+def load_policy(settings: Settings) -> PolicyConfig:
+    if settings.policy_file is None:
+        return PolicyConfig()
+    try:
+        return PolicyConfig.from_yaml(settings.policy_file)
+    except PolicyConfigError as exc:
+        raise StartupError(f"policy_file (KELVIN_POLICY_FILE): {exc}") from None
+
+
+def simulated_source(settings: Settings, **extra: Any) -> SimulatedFleetSource:
+    try:
+        if settings.fleet_file is not None:
+            spec = FleetSpec.from_yaml(settings.fleet_file)
+        else:
+            spec = FleetSpec.uniform(settings.fleet_nodes, settings.fleet_gpus_per_node, settings.fleet_model,
+                                     settings.fleet_seed, **extra)
+    except FleetSpecError as exc:
+        raise StartupError(f"fleet_file (KELVIN_FLEET_FILE): {exc}" if settings.fleet_file else str(exc)) from None
+    return SimulatedFleetSource(spec)
+
+
+def build_source(settings: Settings) -> TelemetrySource:
+    if settings.source == "simulated":
+        return simulated_source(settings)
+    try:
+        factory = importlib.import_module("scheduler_plugin.telemetry.factory")
+    except ImportError as exc:
+        raise StartupError(f"source (KELVIN_SOURCE): {settings.source!r} is not available ({exc})") from None
+    try:
+        src: TelemetrySource = factory.build_source(settings)
+    except (ConfigError, ValueError, KubeError) as exc:
+        raise StartupError(f"source (KELVIN_SOURCE={settings.source}): {exc}") from None
+    return src
+
+
+def kube_client(settings: Settings) -> KubeClient | None:
+    """A client when an API server is configured (explicit URL, kubeconfig, or in-cluster); else None."""
+    if not (settings.kube_server or settings.kubeconfig or os.environ.get("KUBECONFIG")
+            or os.environ.get("KUBERNETES_SERVICE_HOST")):
+        return None
+    try:
+        return KubeClient(KubeConfig.load(settings.kubeconfig, settings.kube_server))
+    except (KubeError, OSError) as exc:
+        field = "kube_server (KELVIN_KUBE_SERVER)" if settings.kube_server else "kubeconfig (KELVIN_KUBECONFIG)"
+        raise StartupError(f"{field}: {exc}") from None
+
+
+def build_extender(
+    settings: Settings,
+    *,
+    policy: PolicyConfig | None = None,
+    source: TelemetrySource | None = None,
+    binder: Binder | None = None,
+    clock: Callable[[], float] = time.time,
+    registry: CollectorRegistry | None = None,
+) -> Extender:
+    """Everything the service needs, validated. Raises :class:`StartupError` naming the bad field."""
+    policy = policy if policy is not None else load_policy(settings)
+    ledger = AssumedLedger(policy.ledger.ttl_seconds)
+    try:
+        framework = Framework.from_config(policy, ledger=ledger)
+    except PolicyConfigError as exc:
+        where = f"policy_file {settings.policy_file}" if settings.policy_file else "policy"
+        raise StartupError(f"{where}: {exc}") from None
+    if source is None:
+        source = build_source(settings)
+    if binder is None:
+        client = kube_client(settings)
+        if client is not None:
+            binder = KubeBinder(client)
+            if not isinstance(source, SimulatedFleetSource):
+                source = AssignedSource(source, client, list_interval_s=settings.refresh_interval_s)
+        elif isinstance(source, SimulatedFleetSource):
+            binder = LocalBinder()
+        else:
+            binder = NoApiBinder("no Kubernetes API configured (set KELVIN_KUBECONFIG or KELVIN_KUBE_SERVER, "
+                                 "or run in a cluster)")
+    registry = registry if registry is not None else CollectorRegistry()
+    metrics = ExtenderMetrics(registry)
+    cache = SnapshotCache(
+        source, refresh_interval_s=settings.refresh_interval_s, max_age_s=settings.max_telemetry_age_s,
+        ledger=ledger, metrics=TelemetryMetrics(registry, source.name), clock=clock,
+    )
+    return Extender(settings=settings, policy=policy, framework=framework, ledger=ledger, cache=cache,
+                    source=source, binder=binder, metrics=metrics, clock=clock)
+
+
+def create_app(ext: Extender) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await ext.cache.start()
+        try:
+            yield
+        finally:
+            await ext.cache.stop()
+            await ext.source.close()
+            await ext.binder.close()
+
+    app = FastAPI(title="kelvin extender", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app.state.extender = ext
+    install_routes(app, ext)
+    return app

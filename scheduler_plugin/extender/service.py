@@ -1,0 +1,265 @@
+"""The extender verbs: filter, prioritize, bind and explain over the current snapshot (no HTTP here).
+
+Each verb reads ``cache.snapshot`` once (immutable), parses the pod into a :class:`GpuRequest` and hands the
+candidate rows to the policy :class:`Framework`. Nodes kelvin has no telemetry for at all ("unknown") follow the
+policy's ``telemetry.onStale``: ``deny`` fails them (unresolvable, so preemption is not tried there), ``allow``
+passes them with score 0. A pod whose kelvin annotations are malformed fails every node as unresolvable, with the
+annotation and value named: the scheduler shows that text on the pod, does not preempt for it, and (unlike an
+``Error`` reply) does not skip the extender when it is ``ignorable``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from ..config import Settings
+from ..model import MILLI_PER_GPU, GpuAssignment, GpuRequest, RequestError, parse_pod
+from ..policies.config import PolicyConfig
+from ..policies.framework import Framework
+from ..telemetry.cache import SnapshotCache
+from ..telemetry.ledger import AssumedLedger
+from ..telemetry.source import TelemetrySource
+from . import wire
+from .binder import Binder, BindError
+from .metrics import ExtenderMetrics, rejection_code
+
+log = logging.getLogger(__name__)
+
+UNKNOWN_NODE_REASON = "kelvin has no GPU telemetry for this node (not in the snapshot)"
+
+
+@runtime_checkable
+class BindingObserver(Protocol):
+    """A source that must learn of binds to show them (the simulated fleet)."""
+
+    def record_binding(self, node: str, assignment: GpuAssignment) -> None: ...
+
+
+class RequestMemo:
+    """Pod requests parsed by filter/prioritize, for bind (whose body carries no pod). Bounded LRU."""
+
+    def __init__(self, size: int = 20_000) -> None:
+        self.size = size
+        self._d: OrderedDict[str, GpuRequest] = OrderedDict()
+
+    def put(self, req: GpuRequest) -> None:
+        for key in (req.pod_uid, req.pod_key):
+            if key:
+                self._d[key] = req
+                self._d.move_to_end(key)
+        while len(self._d) > self.size:
+            self._d.popitem(last=False)
+
+    def get(self, uid: str, pod_key: str) -> GpuRequest | None:
+        req = self._d.get(uid) if uid else None
+        if req is None:
+            req = self._d.get(pod_key)
+            if req is not None and uid and req.pod_uid and req.pod_uid != uid:
+                return None  # same name, another pod
+        return req
+
+
+@dataclass
+class Extender:
+    settings: Settings
+    policy: PolicyConfig
+    framework: Framework
+    ledger: AssumedLedger
+    cache: SnapshotCache
+    source: TelemetrySource
+    binder: Binder
+    metrics: ExtenderMetrics
+    clock: Callable[[], float] = time.time
+
+    def __post_init__(self) -> None:
+        self.memo = RequestMemo()
+
+    # -- helpers -----------------------------------------------------------------------------------------------
+
+    def _rows(self, names: list[str]) -> np.ndarray[Any, np.dtype[np.int64]]:
+        index = self.cache.snapshot.arrays.index
+        return np.fromiter((index.get(n, -1) for n in names), dtype=np.int64, count=len(names))
+
+    @property
+    def deny_unknown(self) -> bool:
+        return self.policy.telemetry.on_stale == "deny"
+
+    # -- filter ------------------------------------------------------------------------------------------------
+
+    def filter(self, body: bytes) -> dict[str, Any]:
+        """An ``ExtenderFilterResult``. Raises :class:`wire.WireError` for a body that is not ExtenderArgs."""
+        args = wire.parse_args(body)
+        names = args.names
+        try:
+            req = parse_pod(args.pod)
+        except RequestError as exc:
+            reason = f"pod annotation or resource {exc}"
+            self.metrics.rejections.labels("bad_request").inc(len(names))
+            self.metrics.decisions.labels("filter", "rejected").inc(len(names))
+            return wire.filter_result(args, [], {}, dict.fromkeys(names, reason))
+        self.memo.put(req)
+        snap = self.cache.snapshot
+        fleet = snap.arrays
+        rows = self._rows(names)
+        known = rows >= 0
+        failed: dict[str, str] = {}
+        unresolvable: dict[str, str] = {}
+        passed_pos: list[int]
+        if not req.wants_gpu:
+            passed_pos = list(range(len(names)))
+        else:
+            ctx = self.framework.context(fleet, self.clock())
+            pos_known = np.nonzero(known)[0]
+            outcome = self.framework.filter(req, fleet, rows[pos_known], ctx)
+            ok_rows = set(outcome.passed.tolist()) if len(outcome.rejected) else None
+            passed_pos = []
+            counts: dict[str, int] = {}
+            for p in pos_known.tolist():
+                r = int(rows[p])
+                if ok_rows is None or r in ok_rows:
+                    passed_pos.append(p)
+                    continue
+                rej = outcome.rejected[r]
+                (unresolvable if rej.unresolvable else failed)[names[p]] = rej.reason
+                code = rejection_code(rej.reason)
+                counts[code] = counts.get(code, 0) + 1
+            n_unknown = len(names) - len(pos_known)
+            if n_unknown:
+                unknown_pos = np.nonzero(~known)[0].tolist()
+                if self.deny_unknown:
+                    for p in unknown_pos:
+                        unresolvable[names[p]] = UNKNOWN_NODE_REASON
+                    counts["unknown_node"] = n_unknown
+                else:
+                    passed_pos = sorted(passed_pos + unknown_pos)
+            for code, n in counts.items():
+                self.metrics.rejections.labels(code).inc(n)
+        self.metrics.decisions.labels("filter", "passed").inc(len(passed_pos))
+        self.metrics.decisions.labels("filter", "rejected").inc(len(failed) + len(unresolvable))
+        return wire.filter_result(args, passed_pos, failed, unresolvable)
+
+    # -- prioritize --------------------------------------------------------------------------------------------
+
+    def prioritize(self, body: bytes) -> list[dict[str, Any]]:
+        """A ``HostPriorityList``. Raises :class:`wire.WireError` for a bad body or a pod kelvin cannot read
+        (prioritize errors never block a pod: kube-scheduler ignores them)."""
+        args = wire.parse_args(body)
+        try:
+            req = parse_pod(args.pod)
+        except RequestError as exc:
+            raise wire.WireError(f"Pod: {exc}") from None
+        self.memo.put(req)
+        fleet = self.cache.snapshot.arrays
+        rows = self._rows(args.names)
+        scores = np.zeros(len(args.names), dtype=np.int64)
+        pos_known = np.nonzero(rows >= 0)[0]
+        if pos_known.size and req.wants_gpu:
+            ctx = self.framework.context(fleet, self.clock())
+            ints, _raw = self.framework.prioritize(req, fleet, rows[pos_known], ctx)
+            scores[pos_known] = ints
+        self.metrics.decisions.labels("prioritize", "scored").inc(len(args.names))
+        return wire.priority_list(args.names, scores.tolist())
+
+    # -- bind --------------------------------------------------------------------------------------------------
+
+    async def bind(self, body: bytes) -> dict[str, str]:
+        """An ``ExtenderBindingResult``: ``{"Error": ""}`` when bound, else the reason."""
+        b = wire.parse_binding(body)
+        key = f"{b.PodNamespace}/{b.PodName}"
+        if not self.settings.bind_enabled:
+            return self._bind_error(key, "binding through kelvin is disabled (KELVIN_BIND_ENABLED=false); "
+                                         "remove bindVerb from the scheduler's extender configuration")
+        req = self.memo.get(b.PodUID, key)
+        if req is None:
+            try:
+                pod = await self.binder.get_pod(b.PodNamespace, b.PodName)
+            except BindError as exc:
+                return self._bind_error(key, str(exc))
+            if pod is None:
+                return self._bind_error(key, f"kelvin has not seen pod {key} in a filter call and cannot read it")
+            try:
+                req = parse_pod(pod)
+            except RequestError as exc:
+                return self._bind_error(key, f"pod {key}: {exc}")
+        fleet = self.cache.snapshot.arrays
+        row = fleet.index.get(b.Node)
+        now = self.clock()
+        gpus: tuple[int, ...] | None
+        if not req.wants_gpu:
+            gpus = ()
+        elif row is None:
+            return self._bind_error(key, f"node {b.Node}: {UNKNOWN_NODE_REASON}")
+        else:
+            ctx = self.framework.context(fleet, now)
+            gpus = self.framework.pick(req, fleet, row, ctx)
+            if gpus is None:
+                why = self.framework.explain(req, fleet, row, ctx)
+                reasons = "; ".join(v.reason for v in why.filters if v.reason) or "no GPUs left"
+                return self._bind_error(key, f"pod {key} no longer fits node {b.Node}: {reasons}")
+        # Assume before the first await, so that a concurrent bind already sees these GPUs as taken.
+        assignment: GpuAssignment | None = None
+        if gpus:
+            assignment = self._assignment(req, key, b.PodUID, gpus, fleet, row)
+            self.ledger.assume(b.Node, assignment, now)
+        try:
+            await self.binder.bind(b.PodNamespace, b.PodName, b.PodUID, b.Node, gpus)
+        except BindError as exc:
+            if assignment is not None:
+                self.ledger.forget(key)
+            return self._bind_error(key, str(exc))
+        if assignment is not None and isinstance(self.source, BindingObserver):
+            try:
+                self.source.record_binding(b.Node, assignment)
+            except KeyError as exc:
+                log.warning("the source does not know node %s: %s", b.Node, exc)
+        self.metrics.decisions.labels("bind", "bound").inc()
+        log.info("bound %s to %s gpus %s", key, b.Node, ",".join(map(str, gpus)) or "-")
+        return {"Error": ""}
+
+    @staticmethod
+    def _assignment(
+        req: GpuRequest, key: str, uid: str, gpus: tuple[int, ...], fleet: Any, row: int | None,
+    ) -> GpuAssignment:
+        milli = MILLI_PER_GPU
+        if req.shared and row is not None:
+            col = int(np.nonzero(fleet.gpu_index[row] == gpus[0])[0][0])
+            milli = int(req.demand_milli(fleet.mem_total[row, col : col + 1])[0])
+        return GpuAssignment(
+            pod_key=key, gpu_indices=gpus, milli=milli, memory_bytes=req.memory_bytes if req.shared else None,
+            pod_uid=uid or req.pod_uid or None, priority=req.priority,
+        )
+
+    def _bind_error(self, key: str, message: str) -> dict[str, str]:
+        log.warning("bind of %s failed: %s", key, message)
+        self.metrics.decisions.labels("bind", "error").inc()
+        return {"Error": message}
+
+    # -- explain -----------------------------------------------------------------------------------------------
+
+    def explain(self, pod: dict[str, Any], node: str, candidates: list[str] | None = None) -> dict[str, Any]:
+        """Each filter's verdict and each policy's score and reasons for ``pod`` on ``node``.
+        Raises :class:`wire.WireError` for an unreadable pod or an unknown node."""
+        try:
+            req = parse_pod(pod)
+        except RequestError as exc:
+            raise wire.WireError(f"pod: {exc}") from None
+        fleet = self.cache.snapshot.arrays
+        row = fleet.index.get(node)
+        if row is None:
+            raise wire.WireError(f"node: {node!r} is not in kelvin's snapshot ({fleet.n_nodes} nodes)")
+        if candidates is None:
+            cand = np.arange(fleet.n_nodes, dtype=np.int64)
+        else:
+            rows = self._rows(candidates)
+            cand = rows[rows >= 0]
+        ctx = self.framework.context(fleet, self.clock())
+        out = self.framework.explain(req, fleet, row, ctx, candidates=cand).to_dict()
+        out["snapshot_age_s"] = round(self.cache.snapshot.age_seconds(self.clock()), 3)
+        return out

@@ -1,0 +1,228 @@
+"""The FGD paper's baseline policies, as score plugins + GPU pickers of kelvin's framework.
+
+Definitions follow the paper (Weng et al., USENIX ATC '23, section 6) and its public simulator:
+
+* ``random``: a uniformly random feasible node (seeded).
+* ``dotproduct``: Tetris' alignment heuristic; the node (and GPU) whose free-resource vector has the smallest dot
+  product with the pod's request vector, both normalised by the largest node (128 cores, 8 GPUs / 1 GPU share).
+* ``gpu-clustering``: keep pods of the same GPU request on the same nodes: nodes already hosting this request class
+  only (75-100), mixed nodes hosting it (50-75), empty nodes (25-50), nodes of other classes (0-25); within a band,
+  fuller nodes first.
+* ``gpu-packing``: use a partly used GPU first (tighter is better), then free GPUs of a used node, then an idle node
+  (fewer GPUs better).
+* ``best-fit``: the node with the least CPU and GPU left after placement,
+  ``int(100 * (1 - 0.5 (cpu_left - cpu)/128000 - 0.5 (gpu_left - req)/8000))``, min-max normalised over the feasible
+  nodes as integers; inside the node, the tightest GPU that fits.
+
+Scores are raw values (higher is better); ``normalize`` maps them to 0..10 for the extender.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..model import MILLI_PER_GPU, FleetArrays, GpuRequest
+from .base import CycleContext, FloatA, IntA
+from .fragmentation import eligible_gpus
+from .normalize import minmax
+from .registry import register
+
+MAX_SPEC_CPU_MILLI = 128_000
+MAX_SPEC_GPU_MILLI = 8 * MILLI_PER_GPU
+MAX_NODE_SCORE = 100
+
+
+class NoArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class RandomArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    seed: int = Field(0, description="seed of the random scores")
+
+
+def _tightest_pick(req: GpuRequest, fleet: FleetArrays, row: int) -> tuple[int, ...] | None:
+    """The ``count`` eligible GPUs with the least free share (stable: lower slot first)."""
+    elig, _ = eligible_gpus(req, fleet, np.array([row], dtype=np.int64))
+    cols = np.flatnonzero(elig[0])
+    if len(cols) < max(req.count, 0):
+        return None
+    if not req.wants_gpu:
+        return ()
+    order = cols[np.argsort(fleet.free_milli[row, cols], kind="stable")]
+    return tuple(int(fleet.gpu_index[row, c]) for c in order[: req.count])
+
+
+def _gpu_demand_total(req: GpuRequest, fleet: FleetArrays, idx: IntA) -> IntA:
+    """(len(idx),) thousandths of GPU the pod takes on each node (per-slot demand of the first eligible GPU)."""
+    if not req.wants_gpu:
+        return np.zeros(len(idx), dtype=np.int64)
+    elig, demand = eligible_gpus(req, fleet, idx)
+    first = np.argmax(elig, axis=1)
+    return np.asarray(demand[np.arange(len(idx)), first] * req.count, dtype=np.int64)
+
+
+def _explain_raw(name: str, raw: FloatA) -> list[str]:
+    return [f"{name} raw score {float(raw[0]):.3f}"]
+
+
+@dataclass(slots=True)
+class _Baseline:
+    name: str
+
+    def normalize(self, raw: FloatA) -> FloatA:
+        return minmax(raw)
+
+    def score(self, req: GpuRequest, fleet: FleetArrays, idx: IntA, ctx: CycleContext) -> FloatA:
+        raise NotImplementedError
+
+    def pick(self, req: GpuRequest, fleet: FleetArrays, row: int, ctx: CycleContext) -> tuple[int, ...] | None:
+        return _tightest_pick(req, fleet, row)
+
+    def explain(self, req: GpuRequest, fleet: FleetArrays, row: int, ctx: CycleContext) -> list[str]:
+        return _explain_raw(self.name, self.score(req, fleet, np.array([row], dtype=np.int64), ctx))
+
+
+@dataclass(slots=True)
+class RandomPolicy(_Baseline):
+    rng: np.random.Generator = field(default_factory=lambda: np.random.default_rng(0))
+
+    def score(self, req: GpuRequest, fleet: FleetArrays, idx: IntA, ctx: CycleContext) -> FloatA:
+        return self.rng.random(len(idx))
+
+    def pick(self, req: GpuRequest, fleet: FleetArrays, row: int, ctx: CycleContext) -> tuple[int, ...] | None:
+        elig, _ = eligible_gpus(req, fleet, np.array([row], dtype=np.int64))
+        cols = np.flatnonzero(elig[0])
+        if len(cols) < req.count:
+            return None
+        chosen = self.rng.choice(cols, size=req.count, replace=False) if req.count else cols[:0]
+        return tuple(int(fleet.gpu_index[row, c]) for c in sorted(chosen))
+
+
+@dataclass(slots=True)
+class BestFitPolicy(_Baseline):
+    def score(self, req: GpuRequest, fleet: FleetArrays, idx: IntA, ctx: CycleContext) -> FloatA:
+        cpu_after = fleet.cpu_free[idx] - req.cpu_milli
+        gpu_after = fleet.free_milli[idx].sum(axis=1) - _gpu_demand_total(req, fleet, idx)
+        left = 0.5 * cpu_after / MAX_SPEC_CPU_MILLI + 0.5 * gpu_after / MAX_SPEC_GPU_MILLI
+        raw = np.trunc((1.0 - left) * MAX_NODE_SCORE).astype(np.int64)
+        lo, hi = int(raw.min(initial=0)), int(raw.max(initial=0))
+        if len(raw) == 0 or hi == lo:
+            return np.zeros(len(idx))
+        return np.asarray((raw - lo) * MAX_NODE_SCORE // (hi - lo), dtype=np.float64)
+
+
+@dataclass(slots=True)
+class DotProductPolicy(_Baseline):
+    def _alternatives(self, req: GpuRequest, fleet: FleetArrays, idx: IntA) -> tuple[FloatA, IntA]:
+        """(len(idx), G) score of each GPU alternative (-inf where the GPU cannot take the pod), eligible mask."""
+        cpu_node = fleet.cpu_free[idx] / MAX_SPEC_CPU_MILLI
+        cpu_pod = req.cpu_milli / MAX_SPEC_CPU_MILLI
+        elig, demand = eligible_gpus(req, fleet, idx)
+        if req.shared:
+            dot = cpu_node[:, None] * cpu_pod + (fleet.free_milli[idx] / MILLI_PER_GPU) * (demand / MILLI_PER_GPU)
+            return np.where(elig, 1.0 - dot / 2.0, -np.inf), elig
+        gpu_node = fleet.free_milli[idx].sum(axis=1) / MAX_SPEC_GPU_MILLI
+        gpu_pod = req.count * MILLI_PER_GPU / MAX_SPEC_GPU_MILLI
+        dims = 2.0 if req.wants_gpu else 1.0
+        dot = cpu_node * cpu_pod + (gpu_node * gpu_pod if req.wants_gpu else 0.0)
+        return np.repeat((1.0 - dot / dims)[:, None], elig.shape[1], axis=1), elig
+
+    def score(self, req: GpuRequest, fleet: FleetArrays, idx: IntA, ctx: CycleContext) -> FloatA:
+        alt, _ = self._alternatives(req, fleet, idx)
+        return np.trunc(alt.max(axis=1) * MAX_NODE_SCORE)
+
+    def pick(self, req: GpuRequest, fleet: FleetArrays, row: int, ctx: CycleContext) -> tuple[int, ...] | None:
+        if not req.shared:
+            return _tightest_pick(req, fleet, row)
+        alt, elig = self._alternatives(req, fleet, np.array([row], dtype=np.int64))
+        if not elig[0].any():
+            return None
+        return (int(fleet.gpu_index[row, int(np.argmax(alt[0]))]),)
+
+
+@dataclass(slots=True)
+class GpuPackingPolicy(_Baseline):
+    def score(self, req: GpuRequest, fleet: FleetArrays, idx: IntA, ctx: CycleContext) -> FloatA:
+        free = fleet.free_milli[idx].astype(np.int64)
+        present = fleet.gpu_present[idx]
+        n_gpus = present.sum(axis=1)
+        fully_free = ((free >= MILLI_PER_GPU) & present).sum(axis=1)
+        out = np.zeros(len(idx))
+        if not req.wants_gpu:
+            return out
+        idle = fully_free == n_gpus
+        out[idle] = np.maximum(MAX_NODE_SCORE // 3 - fully_free[idle], fully_free[idle])
+        elig, _ = eligible_gpus(req, fleet, idx)
+        # The pod's GPUs, tightest first: a shared pod takes its tightest eligible GPU; whole pods take free GPUs.
+        tight = np.where(elig, free, MILLI_PER_GPU + 1).min(axis=1)
+        uses_free = req.whole | (tight >= MILLI_PER_GPU)
+        band2 = ~idle & uses_free
+        out[band2] = np.maximum(MAX_NODE_SCORE // 2 - req.count, MAX_NODE_SCORE // 3)
+        band1 = ~idle & ~uses_free
+        out[band1] = np.maximum(MAX_NODE_SCORE - (tight[band1] * 100 // MILLI_PER_GPU) // 10, MAX_NODE_SCORE // 2)
+        return out
+
+
+@dataclass(slots=True)
+class GpuClusteringPolicy(_Baseline):
+    """Clusters pods by their GPU request class; remembers the classes it placed on each node (by node name)."""
+
+    classes: dict[str, set[int]] = field(default_factory=dict)
+
+    @staticmethod
+    def request_class(req: GpuRequest) -> int:
+        if not req.wants_gpu:
+            return 0
+        return int(req.milli or MILLI_PER_GPU) if req.shared else MILLI_PER_GPU * req.count
+
+    def score(self, req: GpuRequest, fleet: FleetArrays, idx: IntA, ctx: CycleContext) -> FloatA:
+        if not req.wants_gpu:
+            return np.zeros(len(idx))
+        cls = self.request_class(req)
+        free_total = fleet.free_milli[idx].sum(axis=1)
+        fill = (MAX_NODE_SCORE // 4) * (MAX_SPEC_GPU_MILLI - free_total) // MAX_SPEC_GPU_MILLI
+        band = np.empty(len(idx))
+        for i, r in enumerate(idx):
+            have = self.classes.get(fleet.names[int(r)], set())
+            if cls in have:
+                band[i] = 3 if len(have) == 1 else 2
+            else:
+                band[i] = 1 if not have else 0
+        return np.asarray(band * (MAX_NODE_SCORE // 4) + fill, dtype=np.float64)
+
+    def pick(self, req: GpuRequest, fleet: FleetArrays, row: int, ctx: CycleContext) -> tuple[int, ...] | None:
+        chosen = _tightest_pick(req, fleet, row)
+        if chosen is not None and req.wants_gpu:
+            self.classes.setdefault(fleet.names[row], set()).add(self.request_class(req))
+        return chosen
+
+
+def _reg(name: str, cls: type[_Baseline], doc: str) -> None:
+    def factory(args: NoArgs) -> _Baseline:
+        return cls(name)
+
+    factory.__doc__ = doc
+    register("score", name, NoArgs, doc)(factory)
+    register("picker", name, NoArgs, doc)(factory)
+
+
+@register("score", "random", RandomArgs)
+def _random_score(args: RandomArgs) -> RandomPolicy:
+    """A uniformly random feasible node (paper baseline)."""
+    return RandomPolicy("random", np.random.default_rng(args.seed))
+
+
+@register("picker", "random", RandomArgs)
+def _random_picker(args: RandomArgs) -> RandomPolicy:
+    """Random eligible GPUs (paper baseline)."""
+    return RandomPolicy("random", np.random.default_rng(args.seed + 1))
+
+
+_reg("best-fit", BestFitPolicy, "Least CPU and GPU left after placement; tightest GPU (paper baseline).")
+_reg("dotproduct", DotProductPolicy, "Tetris dot-product alignment (paper baseline).")
+_reg("gpu-packing", GpuPackingPolicy, "Partly used GPUs first, then used nodes, then idle nodes (paper baseline).")
+_reg("gpu-clustering", GpuClusteringPolicy, "Same GPU request class on the same nodes (paper baseline).")

@@ -1,0 +1,88 @@
+"""Burst protection: spread a burst of pods instead of stacking them on the one "best" node.
+
+The framework publishes the assumed-allocation ledger's recent placements in ``CycleContext.extras[PLACEMENTS_KEY]``
+(node name -> placement times). Each placement ``age`` seconds old weighs ``max(0, 1 - age / windowSeconds)``; a node's
+burst load is the sum, and::
+
+    raw = 1 - min(1, load / saturation)
+
+so a node that took ``saturation`` pods just now scores 0 and recovers linearly over the window. Capacity itself is
+already corrected by the ledger overlay; this score adds the caution that the telemetry (temperature, utilisation)
+of a node that just took pods does not show their load yet. Normalised absolutely (``normalize.unit``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+from pydantic import Field
+
+from ..model import FleetArrays, GpuRequest
+from .base import CycleContext, FloatA, IntA
+from .config import CamelModel
+from .normalize import unit
+from .registry import register
+
+PLACEMENTS_KEY = "kelvin.placements"
+"""``CycleContext.extras`` key: ``Mapping[str, Sequence[float]]`` node name -> unix times of recent placements."""
+
+
+class BurstArgs(CamelModel):
+    window_seconds: float = Field(10.0, gt=0, le=600)
+    """How long a placement counts (linearly fading)."""
+    saturation: float = Field(4.0, gt=0)
+    """Recent placements at which a node scores 0."""
+
+
+def burst_load(placements: Mapping[str, list[float]] | object, now: float, window_s: float) -> dict[str, float]:
+    """Node -> sum of fading weights of its placements in the window."""
+    if not isinstance(placements, Mapping):
+        return {}
+    out: dict[str, float] = {}
+    for node, times in placements.items():
+        w = sum(max(0.0, 1.0 - (now - t) / window_s) for t in times if t <= now + 1e-9)
+        if w > 0:
+            out[str(node)] = w
+    return out
+
+
+class BurstScore:
+    """Penalise nodes that took many pods in the last seconds."""
+
+    name = "burst"
+
+    def __init__(self, args: BurstArgs) -> None:
+        self.args = args
+
+    def _load(self, fleet: FleetArrays, idx: IntA, ctx: CycleContext) -> FloatA:
+        loads = burst_load(ctx.extras.get(PLACEMENTS_KEY), ctx.now, self.args.window_seconds)
+        per_row = np.zeros(fleet.n_nodes, dtype=np.float64)
+        for node, w in loads.items():
+            r = fleet.index.get(node)
+            if r is not None:
+                per_row[r] = w
+        return np.asarray(per_row[idx], dtype=np.float64)
+
+    def score(self, req: GpuRequest, fleet: FleetArrays, idx: IntA, ctx: CycleContext) -> FloatA:
+        load = self._load(fleet, idx, ctx)
+        return np.asarray(1.0 - np.clip(load / self.args.saturation, 0.0, 1.0), dtype=np.float64)
+
+    def normalize(self, raw: FloatA) -> FloatA:
+        return unit(raw)
+
+    def explain(self, req: GpuRequest, fleet: FleetArrays, row: int, ctx: CycleContext) -> list[str]:
+        placements = ctx.extras.get(PLACEMENTS_KEY)
+        times = placements.get(fleet.names[row], []) if isinstance(placements, Mapping) else []
+        recent = [t for t in times if ctx.now - self.args.window_seconds < t <= ctx.now + 1e-9]
+        load = float(self._load(fleet, np.array([row], dtype=np.int64), ctx)[0])
+        return [
+            f"{len(recent)} pods placed here in the last {self.args.window_seconds:g} s "
+            f"(fading load {load:.2f} of {self.args.saturation:g})"
+        ]
+
+
+@register("score", "burst", BurstArgs)
+def _burst(args: BurstArgs) -> BurstScore:
+    """Penalise nodes with many placements in the last seconds (from the assumed-allocation ledger)."""
+    return BurstScore(args)

@@ -1,0 +1,113 @@
+"""The policy configuration: which filters and scores run, with what weights and arguments (YAML, validated at load).
+
+Every field has a documented default (docs/policies.md). Keys are accepted in camelCase (``maxAgeSeconds``) or
+snake_case (``max_age_seconds``); unknown keys are errors. Structural errors name the field path, e.g.
+``scoring.thermal.weight: Input should be greater than or equal to 0``. Policy names and their ``args`` are checked
+by :meth:`scheduler_plugin.policies.framework.Framework.from_config` through the registry, which also names the path.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic.alias_generators import to_camel
+
+from .registry import PolicyConfigError
+
+DEFAULT_MAX_AGE_S = 30.0
+DEFAULT_LEDGER_TTL_S = 30.0
+DEFAULT_PICKER = "fragmentation"
+
+
+class CamelModel(BaseModel):
+    """Base of every config and policy-args model: camelCase aliases, snake_case accepted, unknown keys rejected."""
+
+    model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True, frozen=True)
+
+
+class TelemetryPolicy(CamelModel):
+    max_age_seconds: float = Field(DEFAULT_MAX_AGE_S, gt=0)
+    """Telemetry of a node older than this is stale."""
+    on_stale: Literal["allow", "deny"] = "deny"
+    """``deny``: a node with stale or missing telemetry fails the filter; ``allow``: it is judged on its last data."""
+
+
+class FilterPolicy(CamelModel):
+    thermal_hard_limits: bool = True
+    """A GPU at or above its slowdown temperature (minus ``slowdownMarginCelsius``) cannot take the pod."""
+    throttle_hard_limit: bool = True
+    """A GPU with thermal clock throttling active (NVML sw/hw thermal slowdown) cannot take the pod."""
+    slowdown_margin_celsius: float = Field(0.0, ge=0, le=30)
+    """Treat a GPU as too hot this many degrees below its slowdown threshold."""
+
+
+class ScorerConfig(CamelModel):
+    weight: float = Field(1.0, ge=0, le=100)
+    """Weight of the policy's normalised 0..10 score in the weighted sum; 0 disables it."""
+    args: dict[str, Any] = Field(default_factory=dict)
+    """The policy's own arguments (see docs/policies.md); checked against its registered model."""
+
+
+class LedgerPolicy(CamelModel):
+    ttl_seconds: float = Field(DEFAULT_LEDGER_TTL_S, gt=0, le=3600)
+    """How long an assumed (bound, not yet visible in telemetry) placement is remembered at most."""
+
+
+def _default_scoring() -> dict[str, ScorerConfig]:
+    return {
+        "fragmentation": ScorerConfig(weight=2.0),
+        "topology": ScorerConfig(weight=1.0),
+        "thermal": ScorerConfig(weight=1.0),
+        "noise": ScorerConfig(weight=0.5),
+        "burst": ScorerConfig(weight=1.0),
+    }
+
+
+class PolicyConfig(CamelModel):
+    """The whole policy file."""
+
+    telemetry: TelemetryPolicy = Field(default_factory=TelemetryPolicy)
+    filters: FilterPolicy = Field(default_factory=FilterPolicy)
+    scoring: dict[str, ScorerConfig] = Field(default_factory=_default_scoring)
+    """Score policy name -> weight and args. Names must be registered score policies."""
+    picker: str = DEFAULT_PICKER
+    """The GPU picker that chooses GPUs inside the chosen node (a registered picker name)."""
+    picker_args: dict[str, Any] = Field(default_factory=dict)
+    ledger: LedgerPolicy = Field(default_factory=LedgerPolicy)
+
+    @classmethod
+    def from_mapping(cls, data: Any, *, source: str = "policy config") -> PolicyConfig:
+        """Validate parsed YAML/JSON. Raises :class:`PolicyConfigError` naming every bad field by its path."""
+        if data is None:
+            data = {}
+        if not isinstance(data, dict):
+            raise PolicyConfigError(f"{source}: must be a mapping at the top level, got {type(data).__name__}")
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            raise PolicyConfigError(format_validation_error(exc, source)) from exc
+
+    @classmethod
+    def from_yaml(cls, path: str | Path) -> PolicyConfig:
+        p = Path(path)
+        try:
+            text = p.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise PolicyConfigError(f"{p}: cannot read the policy file ({exc.strerror or exc})") from exc
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise PolicyConfigError(f"{p}: not valid YAML ({exc})") from exc
+        return cls.from_mapping(data, source=str(p))
+
+
+def format_validation_error(exc: ValidationError, source: str) -> str:
+    """One line per problem: ``<source>: <dotted.path>: <message>``."""
+    lines = []
+    for e in exc.errors():
+        path = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        lines.append(f"{path}: {e['msg']}")
+    return f"{source}: " + "; ".join(lines)

@@ -1,0 +1,125 @@
+"""Which GPU slots of the candidate nodes could take one GPU of the request: the shared per-GPU test.
+
+The fit filter counts these per node; scores and pickers use the same mask so that they judge only GPUs the pod can
+really get. Vectorised over candidate rows: every function returns ``(len(idx), G)`` arrays.
+
+Two layers:
+* **static**: true of the GPU whatever runs on it (present, an allowed model, big enough, cool enough);
+* **capacity**: free right now (a whole GPU unused; or, for a share, enough thousandths and memory left).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..model import MILLI_PER_GPU, THERMAL_THROTTLE_MASK, FleetArrays, GpuRequest
+from .base import BoolA, CycleContext, IntA
+
+LIMITS_KEY = "kelvin.gpu_limits"
+"""``CycleContext.extras`` key under which the framework publishes the configured :class:`GpuLimits`."""
+ELIGIBLE_KEY = "kelvin.eligible"
+"""``CycleContext.extras`` key of the cycle's cached eligibility mask (see :func:`cycle_eligible`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class GpuLimits:
+    """The thermal hard limits of the filter (from ``filters`` in the policy config)."""
+
+    thermal_hard_limits: bool = True
+    throttle_hard_limit: bool = True
+    slowdown_margin_celsius: float = 0.0
+
+
+def limits_of(ctx: CycleContext) -> GpuLimits:
+    lim = ctx.extras.get(LIMITS_KEY)
+    return lim if isinstance(lim, GpuLimits) else GpuLimits()
+
+
+def model_ok(req: GpuRequest, fleet: FleetArrays, idx: IntA) -> BoolA:
+    """Present and of an allowed model."""
+    present = fleet.gpu_present[idx]
+    if req.models is None:
+        return present
+    ids = sorted(fleet.model_ids(req.models))
+    if not ids:
+        return np.zeros_like(present)
+    return present & np.isin(fleet.model_id[idx], np.asarray(ids, dtype=np.int32))
+
+
+def size_ok(req: GpuRequest, fleet: FleetArrays, idx: IntA) -> BoolA:
+    """The GPU is big enough for one GPU of the request when empty (a share's memory pool fits its total memory)."""
+    if not req.shared:
+        return np.ones(fleet.gpu_present[idx].shape, dtype=np.bool_)
+    return req.demand_milli(fleet.mem_total[idx]) <= MILLI_PER_GPU
+
+
+def too_hot(req: GpuRequest, fleet: FleetArrays, idx: IntA, limits: GpuLimits) -> BoolA:
+    """The GPU breaks a thermal hard limit or the pod's own ``kelvin.dev/max-temperature``."""
+    temp = fleet.temp[idx]
+    hot = np.zeros(temp.shape, dtype=np.bool_)
+    if limits.thermal_hard_limits:
+        hot |= temp >= fleet.slowdown[idx] - limits.slowdown_margin_celsius
+    if limits.throttle_hard_limit:
+        hot |= (fleet.throttle[idx] & THERMAL_THROTTLE_MASK) != 0
+    if req.max_temperature is not None:
+        hot |= temp > req.max_temperature
+    return hot
+
+
+def static_ok(req: GpuRequest, fleet: FleetArrays, idx: IntA, limits: GpuLimits) -> BoolA:
+    """Could take one GPU of the request if every pod on the node left (model, size, heat)."""
+    return model_ok(req, fleet, idx) & size_ok(req, fleet, idx) & ~too_hot(req, fleet, idx, limits)
+
+
+def capacity_ok(req: GpuRequest, fleet: FleetArrays, idx: IntA) -> BoolA:
+    """Free right now for one GPU of the request."""
+    free_milli = fleet.free_milli[idx]
+    if not req.shared:
+        return free_milli >= MILLI_PER_GPU
+    ok = free_milli >= req.demand_milli(fleet.mem_total[idx])
+    if req.memory_bytes is not None:
+        ok &= fleet.free_mem[idx] >= req.memory_bytes
+    return np.asarray(ok, dtype=np.bool_)
+
+
+def eligible_gpus(req: GpuRequest, fleet: FleetArrays, idx: IntA, limits: GpuLimits | None = None) -> BoolA:
+    """(len(idx), G): the GPU could take one GPU of the request now."""
+    return static_ok(req, fleet, idx, limits or GpuLimits()) & capacity_ok(req, fleet, idx)
+
+
+@dataclass(frozen=True, slots=True)
+class _CycleMask:
+    fleet: FleetArrays
+    req: GpuRequest
+    limits: GpuLimits
+    mask: BoolA
+
+
+def cycle_eligible(req: GpuRequest, fleet: FleetArrays, idx: IntA, ctx: CycleContext) -> BoolA:
+    """:func:`eligible_gpus` with the cycle's limits, computed once per (fleet, request) and cycle for every node.
+
+    Filters and scores of one cycle share it; a caller that mutates ``fleet`` in place must start a new context.
+    """
+    limits = limits_of(ctx)
+    hit = ctx.extras.get(ELIGIBLE_KEY)
+    if isinstance(hit, _CycleMask) and hit.fleet is fleet and hit.req is req and hit.limits == limits:
+        return hit.mask[idx]
+    full = eligible_gpus(req, fleet, np.arange(fleet.n_nodes, dtype=np.int64), limits)
+    ctx.extras[ELIGIBLE_KEY] = _CycleMask(fleet, req, limits, full)
+    return full[idx]
+
+
+def whole_free(fleet: FleetArrays, idx: IntA) -> BoolA:
+    """(len(idx), G): present and completely unused (what multi-GPU pods need)."""
+    return fleet.gpu_present[idx] & (fleet.free_milli[idx] >= MILLI_PER_GPU)
+
+
+def pow2(g: int) -> IntA:
+    return np.left_shift(np.int64(1), np.arange(g, dtype=np.int64))
+
+
+def mask_bits(mask: BoolA) -> IntA:
+    """(n, G) bool -> (n,) int64 bitmask (bit j = slot j)."""
+    return np.asarray(mask.astype(np.int64) @ pow2(mask.shape[1]), dtype=np.int64)

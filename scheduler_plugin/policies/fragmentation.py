@@ -1,0 +1,521 @@
+"""Fragmentation policy (FGD class): place a pod where it increases the fleet's fragmentation the least.
+
+Definitions (Weng et al., "Beware of Fragmentation", USENIX ATC '23):
+
+* The *target workload* M is a distribution over pod shapes m = (cpu, per-GPU thousandths, GPU count, allowed
+  models) with probabilities p_m.
+* A node's fragmentation for shape m, F_n(m), in thousandths of a GPU: every free GPU share of the node if m asks for
+  no GPU, if m's model list excludes the node, or if m does not fit the node at all (CPU, or fewer than ``count`` GPUs
+  each with at least m's share free); otherwise only the free shares of the GPUs individually too small for m.
+* F_n(M) = sum_m p_m F_n(m). Placing a pod changes it by dF = F_n'(M) - F_n(M); FGD prefers the smallest dF.
+
+Two scorers share that maths:
+
+* ``fgd`` is the paper's scorer exactly (used as a baseline and to validate the simulator):
+  ``int(100 * sigmoid(-dF / 1000))``, truncated; a shared-GPU pod tries each GPU that fits and keeps the best,
+  ties to the lowest GPU index.
+* ``fragmentation`` is kelvin's: dF binned to ``bin_milli`` (the quantisation that makes FGD work: near-equal
+  choices are treated as equal instead of chasing noise), then, among equal bins, the candidate that leaves the node
+  tightest in GPU and CPU (best fit) — so ties are broken by packing instead of by chance; inside the node it picks
+  the GPU with the smallest dF, then the tightest fit.
+
+Everything is vectorised over candidate (node, GPU) placements: one call scores 5,000 nodes x 8 GPUs.
+
+The target workload comes from ``ctx.extras[WORKLOAD_KEY]`` when the caller supplies one (the simulator computes it
+from the trace); otherwise from the plugin's :class:`WorkloadEstimator`, a decayed histogram of the requests it has
+scored, seeded with a default mix until enough pods have been seen.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, OrderedDict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import numpy as np
+import numpy.typing as npt
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..model import GIB, MILLI_PER_GPU, FleetArrays, GpuRequest
+from .base import MAX_EXTENDER_PRIORITY, BoolA, CycleContext, FloatA, IntA, Rejection
+
+I32A = npt.NDArray[np.int32]
+from .normalize import minmax
+from .registry import register
+
+WORKLOAD_KEY = "fragmentation.workload"
+"""``CycleContext.extras`` key of a :class:`Workload` that overrides the learned one."""
+
+DEFAULT_COVERAGE = 0.95
+DEFAULT_HALF_LIFE_PODS = 2000.0
+DEFAULT_PRIOR_WEIGHT = 200.0
+DEFAULT_BIN_MILLI = 50.0
+DEFAULT_MAX_SHAPES = 512
+DEFAULT_REFERENCE_GPU_MEMORY = 80 * GIB
+_SEEN_KEYS = 20_000
+
+
+class PodShape(NamedTuple):
+    cpu_milli: int
+    milli: int
+    """Per-GPU thousandths (0 for a pod without GPUs)."""
+    count: int
+    models: frozenset[str] | None
+
+
+def shape_of(req: GpuRequest, reference_gpu_memory: int = DEFAULT_REFERENCE_GPU_MEMORY) -> PodShape:
+    """The workload shape of a request. A memory-pool share is converted to thousandths of a reference GPU."""
+    if not req.wants_gpu:
+        return PodShape(req.cpu_milli, 0, 0, None)
+    if req.shared:
+        milli = req.milli if req.milli is not None and req.milli < MILLI_PER_GPU else 0
+        if req.memory_bytes is not None:
+            milli = max(milli, math.ceil(req.memory_bytes * MILLI_PER_GPU / max(reference_gpu_memory, 1)))
+        return PodShape(req.cpu_milli, int(min(max(milli, 1), MILLI_PER_GPU)), 1, req.models)
+    return PodShape(req.cpu_milli, MILLI_PER_GPU, req.count, req.models)
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """The target workload M: pod shapes and their probabilities (arrays of length M)."""
+
+    cpu_milli: IntA
+    milli: IntA
+    count: IntA
+    models: tuple[frozenset[str] | None, ...]
+    prob: FloatA
+    thresholds: IntA = field(init=False, repr=False, compare=False)
+    """Distinct per-GPU shares of the GPU shapes (ascending)."""
+    tix: IntA = field(init=False, repr=False, compare=False)
+    """(M,) index of each shape's share in ``thresholds`` (0 for CPU-only shapes)."""
+    gpu_shapes: BoolA = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        gpu = self.count > 0
+        fill = self.milli[gpu][0] if gpu.any() else 1
+        th, tix = np.unique(np.where(gpu, self.milli, fill), return_inverse=True)
+        object.__setattr__(self, "thresholds", th.astype(np.int32))
+        object.__setattr__(self, "tix", tix.astype(np.int64))
+        object.__setattr__(self, "gpu_shapes", gpu)
+
+    @classmethod
+    def from_counts(cls, counts: Mapping[PodShape, float], coverage: float = DEFAULT_COVERAGE) -> Workload:
+        """Keep the most frequent shapes until they cover ``coverage`` of the weight; renormalise."""
+        items = sorted(((w, s) for s, w in counts.items() if w > 0), key=lambda x: (-x[0], x[1][:3]))
+        if not items:
+            raise ValueError("a workload needs at least one pod shape with positive weight")
+        total = sum(w for w, _ in items)
+        kept: list[tuple[float, PodShape]] = []
+        acc = 0.0
+        for w, s in items:
+            kept.append((w, s))
+            acc += w
+            if acc >= coverage * total - 1e-9:
+                break
+        ws = np.array([w for w, _ in kept], dtype=np.float64)
+        return cls(
+            cpu_milli=np.array([s.cpu_milli for _, s in kept], dtype=np.int64),
+            milli=np.array([s.milli for _, s in kept], dtype=np.int64),
+            count=np.array([s.count for _, s in kept], dtype=np.int64),
+            models=tuple(s.models for _, s in kept),
+            prob=ws / ws.sum(),
+        )
+
+    @classmethod
+    def from_requests(cls, reqs: Iterable[GpuRequest], coverage: float = DEFAULT_COVERAGE) -> Workload:
+        return cls.from_counts(Counter(shape_of(r) for r in reqs), coverage)
+
+    def __len__(self) -> int:
+        return len(self.prob)
+
+    def shapes(self) -> list[tuple[PodShape, float]]:
+        return [
+            (PodShape(int(c), int(m), int(n), s), float(p))
+            for c, m, n, s, p in zip(self.cpu_milli, self.milli, self.count, self.models, self.prob, strict=True)
+        ]
+
+
+#: Used until the estimator has seen pods: a broad mix of CPU-only pods, GPU shares, and 1 to 8 whole GPUs.
+DEFAULT_SHAPES: dict[PodShape, float] = {
+    PodShape(4000, 0, 0, None): 0.10,
+    PodShape(4000, 250, 1, None): 0.10,
+    PodShape(6000, 500, 1, None): 0.15,
+    PodShape(8000, 1000, 1, None): 0.40,
+    PodShape(16000, 1000, 2, None): 0.10,
+    PodShape(32000, 1000, 4, None): 0.08,
+    PodShape(64000, 1000, 8, None): 0.07,
+}
+
+
+class WorkloadEstimator:
+    """A decayed histogram of observed pod shapes (half-life in pods), seeded with a prior.
+
+    Each pod is counted once (by ``pod_uid`` or ``pod_key``) even when the scheduler retries it.
+    """
+
+    def __init__(
+        self,
+        *,
+        half_life_pods: float = DEFAULT_HALF_LIFE_PODS,
+        prior: Mapping[PodShape, float] | None = None,
+        prior_weight: float = DEFAULT_PRIOR_WEIGHT,
+        coverage: float = DEFAULT_COVERAGE,
+        max_shapes: int = DEFAULT_MAX_SHAPES,
+        reference_gpu_memory: int = DEFAULT_REFERENCE_GPU_MEMORY,
+    ) -> None:
+        self._growth = 2.0 ** (1.0 / half_life_pods)
+        self._inc = 1.0
+        self._coverage = coverage
+        self._max_shapes = max_shapes
+        self._ref_mem = reference_gpu_memory
+        base = prior if prior is not None else DEFAULT_SHAPES
+        total = sum(base.values()) or 1.0
+        self._weights: dict[PodShape, float] = {s: prior_weight * w / total for s, w in base.items()}
+        self._seen: OrderedDict[str, None] = OrderedDict()
+        self._cached: Workload | None = None
+        self.observed = 0
+
+    def observe(self, req: GpuRequest) -> None:
+        key = req.pod_uid or req.pod_key
+        if key:
+            if key in self._seen:
+                self._seen.move_to_end(key)
+                return
+            self._seen[key] = None
+            if len(self._seen) > _SEEN_KEYS:
+                self._seen.popitem(last=False)
+        # Instead of decaying every weight, new observations weigh exponentially more; rescale before overflow.
+        self._inc *= self._growth
+        s = shape_of(req, self._ref_mem)
+        self._weights[s] = self._weights.get(s, 0.0) + self._inc
+        if self._inc > 1e12:
+            self._weights = {k: v / self._inc for k, v in self._weights.items()}
+            self._inc = 1.0
+        if len(self._weights) > self._max_shapes:
+            floor = sorted(self._weights.values())[-self._max_shapes]
+            self._weights = {k: v for k, v in self._weights.items() if v >= floor}
+        self.observed += 1
+        self._cached = None
+
+    def workload(self) -> Workload:
+        if self._cached is None:
+            self._cached = Workload.from_counts(self._weights, self._coverage)
+        return self._cached
+
+
+# --------------------------------------------------------------------------------------------------------------- #
+# Vectorised maths
+
+
+def gpu_model_mask(req: GpuRequest, fleet: FleetArrays, rows: IntA) -> BoolA:
+    """(len(rows), G) GPU slots of an allowed model (all present slots when the request names none)."""
+    present = fleet.gpu_present[rows]
+    if not req.models:
+        return present
+    ids = np.array(sorted(fleet.model_ids(req.models)), dtype=np.int32)
+    return present & np.isin(fleet.model_id[rows], ids)
+
+
+def eligible_gpus(req: GpuRequest, fleet: FleetArrays, rows: IntA) -> tuple[BoolA, IntA]:
+    """(eligible slots, per-slot demand in thousandths) for ``req`` on ``rows``: model allowed, share and memory free."""
+    demand = req.demand_milli(fleet.mem_total[rows]).astype(np.int64)
+    ok = gpu_model_mask(req, fleet, rows) & (fleet.free_milli[rows] >= demand)
+    if req.memory_bytes is not None:
+        ok &= fleet.free_mem[rows] >= req.memory_bytes
+    return ok, demand
+
+
+def fits(req: GpuRequest, fleet: FleetArrays, rows: IntA) -> BoolA:
+    """(len(rows),) the pod fits: CPU, host memory, and ``count`` eligible GPUs."""
+    ok = (fleet.cpu_free[rows] >= req.cpu_milli) & (fleet.mem_free_host[rows] >= req.host_memory_bytes)
+    if req.wants_gpu:
+        elig, _ = eligible_gpus(req, fleet, rows)
+        ok &= elig.sum(axis=1) >= req.count
+    return np.asarray(ok, dtype=np.bool_)
+
+
+def _accessible(w: Workload, fleet: FleetArrays, rows: IntA) -> BoolA:
+    """(len(rows), M) shape m may run on the node at all (its model list admits the node's GPU model)."""
+    acc = np.ones((len(rows), len(w)), dtype=np.bool_)
+    node_model = fleet.model_id[rows, 0]
+    for m, models in enumerate(w.models):
+        if models:
+            ids = np.array(sorted(fleet.model_ids(models)), dtype=np.int32)
+            acc[:, m] = np.isin(node_model, ids)
+    return acc
+
+
+def node_fragmentation(free: I32A, cpu: IntA, acc: BoolA, w: Workload) -> FloatA:
+    """F_n(M) for each row of ``free`` ((P, G) thousandths free per GPU slot, 0 for padding) and ``cpu`` ((P,))."""
+    total = free.sum(axis=1, dtype=np.int64)
+    if not w.gpu_shapes.any():
+        return np.asarray(total * float(w.prob.sum()), dtype=np.float64)
+    ge = free[:, :, None] >= w.thresholds[None, None, :]  # (P, G, T)
+    cnt = ge.sum(axis=1, dtype=np.int32)  # (P, T)
+    small = total[:, None] - (free[:, :, None] * ge).sum(axis=1, dtype=np.int64)  # (P, T)
+    ok = acc & w.gpu_shapes[None, :] & (cpu[:, None] >= w.cpu_milli[None, :]) & (cnt[:, w.tix] >= w.count[None, :])
+    frag = np.where(ok, small[:, w.tix], total[:, None])
+    return np.asarray(frag @ w.prob, dtype=np.float64)
+
+
+@dataclass(frozen=True, slots=True)
+class Placements:
+    """Candidate placements of one request: ``pos`` indexes the candidate rows, ``taken`` the GPU slots used."""
+
+    pos: IntA
+    """(P,) position in the candidate rows (sorted ascending)."""
+    taken: BoolA
+    """(P, G) the GPU slots each placement takes (none for a CPU-only pod)."""
+    delta: FloatA
+    """(P,) F_n'(M) - F_n(M), thousandths of a GPU."""
+    gpu_left: IntA
+    """(P,) thousandths of GPU left free on the node after the placement."""
+    slot_left: IntA
+    """(P,) thousandths left on the GPU chosen (shared pods; 0 otherwise)."""
+    cpu_left: IntA
+    """(P,) millicores left on the node after the placement."""
+
+    def slots(self, i: int) -> IntA:
+        return np.flatnonzero(self.taken[i])
+
+
+def placements(req: GpuRequest, fleet: FleetArrays, rows: IntA, w: Workload) -> Placements:
+    """Every distinct way of placing ``req`` on each of ``rows`` and its change in fragmentation.
+
+    Shared pods: one placement per GPU that fits, GPUs with the same free share on a node counted once (the lowest
+    slot). Whole-GPU pods: the first ``count`` eligible GPUs (all eligible GPUs are fully free, so which ones does not
+    change the fragmentation). CPU-only pods: one placement per node.
+    """
+    rows = np.asarray(rows, dtype=np.int64)
+    k = len(rows)
+    free = fleet.free_milli[rows]
+    cpu = fleet.cpu_free[rows]
+    acc = _accessible(w, fleet, rows)
+    before = node_fragmentation(free, cpu, acc, w)
+    new_cpu_all = cpu - req.cpu_milli
+    if not req.wants_gpu:
+        after = node_fragmentation(free, new_cpu_all, acc, w)
+        return Placements(
+            np.arange(k), np.zeros(free.shape, dtype=np.bool_), after - before, free.sum(axis=1, dtype=np.int64),
+            np.zeros(k, dtype=np.int64), new_cpu_all,
+        )
+    elig, demand = eligible_gpus(req, fleet, rows)
+    if req.shared:
+        g = free.shape[1]
+        key = free.astype(np.int64) * 4096 + demand
+        same = (key[:, :, None] == key[:, None, :]) & elig[:, :, None] & elig[:, None, :]
+        dup = (same & np.tri(g, g, -1, dtype=np.bool_)[None, :, :]).any(axis=2)
+        pos, col = np.nonzero(elig & ~dup)
+        p = len(pos)
+        new_free = free[pos]
+        d = demand[pos, col].astype(np.int32)
+        new_free[np.arange(p), col] -= d
+        after = node_fragmentation(new_free, new_cpu_all[pos], acc[pos], w)
+        taken = np.zeros((p, g), dtype=np.bool_)
+        taken[np.arange(p), col] = True
+        return Placements(
+            pos, taken, after - before[pos], new_free.sum(axis=1, dtype=np.int64),
+            (free[pos, col] - d).astype(np.int64), new_cpu_all[pos],
+        )
+    take = elig & (np.cumsum(elig, axis=1) <= req.count)
+    pos = np.nonzero(take.sum(axis=1) == req.count)[0]
+    take = take[pos]
+    new_free = np.where(take, free[pos] - demand[pos].astype(np.int32), free[pos])
+    after = node_fragmentation(new_free, new_cpu_all[pos], acc[pos], w)
+    return Placements(
+        pos, take, after - before[pos], new_free.sum(axis=1, dtype=np.int64), np.zeros(len(pos), dtype=np.int64),
+        new_cpu_all[pos],
+    )
+
+
+def _segments(pos: IntA) -> tuple[IntA, IntA]:
+    """(distinct positions, start offset of each) for a sorted ``pos``."""
+    if len(pos) == 0:
+        return pos, pos
+    starts = np.flatnonzero(np.r_[True, pos[1:] != pos[:-1]])
+    return pos[starts], starts
+
+
+def best_per_row(values: FloatA, pos: IntA, k: int) -> tuple[FloatA, IntA]:
+    """Per candidate row: the highest value among its placements (-inf if none) and the index of the first
+    placement reaching it."""
+    best = np.full(k, -np.inf)
+    which = np.full(k, -1, dtype=np.int64)
+    if len(pos) == 0:
+        return best, which
+    uniq, starts = _segments(pos)
+    mx = np.maximum.reduceat(values, starts)
+    best[uniq] = mx
+    at_max = values >= mx[np.searchsorted(uniq, pos)]
+    order = np.where(at_max, np.arange(len(pos)), len(pos))
+    which[uniq] = np.minimum.reduceat(order, starts)
+    return best, which
+
+
+def fgd_value(delta: FloatA) -> FloatA:
+    """The FGD paper's score of a placement: int(100 * sigmoid(-dF / 1000)), truncated toward zero."""
+    return np.floor(100.0 / (1.0 + np.exp(np.clip(delta, -50_000, 50_000) / 1000.0)))
+
+
+# --------------------------------------------------------------------------------------------------------------- #
+# Plugins
+
+
+class FragmentationArgs(BaseModel):
+    """Arguments of the ``fragmentation`` (kelvin) and ``fgd`` (paper) policies."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    bin_milli: float = Field(DEFAULT_BIN_MILLI, gt=0, le=MILLI_PER_GPU, description="dF quantum; smaller differences tie")
+    cpu_weight: float = Field(0.5, ge=0, le=1, description="weight of CPU (vs GPU) in the best-fit tie-break")
+    half_life_pods: float = Field(DEFAULT_HALF_LIFE_PODS, gt=0, description="decay of the learned workload, in pods")
+    prior_weight: float = Field(DEFAULT_PRIOR_WEIGHT, ge=0, description="pseudo-pods of the default workload")
+    coverage: float = Field(DEFAULT_COVERAGE, gt=0, le=1, description="share of pods the workload's shapes cover")
+    reference_gpu_memory_gib: float = Field(80, gt=0, description="GPU size for converting memory pools to shares")
+    sigmoid: bool = False
+    node_fit: float = 1.0
+    slot_fit: float = 1.0
+
+
+@dataclass(slots=True)
+class _Base:
+    args: FragmentationArgs
+    estimator: WorkloadEstimator
+    name: str = "fragmentation"
+
+    @classmethod
+    def create(cls, args: FragmentationArgs) -> Any:
+        est = WorkloadEstimator(
+            half_life_pods=args.half_life_pods, prior_weight=args.prior_weight, coverage=args.coverage,
+            reference_gpu_memory=int(args.reference_gpu_memory_gib * GIB),
+        )
+        return cls(args, est)
+
+    def workload(self, req: GpuRequest, ctx: CycleContext, *, learn: bool) -> Workload:
+        given = ctx.extras.get(WORKLOAD_KEY)
+        if isinstance(given, Workload):
+            return given
+        if learn:
+            self.estimator.observe(req)
+        w = self.estimator.workload()
+        ctx.extras[WORKLOAD_KEY] = w
+        return w
+
+    def _values(self, req: GpuRequest, fleet: FleetArrays, pl: Placements) -> FloatA:
+        raise NotImplementedError
+
+    def score(self, req: GpuRequest, fleet: FleetArrays, idx: IntA, ctx: CycleContext) -> FloatA:
+        w = self.workload(req, ctx, learn=True)
+        pl = placements(req, fleet, idx, w)
+        best, _ = best_per_row(self._values(req, fleet, pl), pl.pos, len(idx))
+        return best
+
+    def normalize(self, raw: FloatA) -> FloatA:
+        return minmax(raw)
+
+    def pick(self, req: GpuRequest, fleet: FleetArrays, row: int, ctx: CycleContext) -> tuple[int, ...] | None:
+        w = self.workload(req, ctx, learn=False)
+        rows = np.array([row], dtype=np.int64)
+        pl = placements(req, fleet, rows, w)
+        _, which = best_per_row(self._values(req, fleet, pl), pl.pos, 1)
+        if which[0] < 0:
+            return None
+        return tuple(int(fleet.gpu_index[row, c]) for c in pl.slots(int(which[0])))
+
+    def explain(self, req: GpuRequest, fleet: FleetArrays, row: int, ctx: CycleContext) -> list[str]:
+        w = self.workload(req, ctx, learn=False)
+        rows = np.array([row], dtype=np.int64)
+        acc = _accessible(w, fleet, rows)
+        before = float(node_fragmentation(fleet.free_milli[rows], fleet.cpu_free[rows], acc, w)[0])
+        pl = placements(req, fleet, rows, w)
+        lines = [f"fragmentation now {before / MILLI_PER_GPU:.2f} GPU (against {len(w)} typical pod shapes)"]
+        if len(pl.pos) == 0:
+            return [*lines, "the pod does not fit on any GPU of this node"]
+        _, which = best_per_row(self._values(req, fleet, pl), pl.pos, 1)
+        i = int(which[0])
+        gpus = ", ".join(str(int(fleet.gpu_index[row, c])) for c in pl.slots(i)) or "none"
+        lines.append(f"best placement (GPU {gpus}) changes it by {pl.delta[i] / MILLI_PER_GPU:+.3f} GPU")
+        return lines
+
+
+class FragmentationPolicy(_Base):
+    """kelvin's fragmentation score: binned dF, ties to the tightest fit (GPU, then CPU)."""
+
+    def _values(self, req: GpuRequest, fleet: FleetArrays, pl: Placements) -> FloatA:
+        a = self.args
+        if a.sigmoid:
+            primary = fgd_value(pl.delta)
+        else:
+            primary = -np.round(pl.delta / a.bin_milli)
+        gpu_total = MILLI_PER_GPU * np.maximum(fleet.max_gpus, 1)
+        cpu_scale = float(max(int(fleet.cpu_free.max(initial=0)), 1))
+        left = (1 - a.cpu_weight) * pl.gpu_left / gpu_total + a.cpu_weight * np.clip(pl.cpu_left / cpu_scale, 0, 1)
+        tight = pl.slot_left / MILLI_PER_GPU
+        return np.asarray(
+            primary + a.node_fit * 0.5 * (1.0 - left) + a.slot_fit * 0.25 * (1.0 - tight), dtype=np.float64
+        )
+
+
+class FgdPolicy(_Base):
+    """The FGD paper's score, exactly: int(100 * sigmoid(-dF/1000)); inside the node, the first best GPU."""
+
+    def _values(self, req: GpuRequest, fleet: FleetArrays, pl: Placements) -> FloatA:
+        return fgd_value(pl.delta)
+
+    def normalize(self, raw: FloatA) -> FloatA:
+        return np.asarray(np.clip(np.nan_to_num(raw, neginf=0.0), 0, 100) / 100 * MAX_EXTENDER_PRIORITY)
+
+
+@register("score", "fragmentation", FragmentationArgs)
+def _fragmentation_score(args: FragmentationArgs) -> FragmentationPolicy:
+    """Expected increase of fragmentation against the learned workload (FGD class), binned; ties to best fit."""
+    policy: FragmentationPolicy = FragmentationPolicy.create(args)
+    return policy
+
+
+@register("picker", "fragmentation", FragmentationArgs)
+def _fragmentation_picker(args: FragmentationArgs) -> FragmentationPolicy:
+    """The GPU(s) inside the node whose use raises fragmentation least, then the tightest fit."""
+    policy: FragmentationPolicy = FragmentationPolicy.create(args)
+    return policy
+
+
+@register("score", "fgd", FragmentationArgs)
+def _fgd_score(args: FragmentationArgs) -> FgdPolicy:
+    """The FGD paper's fragmentation-gradient score (baseline)."""
+    policy: FgdPolicy = FgdPolicy.create(args)
+    return policy
+
+
+@register("picker", "fgd", FragmentationArgs)
+def _fgd_picker(args: FragmentationArgs) -> FgdPolicy:
+    """The FGD paper's GPU choice: the first GPU with the best score."""
+    policy: FgdPolicy = FgdPolicy.create(args)
+    return policy
+
+
+class FitFilter:
+    """Resource fit as the trace simulator's protocol checks it: CPU, host memory, GPU count, share, model."""
+
+    name = "fragmentation-fit"
+
+    def filter(self, req: GpuRequest, fleet: FleetArrays, idx: IntA, ctx: CycleContext) -> BoolA:
+        return fits(req, fleet, idx)
+
+    def explain(self, req: GpuRequest, fleet: FleetArrays, row: int, ctx: CycleContext) -> Rejection:
+        rows = np.array([row], dtype=np.int64)
+        if fleet.cpu_free[row] < req.cpu_milli:
+            return Rejection(f"{fleet.cpu_free[row]}m CPU free; the pod needs {req.cpu_milli}m")
+        if fleet.mem_free_host[row] < req.host_memory_bytes:
+            return Rejection(
+                f"{fleet.mem_free_host[row] / GIB:.1f} GiB memory free; the pod needs {req.host_memory_bytes / GIB:.1f}"
+            )
+        elig, _ = eligible_gpus(req, fleet, rows)
+        return Rejection(f"{int(elig.sum())} GPU(s) can take the pod; it needs {req.count} ({req.describe()})")
+
+
+def workload_of(reqs: Sequence[GpuRequest], coverage: float = DEFAULT_COVERAGE) -> Workload:
+    """The target workload of a trace (the paper's definition: shapes covering ``coverage`` of the pods)."""
+    return Workload.from_requests(reqs, coverage)

@@ -1,0 +1,322 @@
+"""The framework: runs the filters, combines the weighted scores, picks GPUs and explains a decision.
+
+One :class:`Framework` is built from a :class:`~scheduler_plugin.policies.config.PolicyConfig` at startup (bad names
+or arguments fail there, naming the field). Per cycle it reads an immutable :class:`FleetArrays` plus the
+assumed-allocation ledger, which it applies as an overlay (``FleetArrays.with_assumed``) so that pods bound in the
+last seconds count against capacity before telemetry shows them.
+
+Scores: every policy's raw score is normalised to 0..10 by the policy; the framework takes the weighted mean
+``sum(w_i * s_i) / sum(w_i)`` (a float, returned for tie-breaking) and rounds it to the integer 0..10 the extender
+protocol carries.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from ..model import MILLI_PER_GPU, FleetArrays, GpuAssignment, GpuRequest
+from ..telemetry.ledger import AssumedLedger
+from . import registry
+from .base import MAX_EXTENDER_PRIORITY, BoolA, CycleContext, FloatA, GpuPicker, IntA, Rejection, ScorePlugin
+from .burst import PLACEMENTS_KEY
+from .config import PolicyConfig, TelemetryPolicy
+from .eligibility import LIMITS_KEY
+from .fit import FitFilter, TelemetryFilter
+from .topology import TopologyTables
+
+
+class BatchFilter(Protocol):
+    name: str
+
+    def filter(self, req: GpuRequest, fleet: FleetArrays, idx: IntA, ctx: CycleContext) -> BoolA: ...
+
+    def reasons(self, req: GpuRequest, fleet: FleetArrays, rows: IntA, ctx: CycleContext) -> list[Rejection]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class FilterOutcome:
+    passed: IntA
+    """Rows that passed every filter, in the order given."""
+    rejected: dict[int, Rejection]
+    """Row -> why it failed (the first filter that rejected it)."""
+
+
+@dataclass(frozen=True, slots=True)
+class WeightedScore:
+    name: str
+    plugin: ScorePlugin
+    weight: float
+
+
+@dataclass(slots=True)
+class FilterVerdict:
+    filter: str
+    passed: bool
+    reason: str | None = None
+    unresolvable: bool = False
+
+
+@dataclass(slots=True)
+class PolicyVerdict:
+    policy: str
+    raw: float | None
+    """The policy's raw score (None when it has no data for the node)."""
+    normalized: float
+    """0..10, among the candidates explained with."""
+    weight: float
+    reasons: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class Explanation:
+    node: str
+    request: str
+    fits: bool
+    filters: list[FilterVerdict]
+    scores: list[PolicyVerdict]
+    score: int | None
+    """The integer 0..10 score the extender would send (None when filtered out)."""
+    combined: float | None
+    """The weighted mean before rounding."""
+    gpus: list[int] | None
+    """The GPUs the picker would choose (None when it does not fit)."""
+    gpu_details: list[str]
+    candidates: int
+    """How many nodes the scores were normalised among."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _finite(x: float) -> float | None:
+    return x if math.isfinite(x) else None
+
+
+class Framework:
+    def __init__(
+        self,
+        *,
+        telemetry: TelemetryPolicy,
+        fit: FitFilter,
+        scorers: Sequence[WeightedScore],
+        picker: GpuPicker,
+        ledger: AssumedLedger | None = None,
+    ) -> None:
+        self.telemetry = telemetry
+        self.fit = fit
+        self.stale_filter = TelemetryFilter(telemetry.max_age_seconds, telemetry.on_stale)
+        self.filters: tuple[BatchFilter, ...] = (self.stale_filter, fit)
+        self.scorers = tuple(s for s in scorers if s.weight > 0)
+        self.picker = picker
+        self.ledger = ledger
+        self._overlay_key: tuple[object, ...] = ()
+        self._overlay: FleetArrays | None = None
+
+    @classmethod
+    def from_config(cls, cfg: PolicyConfig, *, ledger: AssumedLedger | None = None) -> Framework:
+        """Build every plugin through the registry; raises ``PolicyConfigError`` naming the bad field path."""
+        fit = registry.build("filter", "fit", cfg.filters.model_dump(), "filters")
+        scorers = []
+        for name, sc in cfg.scoring.items():
+            try:
+                registry.lookup("score", name)
+            except registry.PolicyConfigError as exc:
+                raise registry.PolicyConfigError(f"scoring.{name}: {exc}") from None
+            plugin = registry.build("score", name, sc.args, f"scoring.{name}.args")
+            scorers.append(WeightedScore(name, plugin, sc.weight))
+        try:
+            registry.lookup("picker", cfg.picker)
+        except registry.PolicyConfigError as exc:
+            raise registry.PolicyConfigError(f"picker: {exc}") from None
+        picker = registry.build("picker", cfg.picker, cfg.picker_args, "pickerArgs")
+        return cls(
+            telemetry=cfg.telemetry,
+            fit=fit,
+            scorers=scorers,
+            picker=picker,
+            ledger=ledger if ledger is not None else AssumedLedger(cfg.ledger.ttl_seconds),
+        )
+
+    # --- cycle set-up -------------------------------------------------------------------------------------------
+
+    def warm(self, fleet: FleetArrays) -> None:
+        """Precompute per-snapshot caches (wiring patterns of every topology-aware plugin) off the hot path.
+
+        Call it when a new snapshot is published; otherwise the first cycle on the new snapshot pays for it.
+        """
+        plugins: list[object] = [self.fit, self.picker, *(ws.plugin for ws in self.scorers)]
+        for p in plugins:
+            tables = getattr(p, "tables", None)
+            if isinstance(tables, TopologyTables):
+                tables.for_fleet(fleet)
+
+    def context(self, fleet: FleetArrays, now: float) -> CycleContext:
+        """A cycle context with per-node staleness computed from ``observed_at`` and the configured max age."""
+        age = now - fleet.observed_at
+        stale = np.asarray(~(age <= self.telemetry.max_age_seconds), dtype=np.bool_)  # NaN (never seen) -> stale
+        ctx = CycleContext(now=now, stale=stale)
+        self._prepare(ctx)
+        return ctx
+
+    def _prepare(self, ctx: CycleContext) -> None:
+        ctx.extras.setdefault(LIMITS_KEY, self.fit.limits)
+        if PLACEMENTS_KEY not in ctx.extras and self.ledger is not None:
+            ctx.extras[PLACEMENTS_KEY] = self.ledger.placements(ctx.now, self.ledger.ttl_s)
+
+    def view(self, fleet: FleetArrays, ctx: CycleContext) -> FleetArrays:
+        """``fleet`` with the ledger's live assumed assignments subtracted from free capacity (cached)."""
+        if self.ledger is None:
+            return fleet
+        entries = self.ledger.entries(ctx.now)
+        if not entries:
+            return fleet
+        key = (fleet, tuple(sorted((n, a.pod_key) for n, lst in entries.items() for a in lst)))
+        if self._overlay is not None and len(self._overlay_key) == 2:
+            old_fleet, old_entries = self._overlay_key
+            if old_fleet is fleet and old_entries == key[1]:
+                return self._overlay
+        self._overlay = fleet.with_assumed(entries)
+        self._overlay_key = key
+        return self._overlay
+
+    # --- the extender verbs ---------------------------------------------------------------------------------------
+
+    def filter(self, req: GpuRequest, fleet: FleetArrays, rows: IntA, ctx: CycleContext) -> FilterOutcome:
+        rows = np.asarray(rows, dtype=np.int64)
+        if not req.wants_gpu:
+            return FilterOutcome(rows, {})
+        self._prepare(ctx)
+        fleet = self.view(fleet, ctx)
+        rejected: dict[int, Rejection] = {}
+        passed = rows
+        for f in self.filters:
+            if passed.size == 0:
+                break
+            ok = f.filter(req, fleet, passed, ctx)
+            if not ok.all():
+                bad = passed[~ok]
+                rejected.update(zip(bad.tolist(), f.reasons(req, fleet, bad, ctx), strict=True))
+                passed = passed[ok]
+        return FilterOutcome(passed, rejected)
+
+    def _raw_scores(
+        self, req: GpuRequest, fleet: FleetArrays, rows: IntA, ctx: CycleContext
+    ) -> list[tuple[WeightedScore, FloatA, FloatA]]:
+        out = []
+        for ws in self.scorers:
+            raw = np.asarray(ws.plugin.score(req, fleet, rows, ctx), dtype=np.float64)
+            norm = np.asarray(ws.plugin.normalize(raw), dtype=np.float64)
+            out.append((ws, raw, norm))
+        return out
+
+    @staticmethod
+    def _combine(parts: list[tuple[WeightedScore, FloatA, FloatA]], n: int) -> tuple[IntA, FloatA]:
+        total_w = sum(ws.weight for ws, _, _ in parts)
+        combined = np.zeros(n, dtype=np.float64)
+        if total_w <= 0:
+            return np.zeros(n, dtype=np.int64), combined
+        for ws, _, norm in parts:
+            combined += ws.weight * np.nan_to_num(norm, nan=0.0)
+        combined /= total_w
+        ints = np.clip(np.floor(combined + 0.5), 0, MAX_EXTENDER_PRIORITY).astype(np.int64)  # half up
+        return ints, combined
+
+    def prioritize(self, req: GpuRequest, fleet: FleetArrays, rows: IntA, ctx: CycleContext) -> tuple[IntA, FloatA]:
+        """(integer 0..10 scores, weighted mean as float for tie-breaking), one per row. No-GPU pods score 0."""
+        rows = np.asarray(rows, dtype=np.int64)
+        if not req.wants_gpu or rows.size == 0:
+            return np.zeros(rows.size, dtype=np.int64), np.zeros(rows.size, dtype=np.float64)
+        self._prepare(ctx)
+        fleet = self.view(fleet, ctx)
+        return self._combine(self._raw_scores(req, fleet, rows, ctx), rows.size)
+
+    def pick(self, req: GpuRequest, fleet: FleetArrays, row: int, ctx: CycleContext) -> tuple[int, ...] | None:
+        """The GPUs (their own indices) the pod gets on node ``row``; None if it does not fit there."""
+        if not req.wants_gpu:
+            return ()
+        self._prepare(ctx)
+        fleet = self.view(fleet, ctx)
+        idx = np.array([row], dtype=np.int64)
+        if not all(f.filter(req, fleet, idx, ctx)[0] for f in self.filters):
+            return None
+        return self.picker.pick(req, fleet, row, ctx)
+
+    def assume(self, node: str, req: GpuRequest, gpus: Sequence[int], now: float) -> GpuAssignment:
+        """Record a bind in the ledger (no-op without one) and return the assignment."""
+        a = GpuAssignment(
+            pod_key=req.pod_key,
+            gpu_indices=tuple(int(g) for g in gpus),
+            milli=MILLI_PER_GPU if not req.shared else int(req.milli or 0),
+            memory_bytes=req.memory_bytes if req.shared else None,
+            pod_uid=req.pod_uid or None,
+            priority=req.priority,
+        )
+        if self.ledger is not None:
+            self.ledger.assume(node, a, now)
+        return a
+
+    def explain(
+        self,
+        req: GpuRequest,
+        fleet: FleetArrays,
+        row: int,
+        ctx: CycleContext,
+        candidates: IntA | None = None,
+    ) -> Explanation:
+        """Every filter's verdict and every policy's raw, normalised and weighted score for node ``row``.
+
+        Normalisation is relative for some policies, so pass the rows the node competed with as ``candidates``;
+        without them the node is scored alone.
+        """
+        self._prepare(ctx)
+        fleet = self.view(fleet, ctx)
+        idx = np.array([row], dtype=np.int64)
+        verdicts = []
+        fits = True
+        for f in self.filters:
+            ok = bool(f.filter(req, fleet, idx, ctx)[0]) if req.wants_gpu else True
+            if ok:
+                verdicts.append(FilterVerdict(f.name, True))
+            else:
+                fits = False
+                rej = f.reasons(req, fleet, idx, ctx)[0]
+                verdicts.append(FilterVerdict(f.name, False, rej.reason, rej.unresolvable))
+        details = self.fit.gpu_lines(req, fleet, row)
+        if not fits:
+            return Explanation(fleet.names[row], req.describe(), False, verdicts, [], None, None, None, details, 0)
+        cand = idx if candidates is None else np.asarray(candidates, dtype=np.int64)
+        if not np.any(cand == row):
+            cand = np.concatenate([cand, idx])
+        cand = self.filter(req, fleet, cand, ctx).passed
+        pos = int(np.nonzero(cand == row)[0][0])
+        parts = self._raw_scores(req, fleet, cand, ctx) if req.wants_gpu else []
+        ints, combined = self._combine(parts, cand.size)
+        scores = [
+            PolicyVerdict(
+                ws.name, _finite(float(raw[pos])), float(norm[pos]), ws.weight, ws.plugin.explain(req, fleet, row, ctx)
+            )
+            for ws, raw, norm in parts
+        ]
+        picked = self.picker.pick(req, fleet, row, ctx) if req.wants_gpu else ()
+        return Explanation(
+            node=fleet.names[row],
+            request=req.describe(),
+            fits=True,
+            filters=verdicts,
+            scores=scores,
+            score=int(ints[pos]),
+            combined=float(combined[pos]),
+            gpus=None if picked is None else list(picked),
+            gpu_details=details,
+            candidates=int(cand.size),
+        )
+
+
+def scorer_names(fw: Framework) -> Mapping[str, float]:
+    """Policy name -> weight of the active scores (for logs and /readyz details)."""
+    return {ws.name: ws.weight for ws in fw.scorers}

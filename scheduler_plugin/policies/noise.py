@@ -1,0 +1,129 @@
+"""Noise: keep shared-GPU pods away from busy, crowded or erroring co-tenants.
+
+Per GPU, co-tenant pressure is a weighted mean of four terms in 0..1: SM utilisation, memory-controller utilisation,
+memory pressure (used / total) and crowding (kelvin tenants / ``tenantScale``). XID errors scale it down::
+
+    pressure = (wU*util + wM*memUtil + wP*used/total + wT*min(1, tenants/tenantScale)) / (wU + wM + wP + wT)
+    quiet    = (1 - pressure) * (1 - min(1, xid / xidScale))
+
+* a share of one GPU: raw = the quietest GPU the pod could use;
+* whole GPUs do not share SMs or memory, so only the node matters: raw = 1 - wholeXidWeight * min(1, node xid /
+  xidScale) - wholePressureWeight * mean pressure of the node's GPUs (shared PCIe, host memory, power).
+
+Normalised absolutely (``normalize.unit``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from pydantic import Field, model_validator
+
+from ..model import FleetArrays, GpuRequest
+from .base import CycleContext, FloatA, IntA
+from .config import CamelModel
+from .eligibility import cycle_eligible
+from .normalize import unit
+from .registry import register
+
+
+class NoiseArgs(CamelModel):
+    util_weight: float = Field(0.35, ge=0)
+    """Weight of SM utilisation in a GPU's pressure."""
+    mem_util_weight: float = Field(0.15, ge=0)
+    """Weight of memory-controller (bandwidth) utilisation."""
+    memory_pressure_weight: float = Field(0.3, ge=0)
+    """Weight of memory used / memory total."""
+    tenants_weight: float = Field(0.2, ge=0)
+    """Weight of crowding (number of kelvin tenants on the GPU)."""
+    tenant_scale: float = Field(4.0, gt=0)
+    """Tenants at which crowding counts fully."""
+    xid_scale: float = Field(4.0, gt=0)
+    """XID errors at which a GPU (or node, for whole-GPU pods) counts as fully erroring."""
+    whole_xid_weight: float = Field(0.6, ge=0, le=1)
+    """Whole-GPU pods: weight of the node's XID errors."""
+    whole_pressure_weight: float = Field(0.2, ge=0, le=1)
+    """Whole-GPU pods: weight of the node's mean GPU pressure."""
+
+    @model_validator(mode="after")
+    def _some_weight(self) -> NoiseArgs:
+        if self.util_weight + self.mem_util_weight + self.memory_pressure_weight + self.tenants_weight <= 0:
+            raise ValueError(
+                "at least one of utilWeight, memUtilWeight, memoryPressureWeight, tenantsWeight must be > 0"
+            )
+        return self
+
+
+def gpu_pressure(fleet: FleetArrays, idx: IntA, args: NoiseArgs) -> FloatA:
+    """(n, G) co-tenant pressure 0..1 per GPU (0 for padding)."""
+    total = np.maximum(fleet.mem_total[idx], 1)
+    terms = (
+        args.util_weight * np.clip(fleet.util[idx], 0, 1)
+        + args.mem_util_weight * np.clip(fleet.mem_util[idx], 0, 1)
+        + args.memory_pressure_weight * np.clip(fleet.mem_used[idx] / total, 0, 1)
+        + args.tenants_weight * np.clip(fleet.tenants[idx] / args.tenant_scale, 0, 1)
+    )
+    wsum = args.util_weight + args.mem_util_weight + args.memory_pressure_weight + args.tenants_weight
+    return np.where(fleet.gpu_present[idx], terms / wsum, 0.0)
+
+
+def gpu_quiet(fleet: FleetArrays, idx: IntA, args: NoiseArgs) -> FloatA:
+    """(n, G) 1 - pressure, scaled down by the GPU's XID errors."""
+    xid = np.clip(fleet.xid[idx] / args.xid_scale, 0, 1)
+    return (1.0 - gpu_pressure(fleet, idx, args)) * (1.0 - xid)
+
+
+class NoiseScore:
+    """Co-tenant pressure on shared GPUs; node-level XID errors and load for whole GPUs."""
+
+    name = "noise"
+
+    def __init__(self, args: NoiseArgs) -> None:
+        self.args = args
+
+    def _node(self, fleet: FleetArrays, idx: IntA) -> FloatA:
+        present = fleet.gpu_present[idx]
+        n = np.maximum(present.sum(axis=1), 1)
+        mean_p = gpu_pressure(fleet, idx, self.args).sum(axis=1) / n
+        xid = np.clip(np.where(present, fleet.xid[idx], 0).sum(axis=1) / self.args.xid_scale, 0, 1)
+        raw = 1.0 - self.args.whole_xid_weight * xid - self.args.whole_pressure_weight * mean_p
+        return np.asarray(np.clip(raw, 0.0, 1.0), dtype=np.float64)
+
+    def score(self, req: GpuRequest, fleet: FleetArrays, idx: IntA, ctx: CycleContext) -> FloatA:
+        if idx.size == 0:
+            return np.zeros(0)
+        if not req.shared:
+            return self._node(fleet, idx)
+        elig = cycle_eligible(req, fleet, idx, ctx)
+        best = np.where(elig, gpu_quiet(fleet, idx, self.args), -np.inf).max(axis=1)
+        return np.where(np.isfinite(best), best, np.nan)
+
+    def normalize(self, raw: FloatA) -> FloatA:
+        return unit(raw)
+
+    def explain(self, req: GpuRequest, fleet: FleetArrays, row: int, ctx: CycleContext) -> list[str]:
+        idx = np.array([row], dtype=np.int64)
+        if not req.shared:
+            xid = int(np.where(fleet.gpu_present[row], fleet.xid[row], 0).sum())
+            p = gpu_pressure(fleet, idx, self.args)[0]
+            n = max(1, int(fleet.gpu_present[row].sum()))
+            return [
+                f"whole GPUs share no SMs or memory: only the node counts ({xid} XID errors, "
+                f"mean GPU pressure {p.sum() / n:.2f})"
+            ]
+        elig = cycle_eligible(req, fleet, idx, ctx)[0]
+        quiet = gpu_quiet(fleet, idx, self.args)[0]
+        lines = []
+        for j in np.nonzero(elig)[0].tolist():
+            used = fleet.mem_used[row, j] / max(1, int(fleet.mem_total[row, j]))
+            lines.append(
+                f"gpu {int(fleet.gpu_index[row, j])}: util {fleet.util[row, j]:.0%}, memory bandwidth "
+                f"{fleet.mem_util[row, j]:.0%}, memory {used:.0%} used, {int(fleet.tenants[row, j])} tenants, "
+                f"{int(fleet.xid[row, j])} XID errors; quiet {quiet[j]:.2f}"
+            )
+        return lines or ["no GPU the pod could share"]
+
+
+@register("score", "noise", NoiseArgs)
+def _noise(args: NoiseArgs) -> NoiseScore:
+    """Co-tenant pressure (utilisation, memory pressure, crowding, XID errors) on shared GPUs."""
+    return NoiseScore(args)

@@ -1,0 +1,168 @@
+"""Thermal: hot nodes score low well before they throttle.
+
+Per GPU, the temperature is predicted ``horizonSeconds`` ahead from its trend (never below the current temperature:
+cooling is not rewarded in advance) and its quality is the headroom left below the slowdown threshold, as a share of
+``comfortableHeadroomCelsius``::
+
+    q = clip((slowdown - max(temp, temp + trend * horizon)) / comfortable, 0, 1)
+
+Active thermal throttling sets q to 0; any other clock slowdown (power cap, hardware slowdown, power brake) multiplies
+it by ``throttlePenalty`` and by the clock ratio (SM clock / max). A node's raw score mixes the GPUs the pod would get
+(the mean of the best ``count`` usable GPUs, or of all its GPUs when fewer are usable) with the node's worst GPU (heat spreads inside a chassis, and a job on a
+hot node shares its fans and PSUs)::
+
+    raw = (1 - nodeShare) * mean(best usable q) + nodeShare * min(q over the node)
+
+Normalised absolutely (``normalize.unit``): raw 1 is 10 points on every node, so a hot fleet scores low everywhere.
+
+The predicates below (:func:`headroom_c`, :func:`predicted_temp`, :func:`hot_now`, :func:`predicted_hot`) are pure and
+public so that the operator's hotness check uses the same definitions.
+"""
+
+from __future__ import annotations
+
+from typing import overload
+
+import numpy as np
+from pydantic import Field
+
+from ..model import SLOWDOWN_MASK, THERMAL_THROTTLE_MASK, FleetArrays, GpuRequest, throttle_reason_names
+from .base import BoolA, CycleContext, FloatA, IntA
+from .config import CamelModel
+from .eligibility import cycle_eligible
+from .normalize import unit
+from .registry import register
+
+
+@overload
+def headroom_c(temp: float, slowdown: float) -> float: ...
+@overload
+def headroom_c(temp: FloatA, slowdown: FloatA | float) -> FloatA: ...
+def headroom_c(temp: float | FloatA, slowdown: float | FloatA) -> float | FloatA:
+    """Degrees Celsius left below the slowdown threshold (negative when above it)."""
+    return slowdown - temp
+
+
+@overload
+def predicted_temp(temp: float, trend_c_per_min: float, horizon_s: float) -> float: ...
+@overload
+def predicted_temp(temp: FloatA, trend_c_per_min: FloatA, horizon_s: float) -> FloatA: ...
+def predicted_temp(temp: float | FloatA, trend_c_per_min: float | FloatA, horizon_s: float) -> float | FloatA:
+    """Linear prediction of the temperature ``horizon_s`` seconds ahead from the trend (°C/min)."""
+    return temp + trend_c_per_min * (horizon_s / 60.0)
+
+
+@overload
+def hot_now(temp: float, slowdown: float, throttle: int, margin_c: float = 0.0) -> bool: ...
+@overload
+def hot_now(temp: FloatA, slowdown: FloatA, throttle: IntA, margin_c: float = 0.0) -> BoolA: ...
+def hot_now(
+    temp: float | FloatA, slowdown: float | FloatA, throttle: int | IntA, margin_c: float = 0.0
+) -> bool | BoolA:
+    """At or above the slowdown threshold (less ``margin_c``), or thermal throttling active."""
+    out = (np.asarray(temp) >= np.asarray(slowdown) - margin_c) | ((np.asarray(throttle) & THERMAL_THROTTLE_MASK) != 0)
+    return bool(out) if out.ndim == 0 else np.asarray(out, dtype=np.bool_)
+
+
+@overload
+def predicted_hot(
+    temp: float, trend_c_per_min: float, slowdown: float, horizon_s: float, margin_c: float = 0.0
+) -> bool: ...
+@overload
+def predicted_hot(
+    temp: FloatA, trend_c_per_min: FloatA, slowdown: FloatA, horizon_s: float, margin_c: float = 0.0
+) -> BoolA: ...
+def predicted_hot(
+    temp: float | FloatA,
+    trend_c_per_min: float | FloatA,
+    slowdown: float | FloatA,
+    horizon_s: float,
+    margin_c: float = 0.0,
+) -> bool | BoolA:
+    """The predicted temperature ``horizon_s`` ahead reaches the slowdown threshold (less ``margin_c``)."""
+    out = (
+        np.asarray(
+            predicted_temp(np.asarray(temp, dtype=np.float64), np.asarray(trend_c_per_min, dtype=np.float64), horizon_s)
+        )
+        >= np.asarray(slowdown) - margin_c
+    )
+    return bool(out) if out.ndim == 0 else np.asarray(out, dtype=np.bool_)
+
+
+class ThermalArgs(CamelModel):
+    comfortable_headroom_celsius: float = Field(25.0, gt=0, le=100)
+    """Headroom below slowdown at which a GPU gets the full score."""
+    horizon_seconds: float = Field(300.0, ge=0, le=3600)
+    """How far ahead the temperature trend is extrapolated."""
+    throttle_penalty: float = Field(0.5, ge=0, le=1)
+    """Multiplier for a GPU whose clocks are slowed for a non-thermal reason (power cap, hw slowdown)."""
+    node_share: float = Field(0.3, ge=0, le=1)
+    """Weight of the node's worst GPU against the GPUs the pod would get."""
+
+
+def gpu_quality(fleet: FleetArrays, idx: IntA, args: ThermalArgs) -> FloatA:
+    """(n, G) thermal quality 0..1 per GPU (NaN for padding)."""
+    temp = fleet.temp[idx]
+    pred = np.maximum(temp, predicted_temp(temp, fleet.trend[idx], args.horizon_seconds))
+    q = np.clip(headroom_c(pred, fleet.slowdown[idx]) / args.comfortable_headroom_celsius, 0.0, 1.0)
+    thr = fleet.throttle[idx]
+    slowed = (thr & SLOWDOWN_MASK) != 0
+    q = np.where(slowed, q * args.throttle_penalty * fleet.clock_ratio[idx], q)
+    q = np.where((thr & THERMAL_THROTTLE_MASK) != 0, 0.0, q)
+    return np.where(fleet.gpu_present[idx], q, np.nan)
+
+
+class ThermalScore:
+    """Headroom below slowdown, predicted from the trend, with throttling penalised."""
+
+    name = "thermal"
+
+    def __init__(self, args: ThermalArgs) -> None:
+        self.args = args
+
+    def score(self, req: GpuRequest, fleet: FleetArrays, idx: IntA, ctx: CycleContext) -> FloatA:
+        if idx.size == 0:
+            return np.zeros(0)
+        q = gpu_quality(fleet, idx, self.args)
+        with np.errstate(invalid="ignore"):
+            present = fleet.gpu_present[idx]
+            node_min = np.where(present.any(axis=1), np.where(present, q, np.inf).min(axis=1), np.nan)
+        if not req.wants_gpu:
+            return node_min
+        elig = cycle_eligible(req, fleet, idx, ctx)
+        k = max(1, req.count)
+        # a node without enough usable GPUs (only when scored unfiltered) is judged on all of its GPUs
+        elig = np.where((elig.sum(axis=1) >= k)[:, None], elig, present)
+        best = -np.sort(-np.where(elig, q, -np.inf), axis=1)[:, :k]
+        pod_part = np.where(np.isfinite(best).all(axis=1), np.where(np.isfinite(best), best, 0).mean(axis=1), np.nan)
+        share = self.args.node_share
+        return np.asarray((1 - share) * pod_part + share * node_min, dtype=np.float64)
+
+    def normalize(self, raw: FloatA) -> FloatA:
+        return unit(raw)
+
+    def explain(self, req: GpuRequest, fleet: FleetArrays, row: int, ctx: CycleContext) -> list[str]:
+        idx = np.array([row], dtype=np.int64)
+        q = gpu_quality(fleet, idx, self.args)[0]
+        h = self.args.horizon_seconds
+        lines = []
+        for j in range(fleet.max_gpus):
+            if not fleet.gpu_present[row, j]:
+                continue
+            t, tr, s = float(fleet.temp[row, j]), float(fleet.trend[row, j]), float(fleet.slowdown[row, j])
+            pred = max(t, predicted_temp(t, tr, h))
+            line = (
+                f"gpu {int(fleet.gpu_index[row, j])}: {t:.1f} °C, trend {tr:+.1f} °C/min -> {pred:.1f} °C in "
+                f"{h / 60:g} min; {headroom_c(pred, s):.1f} °C below slowdown {s:.0f} °C; quality {q[j]:.2f}"
+            )
+            thr = int(fleet.throttle[row, j]) & SLOWDOWN_MASK
+            if thr:
+                line += f"; clocks slowed ({', '.join(throttle_reason_names(thr))}, at {fleet.clock_ratio[row, j]:.0%})"
+            lines.append(line)
+        return lines
+
+
+@register("score", "thermal", ThermalArgs)
+def _thermal(args: ThermalArgs) -> ThermalScore:
+    """Headroom below the slowdown temperature, predicted from the trend; throttling penalised."""
+    return ThermalScore(args)

@@ -1,0 +1,432 @@
+"""Topology: keep multi-GPU pods on well-connected GPUs, and single-GPU pods off well-connected free groups.
+
+Two GPUs of a node are linked at one of four levels, best first: NVLink, the same PCIe switch, the same NUMA node,
+across sockets. Each level has a quality in 0..1 (args). A set of GPUs has quality
+``share * worst_pair + (1 - share) * mean_pair`` (an all-reduce runs at the speed of its slowest link; the mean breaks
+ties). For a node and a mask of usable GPUs, ``best(k)`` is the best quality of any ``k`` of them.
+
+* multi-GPU pods (k >= 2): raw = ``best(k)`` over the GPUs the pod could get (absolute, 0..1);
+* single-GPU pods: a node's connected free capacity is ``C = sum_k (k/G) * best(k)`` over its wholly free GPUs;
+  placing on GPU j loses ``C - C(without j)`` (zero on a GPU already shared). Raw = ``1 - min_j loss / C_max``.
+
+Nodes share a handful of wiring patterns, so everything is tabulated once per pattern over all ``2^G`` masks
+(G <= 10) and looked up by (pattern, mask) per request; wider nodes fall back to cached enumeration per distinct
+(pattern, mask), exact up to ``EXACT_COMBINATIONS`` subsets and greedy beyond. The same tables answer the fit
+filter's "are there k eligible GPUs all linked by NVLink" question.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+from typing import cast
+
+import numpy as np
+import numpy.typing as npt
+from pydantic import Field, model_validator
+
+from ..model import FleetArrays, GpuRequest, Topology
+from .base import BoolA, CycleContext, FloatA, IntA
+from .config import CamelModel
+from .eligibility import cycle_eligible, mask_bits, whole_free
+from .normalize import unit
+from .registry import register
+
+LEVEL_NAMES = ("NVLink", "the same PCIe switch", "the same NUMA node", "across sockets")
+MAX_TABLE_GPUS = 10
+EXACT_COMBINATIONS = 4096
+I8A = npt.NDArray[np.int8]
+
+
+class TopologyArgs(CamelModel):
+    nvlink: float = Field(1.0, ge=0, le=1)
+    """Quality of an NVLink pair."""
+    same_switch: float = Field(0.6, ge=0, le=1)
+    """Quality of a pair behind the same PCIe switch."""
+    same_numa: float = Field(0.3, ge=0, le=1)
+    """Quality of a pair on the same NUMA node (through the CPU's root complex)."""
+    cross_socket: float = Field(0.0, ge=0, le=1)
+    """Quality of a pair on different sockets."""
+    worst_link_share: float = Field(0.8, ge=0, le=1)
+    """Weight of the worst pair in a set's quality; the rest goes to the mean pair."""
+
+    @model_validator(mode="after")
+    def _ordered(self) -> TopologyArgs:
+        if not self.nvlink >= self.same_switch >= self.same_numa >= self.cross_socket:
+            raise ValueError("link qualities must not increase: nvlink >= sameSwitch >= sameNuma >= crossSocket")
+        return self
+
+    def qualities(self) -> FloatA:
+        return np.array([self.nvlink, self.same_switch, self.same_numa, self.cross_socket], dtype=np.float64)
+
+
+def link_levels(fleet: FleetArrays, idx: IntA) -> I8A:
+    """(n, G, G) link level between slots: 0 NVLink, 1 same PCIe switch, 2 same NUMA node, 3 across sockets."""
+    sw = fleet.switch[idx]
+    nu = fleet.numa[idx]
+    same_numa = (nu[:, :, None] == nu[:, None, :]) & (nu[:, :, None] >= 0)
+    same_sw = (sw[:, :, None] == sw[:, None, :]) & (sw[:, :, None] >= 0)
+    lv = np.where(same_numa, 2, 3).astype(np.int8)
+    lv[same_sw] = 1
+    lv[fleet.nvlink[idx]] = 0
+    g = lv.shape[1]
+    lv[:, np.arange(g), np.arange(g)] = 0
+    return lv
+
+
+def set_quality(lq: FloatA, cols: tuple[int, ...], share: float) -> float:
+    """Quality of a set of slots under the pair-quality matrix ``lq``."""
+    if len(cols) < 2:
+        return 1.0 if cols else -math.inf
+    a = np.asarray(cols)
+    ia, ib = np.triu_indices(len(cols), 1)
+    pq = lq[a[ia], a[ib]]
+    return float(share * pq.min() + (1 - share) * pq.mean())
+
+
+def best_set(lq: FloatA, cols: list[int], k: int, share: float) -> tuple[float, tuple[int, ...]]:
+    """The best ``k`` of ``cols``: exact when there are at most EXACT_COMBINATIONS subsets, greedy beyond."""
+    if k <= 0:
+        return 1.0, ()
+    if len(cols) < k:
+        return -math.inf, ()
+    if math.comb(len(cols), k) <= EXACT_COMBINATIONS:
+        best_q, best_s = -math.inf, cast(tuple[int, ...], ())
+        for s in itertools.combinations(cols, k):
+            q = set_quality(lq, s, share)
+            if q > best_q + 1e-12:
+                best_q, best_s = q, s
+        return best_q, best_s
+    # Greedy: start from the best pair, then add the slot that keeps the set best.
+    pairs = [(lq[a, b], (a, b)) for a, b in itertools.combinations(cols, 2)]
+    chosen = list(max(pairs, key=lambda p: p[0])[1]) if k >= 2 else [cols[0]]
+    while len(chosen) < k:
+        rest = [c for c in cols if c not in chosen]
+        nxt = max(rest, key=lambda c: set_quality(lq, (*chosen, c), share))
+        chosen.append(nxt)
+    s = tuple(sorted(chosen))
+    return set_quality(lq, s, share), s
+
+
+def _bit_cols(bits: int, g: int) -> list[int]:
+    return [j for j in range(g) if bits >> j & 1]
+
+
+@dataclass(slots=True)
+class Pattern:
+    """One wiring pattern (link levels between slots, which slots are present) and its tables."""
+
+    g: int
+    n_present: int
+    levels: I8A  # (G, G) link level
+    lq: FloatA  # (G, G) pair quality
+    nvl: BoolA  # (G, G) NVLink pair
+    weights: FloatA  # (G + 1,) k/G for k >= 2, else 0
+    qbest: FloatA | None = None  # (G + 1, 2^G) best quality of k of the mask
+    clique: BoolA | None = None  # (G + 1, 2^G) some k of the mask are all NVLink-linked
+    cval: FloatA | None = None  # (2^G,) connected free capacity of a mask
+    loss: FloatA | None = None  # (2^G, G) capacity lost by taking slot j of the mask
+
+    @property
+    def cmax(self) -> float:
+        return float(self.weights[: self.n_present + 1].sum())
+
+    def build_tables(self, share: float) -> None:
+        g = self.g
+        n_sub = 1 << g
+        s = np.arange(n_sub, dtype=np.int64)
+        bits = ((s[:, None] >> np.arange(g)) & 1).astype(np.bool_)
+        pop = bits.sum(axis=1)
+        ia, ib = np.triu_indices(g, 1)
+        inpair = bits[:, ia] & bits[:, ib]
+        pq = self.lq[ia, ib]
+        npairs = inpair.sum(axis=1)
+        if ia.size:
+            qmin = np.where(inpair, pq[None, :], np.inf).min(axis=1)
+            qmean = (inpair * pq[None, :]).sum(axis=1) / np.maximum(npairs, 1)
+            linked = (inpair & ~self.nvl[ia, ib][None, :]).sum(axis=1) == 0
+        else:
+            qmin = qmean = np.ones(n_sub)
+            linked = np.ones(n_sub, dtype=np.bool_)
+        qset = np.where(pop >= 2, share * qmin + (1 - share) * qmean, np.where(pop == 1, 1.0, -np.inf))
+        is_clique = np.where(pop >= 2, linked, pop == 1)
+        sub = (s[None, :] & s[:, None]) == s[None, :]  # sub[m, t]: t is a subset of m
+        qbest = np.full((g + 1, n_sub), -np.inf)
+        clique = np.zeros((g + 1, n_sub), dtype=np.bool_)
+        qbest[0] = 1.0
+        clique[0] = True
+        for k in range(1, g + 1):
+            sel = sub & (pop == k)[None, :]
+            qbest[k] = np.where(sel, qset[None, :], -np.inf).max(axis=1)
+            clique[k] = (sel & is_clique[None, :]).any(axis=1)
+        cval = (self.weights[:, None] * np.maximum(qbest, 0.0)).sum(axis=0)
+        loss = np.zeros((n_sub, g))
+        for j in range(g):
+            loss[:, j] = np.where(bits[:, j], cval - cval[s & ~(1 << j)], 0.0)
+        self.qbest, self.clique, self.cval, self.loss = qbest, clique, cval, loss
+
+    # Enumeration (wide nodes, and the picker)
+    def best(self, bits: int, k: int, share: float) -> tuple[float, tuple[int, ...]]:
+        return best_set(self.lq, _bit_cols(bits, self.g), k, share)
+
+    def has_clique(self, bits: int, k: int) -> bool:
+        q, _ = best_set(self.nvl.astype(np.float64), _bit_cols(bits, self.g), k, 1.0)
+        return q >= 1.0
+
+    def capacity(self, bits: int, share: float) -> float:
+        if self.cval is not None:
+            return float(self.cval[bits])
+        cols = _bit_cols(bits, self.g)
+        return float(
+            sum(self.weights[k] * max(0.0, best_set(self.lq, cols, k, share)[0]) for k in range(2, len(cols) + 1))
+        )
+
+
+@dataclass(slots=True)
+class FleetTopology:
+    """The wiring patterns of one fleet: ``pid[row]`` indexes ``patterns``; stacked tables when G <= 10."""
+
+    pid: IntA
+    patterns: list[Pattern]
+    qbest: FloatA | None
+    clique: BoolA | None
+    loss: FloatA | None
+    cmax: FloatA
+
+
+class TopologyTables:
+    """Wiring patterns and their tables, cached per plugin instance across snapshots (patterns repeat)."""
+
+    def __init__(self, link_quality: FloatA, share: float) -> None:
+        self.link_quality = link_quality
+        self.share = share
+        self._patterns: dict[bytes, Pattern] = {}
+        self._fleet_key: tuple[object, ...] = ()
+        self._fleet: FleetTopology | None = None
+        self._memo: dict[tuple[str, int, int, int], object] = {}
+
+    def for_fleet(self, fleet: FleetArrays) -> FleetTopology:
+        key = (fleet.nvlink, fleet.switch, fleet.numa, fleet.gpu_present)
+        if self._fleet is not None and all(a is b for a, b in zip(key, self._fleet_key, strict=True)):
+            return self._fleet
+        n, g = fleet.gpu_present.shape
+        rows = np.arange(n, dtype=np.int64)
+        lv = link_levels(fleet, rows)
+        raw = np.concatenate([lv.reshape(n, -1), fleet.gpu_present.astype(np.int8)], axis=1)
+        raw = np.ascontiguousarray(raw)
+        keys = raw.view(np.dtype((np.void, raw.shape[1]))).ravel()
+        uniq, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+        patterns: list[Pattern] = []
+        for u, r in zip(uniq.tolist(), first.tolist(), strict=True):
+            kb = bytes(u)
+            pat = self._patterns.get(kb)
+            if pat is None:
+                weights = np.arange(g + 1, dtype=np.float64) / g
+                weights[:2] = 0.0
+                pat = Pattern(
+                    g=g,
+                    n_present=int(fleet.gpu_present[r].sum()),
+                    levels=lv[r],
+                    lq=self.link_quality[lv[r]],
+                    nvl=lv[r] == 0,
+                    weights=weights,
+                )
+                if g <= MAX_TABLE_GPUS:
+                    pat.build_tables(self.share)
+                self._patterns[kb] = pat
+            patterns.append(pat)
+        qbest: FloatA | None = None
+        clique: BoolA | None = None
+        loss: FloatA | None = None
+        if g <= MAX_TABLE_GPUS:
+            qbest = np.stack([p.qbest for p in patterns if p.qbest is not None])
+            clique = np.stack([p.clique for p in patterns if p.clique is not None])
+            loss = np.stack([p.loss for p in patterns if p.loss is not None])
+        ft = FleetTopology(
+            pid=inverse.reshape(-1).astype(np.int64),
+            patterns=patterns,
+            qbest=qbest,
+            clique=clique,
+            loss=loss,
+            cmax=np.array([p.cmax for p in patterns], dtype=np.float64),
+        )
+        self._fleet_key, self._fleet = key, ft
+        self._memo.clear()
+        return ft
+
+    def _per_key(self, ft: FleetTopology, pids: IntA, bits: IntA, what: str, k: int) -> FloatA:
+        """Wide nodes: evaluate per distinct (pattern, mask), memoised."""
+        out = np.empty(pids.shape[0], dtype=np.float64)
+        for i, (p, b) in enumerate(zip(pids.tolist(), bits.tolist(), strict=True)):
+            mk = (what, p, b, k)
+            v = self._memo.get(mk)
+            if v is None:
+                pat = ft.patterns[p]
+                if what == "best":
+                    v = pat.best(b, k, self.share)[0]
+                elif what == "clique":
+                    v = 1.0 if pat.has_clique(b, k) else 0.0
+                else:  # "loss" of slot k
+                    v = pat.capacity(b, self.share) - pat.capacity(b & ~(1 << k), self.share) if b >> k & 1 else 0.0
+                self._memo[mk] = v
+            out[i] = float(v)  # type: ignore[arg-type]
+        return out
+
+    def best_quality(self, fleet: FleetArrays, idx: IntA, usable: BoolA, k: int) -> FloatA:
+        """(n,) best quality of ``k`` usable GPUs per row (-inf when fewer than k are usable)."""
+        ft = self.for_fleet(fleet)
+        bits = mask_bits(usable)
+        if k > usable.shape[1]:
+            return np.full(idx.shape[0], -np.inf)
+        if ft.qbest is not None:
+            return np.asarray(ft.qbest[ft.pid[idx], k, bits], dtype=np.float64)
+        return self._per_key(ft, ft.pid[idx], bits, "best", k)
+
+    def has_clique(self, fleet: FleetArrays, idx: IntA, usable: BoolA, k: int) -> BoolA:
+        """(n,) some ``k`` usable GPUs of the row are pairwise linked by NVLink."""
+        ft = self.for_fleet(fleet)
+        if k > usable.shape[1]:
+            return np.zeros(idx.shape[0], dtype=np.bool_)
+        bits = mask_bits(usable)
+        if ft.clique is not None:
+            return np.asarray(ft.clique[ft.pid[idx], k, bits], dtype=np.bool_)
+        return self._per_key(ft, ft.pid[idx], bits, "clique", k) > 0.5
+
+    def slot_loss(self, fleet: FleetArrays, idx: IntA, free: BoolA) -> FloatA:
+        """(n, G) share of the node's connected free capacity lost by placing one GPU on each slot (0..1)."""
+        ft = self.for_fleet(fleet)
+        bits = mask_bits(free)
+        pids = ft.pid[idx]
+        if ft.loss is not None:
+            loss = ft.loss[pids, bits]
+        else:
+            loss = np.stack([self._per_key(ft, pids, bits, "loss", j) for j in range(free.shape[1])], axis=1)
+        cmax = ft.cmax[pids]
+        return np.asarray(np.where(cmax[:, None] > 0, loss / np.maximum(cmax[:, None], 1e-12), 0.0))
+
+    def pattern(self, fleet: FleetArrays, row: int) -> Pattern:
+        ft = self.for_fleet(fleet)
+        return ft.patterns[int(ft.pid[row])]
+
+
+def _single_raw(
+    tables: TopologyTables, req: GpuRequest, fleet: FleetArrays, idx: IntA, elig: BoolA
+) -> tuple[FloatA, FloatA]:
+    """Single-GPU pods: (raw per row, loss per slot) where loss is +inf on slots the pod cannot use."""
+    loss = tables.slot_loss(fleet, idx, whole_free(fleet, idx))
+    loss = np.where(elig, loss, np.inf)
+    best = loss.min(axis=1) if loss.shape[1] else np.full(idx.shape[0], np.inf)
+    return np.where(np.isfinite(best), 1.0 - best, np.nan), loss
+
+
+class TopologyScore:
+    """Prefer nodes whose usable GPUs form the best-connected group; keep single pods off intact groups."""
+
+    name = "topology"
+
+    def __init__(self, args: TopologyArgs) -> None:
+        self.args = args
+        self.tables = TopologyTables(args.qualities(), args.worst_link_share)
+
+    def score(self, req: GpuRequest, fleet: FleetArrays, idx: IntA, ctx: CycleContext) -> FloatA:
+        if not req.wants_gpu or idx.size == 0:
+            return np.ones(idx.shape[0], dtype=np.float64)
+        elig = cycle_eligible(req, fleet, idx, ctx)
+        if req.count >= 2:
+            q = self.tables.best_quality(fleet, idx, elig, req.count)
+            return np.where(np.isfinite(q), q, np.nan)
+        raw, _ = _single_raw(self.tables, req, fleet, idx, elig)
+        return raw
+
+    def normalize(self, raw: FloatA) -> FloatA:
+        return unit(raw)
+
+    def explain(self, req: GpuRequest, fleet: FleetArrays, row: int, ctx: CycleContext) -> list[str]:
+        if not req.wants_gpu:
+            return ["the pod requests no GPU; topology does not matter"]
+        idx = np.array([row], dtype=np.int64)
+        elig = cycle_eligible(req, fleet, idx, ctx)
+        pat = self.tables.pattern(fleet, row)
+        gidx = fleet.gpu_index[row]
+        if req.count >= 2:
+            cols = [int(j) for j in np.nonzero(elig[0])[0]]
+            q, s = best_set(pat.lq, cols, req.count, self.args.worst_link_share)
+            if not s:
+                return [f"fewer than {req.count} usable GPUs ({len(cols)})"]
+            worst = max(int(pat.levels[a, b]) for a, b in itertools.combinations(s, 2))
+            names = ",".join(str(int(gidx[j])) for j in s)
+            return [
+                f"best {req.count} usable GPUs are {names}: slowest link {LEVEL_NAMES[worst]} "
+                f"(set quality {q:.2f} of 1)",
+                f"{len(cols)} GPUs usable by the pod",
+            ]
+        raw, loss = _single_raw(self.tables, req, fleet, idx, elig)
+        if not np.isfinite(raw[0]):
+            return ["no usable GPU"]
+        j = int(np.argmin(loss[0]))
+        free = int(whole_free(fleet, idx)[0].sum())
+        return [
+            f"best slot for one GPU is gpu {int(gidx[j])}: it costs {loss[0, j]:.0%} of the node's connected free "
+            f"capacity ({free} whole GPUs free)",
+        ]
+
+
+class TopologyPicker:
+    """Choose the best-connected usable set for multi-GPU pods; for one GPU, the slot that breaks the least."""
+
+    name = "topology"
+
+    def __init__(self, args: TopologyArgs) -> None:
+        self.args = args
+        self.tables = TopologyTables(args.qualities(), args.worst_link_share)
+
+    def pick(self, req: GpuRequest, fleet: FleetArrays, row: int, ctx: CycleContext) -> tuple[int, ...] | None:
+        if not req.wants_gpu:
+            return ()
+        idx = np.array([row], dtype=np.int64)
+        elig = cycle_eligible(req, fleet, idx, ctx)[0]
+        cols = [int(j) for j in np.nonzero(elig)[0]]
+        if len(cols) < req.count:
+            return None
+        gidx = fleet.gpu_index[row]
+        pat = self.tables.pattern(fleet, row)
+        share = self.args.worst_link_share
+        if req.count == 1:
+            _, loss = _single_raw(self.tables, req, fleet, idx, elig[None, :])
+            free_after = fleet.free_milli[row] - req.demand_milli(fleet.mem_total[row])
+            # least connectivity lost, then best fit (least left over), then the lowest slot
+            j = min(cols, key=lambda c: (round(float(loss[0, c]), 9), int(free_after[c]), c))
+            return (int(gidx[j]),)
+        free_bits = int(mask_bits(whole_free(fleet, idx))[0])
+        need_clique = req.topology is Topology.NVLINK_REQUIRED
+        best_key: tuple[float, float] | None = None
+        best: tuple[int, ...] | None = None
+        if math.comb(len(cols), req.count) <= EXACT_COMBINATIONS:
+            candidates: list[tuple[int, ...]] = list(itertools.combinations(cols, req.count))
+        else:
+            candidates = [best_set(pat.lq, cols, req.count, share)[1]]
+        for s in candidates:
+            if need_clique and not all(pat.nvl[a, b] for a, b in itertools.combinations(s, 2)):
+                continue
+            rest = free_bits
+            for c in s:
+                rest &= ~(1 << c)
+            key = (round(set_quality(pat.lq, s, share), 9), round(pat.capacity(rest, share), 9))
+            if best_key is None or key > best_key:
+                best_key, best = key, s
+        if best is None:
+            return None
+        return tuple(int(gidx[j]) for j in best)
+
+
+@register("score", "topology", TopologyArgs)
+def _topology_score(args: TopologyArgs) -> TopologyScore:
+    """Best-connected GPU group for multi-GPU pods; keep single-GPU pods off intact connected groups."""
+    return TopologyScore(args)
+
+
+@register("picker", "topology", TopologyArgs)
+def _topology_picker(args: TopologyArgs) -> TopologyPicker:
+    """Pick the best-connected set of usable GPUs (NVLink first) inside the chosen node."""
+    return TopologyPicker(args)

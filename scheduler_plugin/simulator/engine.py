@@ -1,0 +1,189 @@
+"""Replay a trace through a policy: filter, score and pick with the extender's own plugins, on a mutable copy of the
+fleet's arrays. Pure computation; the CLI adds I/O (progress, tables, files)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from ..model import MILLI_PER_GPU, FleetArrays, GpuRequest
+from ..policies.base import CycleContext, FilterPlugin, GpuPicker, ScorePlugin
+from ..policies.fragmentation import WORKLOAD_KEY, Workload, workload_of
+from .fleet import apply_placement, build_fleet
+from .protocol import DEFAULT_TARGET, arrival_order
+from .trace import Trace
+
+FloatA = npt.NDArray[np.float64]
+IntA = npt.NDArray[np.int64]
+BoolA = npt.NDArray[np.bool_]
+
+CHECKPOINTS = (100, 110, 120, 130)
+
+
+@dataclass(slots=True)
+class SimPolicy:
+    """A policy as the simulator runs it: the extender's filter plugins, weighted score plugins and GPU picker.
+
+    ``rank`` orders feasible nodes (higher is better). With one score plugin it is that plugin's raw score (the
+    paper's baselines are defined on their raw scores); with several, the weighted sum of normalised scores before
+    the extender's rounding.
+    """
+
+    name: str
+    filters: Sequence[FilterPlugin]
+    scorers: Sequence[tuple[ScorePlugin, float]]
+    picker: GpuPicker
+    rank_fn: Callable[[GpuRequest, FleetArrays, IntA, CycleContext], FloatA] | None = None
+
+    def feasible(self, req: GpuRequest, fleet: FleetArrays, idx: IntA, ctx: CycleContext) -> IntA:
+        for f in self.filters:
+            idx = idx[f.filter(req, fleet, idx, ctx)]
+            if len(idx) == 0:
+                break
+        return idx
+
+    def rank(self, req: GpuRequest, fleet: FleetArrays, idx: IntA, ctx: CycleContext) -> FloatA:
+        if self.rank_fn is not None:
+            return self.rank_fn(req, fleet, idx, ctx)
+        if len(self.scorers) == 1:
+            return np.asarray(self.scorers[0][0].score(req, fleet, idx, ctx), dtype=np.float64)
+        total = np.zeros(len(idx))
+        for plugin, weight in self.scorers:
+            if weight:
+                total += weight * plugin.normalize(plugin.score(req, fleet, idx, ctx))
+        return total
+
+
+@dataclass(slots=True)
+class RunResult:
+    policy: str
+    seed: int
+    total_gpus: int
+    arrived_pct: FloatA
+    """(A,) arrived GPU demand after each arrival, % of cluster GPU capacity."""
+    alloc_pct: FloatA
+    """(A,) GPU allocation ratio after each arrival, % of cluster GPU capacity."""
+    failed: BoolA
+    """(A,) the arrival could not be placed."""
+    pod_names: tuple[str, ...]
+    seconds: float
+    placements: int = 0
+
+    def alloc_at(self, pct: float) -> float:
+        """Allocation ratio (%) when the arrived workload first reaches ``pct`` % (the last value if never)."""
+        if len(self.arrived_pct) == 0:
+            return 0.0
+        i = int(np.searchsorted(self.arrived_pct, pct - 1e-9))
+        return float(self.alloc_pct[min(i, len(self.alloc_pct) - 1)])
+
+    def curve(self, points: Sequence[int] = tuple(range(131))) -> list[float]:
+        return [self.alloc_at(p) for p in points]
+
+    def unallocated_gpus_at(self, pct: float) -> float:
+        return self.total_gpus * (100.0 - self.alloc_at(pct)) / 100.0
+
+    @property
+    def first_failure(self) -> tuple[int, float, str] | None:
+        """(arrival number, arrived %, pod name) of the first pod that could not be placed."""
+        hits = np.flatnonzero(self.failed)
+        if len(hits) == 0:
+            return None
+        i = int(hits[0])
+        return i, float(self.arrived_pct[i]), self.pod_names[i]
+
+    def summary(self) -> dict[str, object]:
+        ff = self.first_failure
+        return {
+            "policy": self.policy,
+            "seed": self.seed,
+            "alloc_pct": {str(p): round(self.alloc_at(p), 3) for p in CHECKPOINTS},
+            "unallocated_gpus_at_100": round(self.unallocated_gpus_at(100), 1),
+            "unallocated_pct_at_100": round(100.0 - self.alloc_at(100), 3),
+            "unallocated_gpus_at_end": round(self.total_gpus * (100.0 - float(self.alloc_pct[-1])) / 100.0, 1)
+            if len(self.alloc_pct) else float(self.total_gpus),
+            "arrivals": len(self.arrived_pct),
+            "failed": int(self.failed.sum()),
+            "first_failure": None if ff is None else {"arrival": ff[0], "arrived_pct": round(ff[1], 3), "pod": ff[2]},
+            "seconds": round(self.seconds, 2),
+        }
+
+
+@dataclass(slots=True)
+class Prepared:
+    """What every run of one trace shares: the empty fleet, the parsed requests and the target workload."""
+
+    trace: Trace
+    fleet: FleetArrays
+    requests: tuple[GpuRequest, ...]
+    workload: Workload
+    capacity_milli: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.capacity_milli = int(self.fleet.gpu_present.sum()) * MILLI_PER_GPU
+
+
+def prepare(trace: Trace) -> Prepared:
+    reqs = tuple(p.request() for p in trace.pods)
+    return Prepared(trace, build_fleet(trace.nodes), reqs, workload_of(reqs))
+
+
+def run(
+    prep: Prepared,
+    policy: SimPolicy,
+    seed: int,
+    *,
+    target: float = DEFAULT_TARGET,
+    progress: Callable[[int, int], None] | None = None,
+    workload: Workload | None = None,
+) -> RunResult:
+    """Replay ``prep``'s trace through ``policy`` with the paper's protocol and ``seed``.
+
+    Ties between equally ranked nodes go to a node order drawn at random per seed (as in the paper's simulator).
+    """
+    started = time.perf_counter()
+    order = arrival_order(prep.trace.pods, prep.capacity_milli, seed, target)
+    fleet = prep.fleet.copy()
+    n = fleet.n_nodes
+    node_rank = np.random.default_rng([seed, 1]).permutation(n)
+    all_rows = np.arange(n, dtype=np.int64)
+    cap = max(prep.capacity_milli, 1)
+    arrived = np.zeros(len(order))
+    alloc = np.zeros(len(order))
+    failed = np.zeros(len(order), dtype=np.bool_)
+    names: list[str] = []
+    allocated = 0
+    demand_so_far = 0
+    placed = 0
+    w = workload if workload is not None else prep.workload
+    for i, p in enumerate(order):
+        req = prep.requests[int(p)]
+        pod = prep.trace.pods[int(p)]
+        names.append(pod.name)
+        demand_so_far += pod.gpu_demand_milli
+        ctx = CycleContext(now=float(i), extras={WORKLOAD_KEY: w})
+        cand = policy.feasible(req, fleet, all_rows, ctx)
+        gpus: tuple[int, ...] | None = None
+        row = -1
+        if len(cand):
+            score = policy.rank(req, fleet, cand, ctx)
+            best = np.max(score)
+            tied = cand[score >= best - 1e-9 * max(1.0, abs(float(best)))] if np.isfinite(best) else cand
+            row = int(tied[np.argmin(node_rank[tied])])
+            gpus = policy.picker.pick(req, fleet, row, ctx)
+        if gpus is None or (req.wants_gpu and len(gpus) != req.count):
+            failed[i] = True
+        else:
+            allocated += apply_placement(fleet, req, row, gpus)
+            placed += 1
+        arrived[i] = 100.0 * demand_so_far / cap
+        alloc[i] = 100.0 * allocated / cap
+        if progress is not None:
+            progress(i + 1, len(order))
+    return RunResult(
+        policy=policy.name, seed=seed, total_gpus=cap // MILLI_PER_GPU, arrived_pct=arrived, alloc_pct=alloc,
+        failed=failed, pod_names=tuple(names), seconds=time.perf_counter() - started, placements=placed,
+    )

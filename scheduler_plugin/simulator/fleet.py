@@ -1,0 +1,65 @@
+"""Trace nodes -> the same GPU node model and FleetArrays the extender scores; and applying a placement to them."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from ..model import GIB, MILLI_PER_GPU, FleetArrays, GpuInfo, GpuNode, GpuRequest, build_arrays
+from .trace import TraceNode
+
+#: GPU memory per model when the input does not give it (openb's models, plus common data-centre GPUs).
+GPU_MEMORY_GIB: dict[str, float] = {
+    "t4": 16, "p100": 16, "v100m16": 16, "v100m32": 32, "v100": 32, "a10": 24, "g2": 32, "g3": 32,
+    "a100": 80, "h100": 80, "h200": 141, "l40s": 48, "l4": 24,
+}
+DEFAULT_GPU_MEMORY_GIB = 32.0
+
+
+def gpu_memory_bytes(node: TraceNode) -> int:
+    if node.gpu_memory_bytes is not None:
+        return node.gpu_memory_bytes
+    return int(GPU_MEMORY_GIB.get(node.model.lower(), DEFAULT_GPU_MEMORY_GIB) * GIB)
+
+
+def to_gpu_nodes(nodes: Sequence[TraceNode]) -> list[GpuNode]:
+    """Empty nodes with healthy, cool GPUs, observed at time 0 (the trace has no telemetry)."""
+    out = []
+    for n in nodes:
+        mem = gpu_memory_bytes(n)
+        gpus = tuple(
+            GpuInfo(index=j, uuid=f"{n.name}-gpu{j}", model=n.model, memory_total_bytes=mem) for j in range(n.gpus)
+        )
+        out.append(
+            GpuNode(
+                name=n.name, gpus=gpus, cpu_allocatable_milli=n.cpu_milli, memory_allocatable_bytes=n.memory_bytes,
+                observed_at=0.0,
+            )
+        )
+    return out
+
+
+def build_fleet(nodes: Sequence[TraceNode]) -> FleetArrays:
+    return build_arrays(to_gpu_nodes(nodes))
+
+
+def apply_placement(fleet: FleetArrays, req: GpuRequest, row: int, gpu_indices: Sequence[int]) -> int:
+    """Subtract the pod from the node's free capacity in place; return the GPU thousandths it took."""
+    fleet.cpu_free[row] -= req.cpu_milli
+    fleet.mem_free_host[row] -= req.host_memory_bytes
+    taken = 0
+    if not gpu_indices:
+        return 0
+    cols = [int(np.flatnonzero(fleet.gpu_index[row] == gi)[0]) for gi in gpu_indices]
+    demand = req.demand_milli(fleet.mem_total[row, cols])
+    for c, d in zip(cols, demand, strict=True):
+        d = int(d)
+        mem = req.memory_bytes if req.memory_bytes is not None else int(fleet.mem_total[row, c]) * d // MILLI_PER_GPU
+        fleet.free_milli[row, c] -= d
+        fleet.assigned_milli[row, c] += d
+        fleet.free_mem[row, c] = max(0, int(fleet.free_mem[row, c]) - mem)
+        fleet.assigned_mem[row, c] += mem
+        fleet.tenants[row, c] += 1
+        taken += d
+    return taken

@@ -1,0 +1,246 @@
+"""The snapshot cache: a background task turns a telemetry source into immutable snapshots.
+
+The extender's hot path only reads :attr:`SnapshotCache.snapshot` (an attribute read, no I/O, no lock). Every
+``refresh_interval_s`` the task fetches from the source, builds a new :class:`~scheduler_plugin.model.Snapshot` in a
+worker thread, fills in the per-GPU temperature trend from the snapshots it kept, reconciles the assumed-allocation
+ledger and publishes the new snapshot with one assignment. When the source fails (:class:`SourceError` or anything
+else), the last good snapshot stays in use and the cache reports itself unhealthy until the next success.
+
+The trend is computed against the oldest kept snapshot no older than ``trend_window_s`` (at least ``min_trend_s``
+apart), per GPU slot, in Celsius per minute; a source that reports its own trend (non-zero) keeps it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from ..model import GIB, GpuNode, Snapshot, empty_snapshot
+from .ledger import AssumedLedger
+from .source import TelemetrySource
+
+log = logging.getLogger(__name__)
+
+FloatA = npt.NDArray[np.float64]
+
+#: Free memory on a GPU below this is "stranded": too little for the typical shared-GPU request.
+DEFAULT_STRANDED_BELOW_BYTES = 8 * GIB
+
+
+class TelemetryMetrics:
+    """``kelvin_telemetry_*`` and ``kelvin_fleet_stranded_gpu_memory_bytes`` (docs/metrics.md)."""
+
+    def __init__(self, registry: CollectorRegistry, source: str) -> None:
+        self.source = source
+        self.age = Gauge("kelvin_telemetry_snapshot_age_seconds", "Age of the snapshot scoring reads.", ["source"],
+                         registry=registry)
+        self.nodes = Gauge("kelvin_telemetry_nodes", "Nodes in the snapshot by telemetry freshness.",
+                           ["source", "state"], registry=registry)
+        self.refresh = Counter("kelvin_telemetry_refresh", "Snapshot refreshes by result.", ["source", "result"],
+                               registry=registry)
+        self.duration = Histogram("kelvin_telemetry_refresh_duration_seconds", "Time a refresh took (fetch + build).",
+                                  ["source"], registry=registry,
+                                  buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0))
+        self.stranded = Gauge("kelvin_fleet_stranded_gpu_memory_bytes",
+                              "Free GPU memory on GPUs with too little left for the typical shared request.",
+                              registry=registry)
+        for state in ("fresh", "stale"):
+            self.nodes.labels(source, state)
+        for result in ("ok", "error"):
+            self.refresh.labels(source, result)
+        self.age.labels(source)
+        self.duration.labels(source)
+
+
+@dataclass(frozen=True, slots=True)
+class _Sample:
+    taken_at: float
+    names: tuple[str, ...]
+    index: dict[str, int]
+    temp: FloatA
+    gpu_index: npt.NDArray[np.int32]
+
+
+@dataclass(frozen=True, slots=True)
+class Readiness:
+    ready: bool
+    reason: str
+
+
+class SnapshotCache:
+    def __init__(
+        self,
+        source: TelemetrySource,
+        *,
+        refresh_interval_s: float = 5.0,
+        max_age_s: float = 30.0,
+        ledger: AssumedLedger | None = None,
+        metrics: TelemetryMetrics | None = None,
+        clock: Callable[[], float] = time.time,
+        trend_window_s: float = 300.0,
+        min_trend_s: float = 10.0,
+        stranded_below_bytes: int = DEFAULT_STRANDED_BELOW_BYTES,
+    ) -> None:
+        if not refresh_interval_s > 0:
+            raise ValueError(f"refresh_interval_s must be > 0, got {refresh_interval_s!r}")
+        self.source = source
+        self.refresh_interval_s = refresh_interval_s
+        self.max_age_s = max_age_s
+        self.ledger = ledger
+        self.metrics = metrics
+        self.clock = clock
+        self.trend_window_s = trend_window_s
+        self.min_trend_s = min_trend_s
+        self.stranded_below_bytes = stranded_below_bytes
+        self.snapshot: Snapshot = empty_snapshot(source.name)
+        """The current snapshot. Replaced, never mutated, by each successful refresh."""
+        self.healthy = False
+        self.last_error: str | None = "no telemetry yet"
+        self.refreshes = 0
+        self._history: deque[_Sample] = deque(maxlen=256)
+        self._task: asyncio.Task[None] | None = None
+        self._refresh_lock = asyncio.Lock()
+
+    # -- refresh -----------------------------------------------------------------------------------------------
+
+    async def refresh_once(self) -> bool:
+        """Fetch and publish one snapshot. Never raises (except cancellation); returns whether it succeeded."""
+        async with self._refresh_lock:
+            started = time.perf_counter()
+            try:
+                nodes = await self.source.fetch()
+                now = self.clock()
+                snap = await asyncio.to_thread(self._build, nodes, now)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # keep the last good snapshot, whatever went wrong
+                self.healthy = False
+                self.last_error = f"{type(exc).__name__}: {exc}"
+                log.warning("telemetry refresh from %s failed, keeping the snapshot of %s: %s", self.source.name,
+                            _fmt_time(self.snapshot.taken_at), self.last_error)
+                if self.metrics:
+                    self.metrics.refresh.labels(self.source.name, "error").inc()
+                self._update_age()
+                return False
+            self.snapshot = snap
+            self.healthy = True
+            self.last_error = None
+            self.refreshes += 1
+            if self.ledger is not None:
+                self.ledger.reconcile(snap)
+            if self.metrics:
+                m = self.metrics
+                m.refresh.labels(self.source.name, "ok").inc()
+                m.duration.labels(self.source.name).observe(time.perf_counter() - started)
+                stale = int(snap.stale_mask(now, self.max_age_s).sum())
+                m.nodes.labels(self.source.name, "stale").set(stale)
+                m.nodes.labels(self.source.name, "fresh").set(len(snap.nodes) - stale)
+                m.stranded.set(self.stranded_bytes(snap))
+                self._update_age()
+            return True
+
+    def _build(self, nodes: Sequence[GpuNode], now: float) -> Snapshot:
+        snap = Snapshot(nodes=tuple(nodes), taken_at=now, source=self.source.name, source_healthy=True)
+        a = snap.arrays
+        sample = _Sample(now, a.names, a.index, a.temp.copy(), a.gpu_index.copy())
+        trend = self._trend(sample)
+        if trend is not None:
+            # The snapshot is not published yet: filling its trend column is still part of building it.
+            a.trend[...] = np.where(a.trend != 0.0, a.trend, trend)
+        self._history.append(sample)
+        while self._history and now - self._history[0].taken_at > self.trend_window_s:
+            self._history.popleft()
+        return snap
+
+    def _trend(self, cur: _Sample) -> FloatA | None:
+        base = next((s for s in self._history if cur.taken_at - s.taken_at <= self.trend_window_s), None)
+        if base is None or cur.taken_at - base.taken_at < self.min_trend_s:
+            return None
+        minutes = (cur.taken_at - base.taken_at) / 60.0
+        if base.names == cur.names:
+            prev_temp, prev_idx = base.temp, base.gpu_index
+            known = np.ones(len(cur.names), dtype=np.bool_)
+        else:
+            rows = np.array([base.index.get(n, -1) for n in cur.names], dtype=np.int64)
+            known = rows >= 0
+            rows = np.where(known, rows, 0)
+            prev_temp, prev_idx = base.temp[rows], base.gpu_index[rows]
+        g = min(cur.temp.shape[1], prev_temp.shape[1])
+        out = np.zeros_like(cur.temp)
+        same = known[:, None] & (prev_idx[:, :g] == cur.gpu_index[:, :g]) & (cur.gpu_index[:, :g] >= 0)
+        out[:, :g] = np.where(same, (cur.temp[:, :g] - prev_temp[:, :g]) / minutes, 0.0)
+        return out
+
+    def stranded_bytes(self, snap: Snapshot) -> int:
+        a = snap.arrays
+        if a.n_nodes == 0:
+            return 0
+        small = a.gpu_present & (a.free_mem > 0) & (a.free_mem < self.stranded_below_bytes)
+        return int(a.free_mem[small].sum())
+
+    # -- background task ---------------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Take the first snapshot now (so readiness is known), then refresh in the background."""
+        await self.refresh_once()
+        if self._task is None:
+            self._task = asyncio.create_task(self._loop(), name="kelvin-snapshot-refresh")
+
+    async def _loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.refresh_interval_s)
+            await self.refresh_once()
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    @property
+    def refresher_stopped(self) -> bool:
+        """The background task was started and has ended (it should run until :meth:`stop`)."""
+        return self._task is not None and self._task.done()
+
+    # -- health ------------------------------------------------------------------------------------------------
+
+    def _update_age(self) -> None:
+        if self.metrics:
+            age = self.snapshot.age_seconds(self.clock())
+            self.metrics.age.labels(self.source.name).set(age if math.isfinite(age) else float("nan"))
+
+    def update_metrics(self) -> None:
+        """Refresh the gauges that depend on the current time (called before each scrape)."""
+        self._update_age()
+        if self.metrics and self.snapshot.nodes:
+            now = self.clock()
+            stale = int(self.snapshot.stale_mask(now, self.max_age_s).sum())
+            self.metrics.nodes.labels(self.source.name, "stale").set(stale)
+            self.metrics.nodes.labels(self.source.name, "fresh").set(len(self.snapshot.nodes) - stale)
+
+    def readiness(self) -> Readiness:
+        """Ready when the last refresh succeeded and the snapshot is younger than ``max_age_s``."""
+        age = self.snapshot.age_seconds(self.clock())
+        if not math.isfinite(age):
+            return Readiness(False, f"no telemetry snapshot yet ({self.last_error or 'waiting for the source'})")
+        if not self.healthy:
+            return Readiness(False, f"telemetry source {self.source.name} is failing: {self.last_error}; "
+                                    f"serving a snapshot {age:.0f}s old")
+        if age > self.max_age_s:
+            return Readiness(False, f"telemetry snapshot is {age:.0f}s old (limit {self.max_age_s:g}s)")
+        return Readiness(True, f"snapshot of {len(self.snapshot.nodes)} nodes, {age:.1f}s old")
+
+
+def _fmt_time(t: float) -> str:
+    return "never" if not math.isfinite(t) else time.strftime("%H:%M:%S", time.gmtime(t))

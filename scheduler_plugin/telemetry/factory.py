@@ -1,0 +1,46 @@
+"""Build the telemetry source that the settings name (``source``: simulated, prometheus or scrape)."""
+
+from __future__ import annotations
+
+from ..config import Settings
+from ..kube import KubeClient, KubeConfig
+from .prometheus import PrometheusSource
+from .scrape import ScrapeSource
+from .simulated import FleetSpec, SimulatedFleetSource
+from .source import TelemetrySource
+
+
+def build_source(settings: Settings) -> TelemetrySource:
+    """The configured source. Raises ``ValueError`` (or ``KubeError``) with the offending setting named."""
+    if settings.source == "simulated":
+        if settings.fleet_file is not None:
+            spec = FleetSpec.from_yaml(settings.fleet_file)
+        else:
+            spec = FleetSpec.uniform(
+                settings.fleet_nodes, settings.fleet_gpus_per_node, settings.fleet_model, settings.fleet_seed
+            )
+        return SimulatedFleetSource(spec)
+    if settings.source == "prometheus":
+        if not settings.prometheus_url.startswith(("http://", "https://")):
+            raise ValueError(
+                f"prometheus_url (KELVIN_PROMETHEUS_URL): must start with http:// or https://, "
+                f"got {settings.prometheus_url!r}"
+            )
+        # forget a vanished node after 10 staleness windows (at least 10 minutes)
+        return PrometheusSource(
+            settings.prometheus_url,
+            metrics=settings.prometheus_metrics,
+            timeout_s=settings.prometheus_timeout_s,
+            forget_after_s=max(600.0, 10 * settings.max_telemetry_age_s),
+        )
+    if settings.source == "scrape":
+        kube = KubeClient(KubeConfig.load(kubeconfig=settings.kubeconfig, server=settings.kube_server))
+        return ScrapeSource(
+            kube,
+            service=settings.scrape_service,
+            namespace=settings.scrape_namespace,
+            port=settings.scrape_port,
+            timeout_s=min(settings.refresh_interval_s, 10.0),
+            forget_after_s=max(600.0, 10 * settings.max_telemetry_age_s),
+        )
+    raise ValueError(f"source (KELVIN_SOURCE): unknown source {settings.source!r}; use simulated, prometheus or scrape")

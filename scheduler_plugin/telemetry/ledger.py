@@ -1,0 +1,115 @@
+"""The assumed-allocation ledger: placements kelvin made that telemetry does not show yet.
+
+Between a bind and the moment the exporter reports the new pod, the snapshot still shows the GPUs as free; without
+this ledger a burst of pods would all land on the same "best" node. The framework applies :meth:`entries` as an
+overlay (``FleetArrays.with_assumed``) and scores recent placements (:meth:`placements`) with the burst policy.
+
+An entry leaves the ledger when telemetry shows the pod (:meth:`reconcile`), when the pod is forgotten (deleted, bind
+failed) or after the TTL, whichever comes first. The placement history used for burst scoring is kept for the TTL
+even after reconcile: the burst policy cares about recent decisions, visible or not. Thread-safe.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ..model import GpuAssignment, Snapshot
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    node: str
+    assignment: GpuAssignment
+    at: float
+
+
+class AssumedLedger:
+    def __init__(self, ttl_s: float = 30.0) -> None:
+        if not ttl_s > 0:
+            raise ValueError(f"ledger ttl_s must be > 0, got {ttl_s!r}")
+        self.ttl_s = float(ttl_s)
+        self._lock = threading.Lock()
+        self._assumed: dict[str, _Entry] = {}  # pod_key -> entry (a pod is bound once)
+        self._history: list[_Entry] = []  # placements in time order, pruned after the TTL
+        self._version = 0
+
+    @property
+    def version(self) -> int:
+        """Increases on every change of the assumed entries (lets callers cache overlays)."""
+        return self._version
+
+    def assume(self, node: str, assignment: GpuAssignment, now: float) -> None:
+        """Record that ``assignment`` was bound to ``node`` at ``now``. Re-assuming a pod replaces its entry."""
+        e = _Entry(node, assignment, float(now))
+        with self._lock:
+            self._assumed[assignment.pod_key] = e
+            self._history = [h for h in self._history if h.assignment.pod_key != assignment.pod_key]
+            self._history.append(e)
+            self._version += 1
+
+    def _expire(self, now: float) -> None:
+        cutoff = now - self.ttl_s
+        dead = [k for k, e in self._assumed.items() if e.at <= cutoff]
+        for k in dead:
+            del self._assumed[k]
+        if dead:
+            self._version += 1
+        if self._history and self._history[0].at <= cutoff:
+            self._history = [h for h in self._history if h.at > cutoff]
+
+    def entries(self, now: float) -> Mapping[str, list[GpuAssignment]]:
+        """Live assumed assignments per node (entries older than the TTL are dropped)."""
+        with self._lock:
+            self._expire(now)
+            out: dict[str, list[GpuAssignment]] = {}
+            for e in self._assumed.values():
+                out.setdefault(e.node, []).append(e.assignment)
+            return out
+
+    def placements(self, now: float, window_s: float) -> dict[str, list[float]]:
+        """Node -> times of the placements made in the last ``window_s`` seconds (at most the TTL)."""
+        with self._lock:
+            self._expire(now)
+            cutoff = now - window_s
+            out: dict[str, list[float]] = {}
+            for h in self._history:
+                if h.at > cutoff:
+                    out.setdefault(h.node, []).append(h.at)
+            return out
+
+    def forget(self, pod_key: str) -> bool:
+        """Drop a pod (deleted, or its bind failed). True if it was known."""
+        with self._lock:
+            known = self._assumed.pop(pod_key, None) is not None
+            before = len(self._history)
+            self._history = [h for h in self._history if h.assignment.pod_key != pod_key]
+            if known or len(self._history) != before:
+                self._version += 1
+                return True
+            return False
+
+    def reconcile(self, snapshot: Snapshot) -> int:
+        """Drop entries the snapshot already shows: the pod's assignment is in ``node.assignments`` (by pod key or
+        uid), or one of the node's GPU processes belongs to the pod's uid. Returns how many were dropped."""
+        with self._lock:
+            seen: list[str] = []
+            for key, e in self._assumed.items():
+                node = snapshot.node(e.node)
+                if node is None:
+                    continue
+                uid = e.assignment.pod_uid
+                recorded = any(a.pod_key == key or (uid and a.pod_uid == uid) for a in node.assignments)
+                running = bool(uid) and any(p.pod_uid == uid for g in node.gpus for p in g.processes)
+                if recorded or running:
+                    seen.append(key)
+            for key in seen:
+                del self._assumed[key]
+            if seen:
+                self._version += 1
+            return len(seen)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._assumed)

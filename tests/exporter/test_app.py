@@ -1,0 +1,94 @@
+"""The exporter over real HTTP on loopback: /metrics, /v1/node, /healthz, and the JSON model helpers."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from scheduler_plugin.exporter.app import Exporter
+from scheduler_plugin.exporter.fake_nvml import FakeNvml, write_proc
+from scheduler_plugin.model import GpuAssignment, GpuInfo, GpuNode, GpuProcess
+from scheduler_plugin.model.serde import ModelJSONError, node_from_json, node_to_json, nodes_from_json, nodes_to_json
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[str, FakeNvml]]:
+    fake = FakeNvml(8, "H200", seed=9)
+    write_proc(fake, tmp_path / "proc", tmp_path / "pods")
+    exporter = Exporter(fake, "h200-node", proc_root=tmp_path / "proc", pods_dir=tmp_path / "pods")
+    port = exporter.start("127.0.0.1", 0)
+    try:
+        yield f"http://127.0.0.1:{port}", fake
+    finally:
+        exporter.stop()
+
+
+def test_metrics_endpoint_parses_with_prometheus_client(served: tuple[str, FakeNvml]) -> None:
+    url, _ = served
+    r = httpx.get(f"{url}/metrics", timeout=5)
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
+    fams = {f.name: f for f in text_string_to_metric_families(r.text)}
+    assert fams["kelvin_gpu_energy_joules"].type == "counter"
+    assert fams["kelvin_gpu_temperature_celsius"].type == "gauge"
+    assert len(fams["kelvin_gpu_memory_total_bytes"].samples) == 8
+
+
+def test_v1_node_is_the_shared_model(served: tuple[str, FakeNvml]) -> None:
+    url, fake = served
+    r = httpx.get(f"{url}/v1/node", timeout=5)
+    assert r.status_code == 200
+    node = node_from_json(r.content)
+    assert node.name == "h200-node" and len(node.gpus) == 8 and node.observed_at is not None
+    g0 = node.gpu(0)
+    assert g0.uuid == fake.gpus[0].uuid and g0.model == "NVIDIA H200"
+    assert g0.memory_total_bytes == 143771 * 2**20 and g0.slowdown_celsius == 90.0
+    assert g0.nvlink_peers == frozenset(range(1, 8))
+    assert g0.pcie_switch == node.gpu(1).pcie_switch != node.gpu(2).pcie_switch
+    (proc,) = g0.processes
+    assert (proc.pod_namespace, proc.pod_name) == ("ml-team", "train-9-0") and proc.pod_uid
+    assert node.gpu(7).processes == () and node.gpu(7).utilization == 0.0
+
+
+def test_v1_node_is_503_while_nvml_is_down(served: tuple[str, FakeNvml]) -> None:
+    url, fake = served
+    fake.driver_down()
+    r = httpx.get(f"{url}/v1/node", timeout=5)
+    assert r.status_code == 503 and "Driver Not Loaded" in r.json()["error"]
+    health = httpx.get(f"{url}/healthz", timeout=5)
+    assert health.status_code == 200 and health.json()["node"] == "h200-node"
+
+
+def test_unknown_path_and_method(served: tuple[str, FakeNvml]) -> None:
+    url, _ = served
+    assert httpx.get(f"{url}/nope", timeout=5).status_code == 404
+    assert httpx.post(f"{url}/metrics", timeout=5).status_code == 405
+
+
+def test_serde_round_trip() -> None:
+    node = GpuNode(
+        name="n1",
+        gpus=(
+            GpuInfo(index=0, uuid="GPU-a", model="NVIDIA H100 80GB HBM3", memory_total_bytes=80 * 2**30,
+                    nvlink_peers=frozenset({1}), processes=(GpuProcess(12, 2**30, "uid", "ns", "p"),)),
+            GpuInfo(index=1, uuid="GPU-b", model="NVIDIA H100 80GB HBM3", memory_total_bytes=80 * 2**30,
+                    power_watts=None, nvlink_peers=frozenset({0})),
+        ),
+        assignments=(GpuAssignment("ns/p", (0,), 500, 2**30, "uid"),),
+        labels={"kelvin.dev/pool": "a"},
+        observed_at=123.5,
+    )
+    assert node_from_json(node_to_json(node)) == node
+    assert nodes_from_json(nodes_to_json([node, node])) == [node, node]
+
+
+def test_serde_names_the_bad_field() -> None:
+    with pytest.raises(ModelJSONError, match=r"gpus\.0\.memory_total_bytes"):
+        node_from_json(b'{"name": "n", "gpus": [{"index": 0, "uuid": "u", "model": "m", "memory_total_bytes": "x"}]}')
+    with pytest.raises(ModelJSONError, match="name"):
+        node_from_json(b'{"gpus": []}')
+    with pytest.raises(ModelJSONError):
+        node_from_json(b"not json")

@@ -1,0 +1,167 @@
+"""The real kopf operator against a fake API server (kmock): the webhook server over HTTPS answering
+AdmissionReviews, and the node timer tainting and evicting through the pods index."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import socket
+import ssl
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+import jsonpatch  # type: ignore[import-untyped]
+import kmock as km
+import kopf
+import pytest
+from conftest import NODES, PODS, evictions_succeed
+from opkit import gpu, node, node_obj, pod, proc
+
+from kelvin_operator.config import OperatorConfig
+from kelvin_operator.handlers import build_registry
+from kelvin_operator.runtime import Runtime
+from kelvin_operator.tls import self_signed
+from scheduler_plugin.kube import KubeConfig
+from scheduler_plugin.model import annotations as ann
+from scheduler_plugin.model.gpu import GpuNode
+
+
+class FixedSource:
+    """A telemetry source answering the nodes it was given (now-stamped)."""
+
+    name = "fixed"
+
+    def __init__(self, nodes: Sequence[GpuNode]) -> None:
+        self.nodes = list(nodes)
+
+    async def fetch(self) -> Sequence[GpuNode]:
+        import time
+        from dataclasses import replace
+
+        return [replace(n, observed_at=time.time()) for n in self.nodes]
+
+    async def close(self) -> None:
+        return None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.asynccontextmanager
+async def running(kmock: km.KubernetesEmulator, cfg: OperatorConfig, nodes: Sequence[GpuNode]) -> AsyncIterator[None]:
+    kmock.resources["v1/pods"] = km.ResourceInfo(
+        kind="Pod", namespaced=True, verbs=["list", "watch", "get", "patch"], subresources=["eviction"])
+    kmock.resources["v1/nodes"] = km.ResourceInfo(kind="Node", namespaced=False, verbs=["list", "watch", "get", "patch"])
+    kmock.resources["v1/events"] = km.ResourceInfo(kind="Event", namespaced=True, verbs=["create"])
+    kmock.resources["v1/namespaces"] = km.ResourceInfo(kind="Namespace", namespaced=False, verbs=["list", "watch"])
+    kmock.resources["apiextensions.k8s.io/v1/customresourcedefinitions"] = km.ResourceInfo(
+        kind="CustomResourceDefinition", namespaced=False, verbs=["list", "watch"])
+    kube_config = KubeConfig(server=str(kmock.url))
+
+    async def start(c: OperatorConfig) -> Runtime:
+        return await Runtime.start(c, kube_config, FixedSource(nodes), refresh_interval_s=0.2)
+
+    registry = build_registry(cfg, start, kube_config)
+    stop, ready = asyncio.Event(), asyncio.Event()
+    task = asyncio.create_task(kopf.operator(
+        registry=registry, clusterwide=True, standalone=True, stop_flag=stop, ready_flag=ready))
+    try:
+        await asyncio.wait_for(ready.wait(), 20)
+        yield
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 20)
+
+
+@pytest.fixture
+def cert(tmp_path: Path) -> tuple[Path, Path]:
+    return self_signed(tmp_path, ["localhost", "127.0.0.1"])
+
+
+def review(obj: dict[str, Any], uid: str = "r1") -> dict[str, Any]:
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": uid, "kind": {"group": "", "version": "v1", "kind": "Pod"},
+        "resource": {"group": "", "version": "v1", "resource": "pods"}, "operation": "CREATE",
+        "namespace": obj["metadata"]["namespace"], "name": obj["metadata"]["name"], "object": obj,
+        "userInfo": {"username": "tester"}, "dryRun": False}}
+
+
+async def wait_for(cond: Any, timeout: float = 15.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not cond():
+            await asyncio.sleep(0.05)
+
+
+async def test_admission_over_https(kmock: km.KubernetesEmulator, cert: tuple[Path, Path]) -> None:
+    port = free_port()
+    cfg = OperatorConfig(standalone=True, metrics_port=0, interval_s=3600, webhook={
+        "addr": "127.0.0.1", "port": port, "host": "localhost", "certfile": cert[0], "pkeyfile": cert[1]})
+    fleet = [node("n1", gpu(0, total_gib=80), mps=True)]
+    ctx = ssl.create_default_context(cafile=str(cert[0]))
+    async with running(kmock, cfg, fleet), httpx.AsyncClient(verify=ctx, timeout=10) as http:
+        url = f"https://localhost:{port}"
+        await asyncio.sleep(0.5)  # the first snapshot is taken at startup; the server starts right after
+
+        too_big = pod("big", annotations={ann.GPU_MEMORY: "100Gi"}, gpus=0)
+        r = (await http.post(f"{url}/gpu-memory", json=review(too_big, "u1"))).json()
+        assert r["kind"] == "AdmissionReview" and r["response"]["uid"] == "u1"
+        assert r["response"]["allowed"] is False
+        assert "larger than the largest GPU in the cluster (H100, 80.0 GiB)" in r["response"]["status"]["message"]
+        assert r["response"]["status"]["code"] == 400
+
+        bad = pod("bad", annotations={ann.GPU_MEMORY: "twenty gigs"}, gpus=0)
+        r = (await http.post(f"{url}/gpu-memory", json=review(bad))).json()
+        assert not r["response"]["allowed"] and "kelvin.dev/gpu-memory='twenty gigs'" in r["response"]["status"][
+            "message"]
+
+        multi = pod("multi", annotations={ann.GPU_MEMORY: "20Gi"}, gpus=2)
+        r = (await http.post(f"{url}/gpu-memory", json=review(multi))).json()
+        assert not r["response"]["allowed"] and "requests 2 whole GPUs" in r["response"]["status"]["message"]
+
+        ok = pod("ok", annotations={ann.GPU_MEMORY: "20Gi", ann.GPU_SHARE: "250"}, gpus=0)
+        r = (await http.post(f"{url}/gpu-memory", json=review(ok))).json()
+        assert r["response"]["allowed"] is True
+
+        r = (await http.post(f"{url}/gpu-env", json=review(ok, "m1"))).json()
+        assert r["response"]["allowed"] is True and r["response"]["patchType"] == "JSONPatch"
+        patched = jsonpatch.apply_patch(ok, json.loads(base64.b64decode(r["response"]["patch"])))
+        env = {e["name"]: e["value"] for e in patched["spec"]["containers"][0]["env"]}
+        assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=20480M"
+        assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "25"
+        assert env["XLA_PYTHON_CLIENT_MEM_FRACTION"] == "0.250"
+
+        # a whole-GPU pod is left alone
+        whole = pod("whole", gpus=1)
+        r = (await http.post(f"{url}/gpu-env", json=review(whole))).json()
+        assert r["response"]["allowed"] is True and "patch" not in r["response"]
+
+        # and plain HTTP is refused: the server only speaks TLS
+        with pytest.raises(httpx.HTTPError):
+            async with httpx.AsyncClient(timeout=3) as plain:
+                await plain.post(f"http://localhost:{port}/gpu-memory", json=review(ok))
+
+
+async def test_timer_taints_and_evicts_through_the_index(kmock: km.KubernetesEmulator) -> None:
+    evictions_succeed(kmock)
+    kmock.objects[NODES, None, "n1"] = node_obj("n1")
+    kmock.objects[PODS, "ml", "hot"] = pod("hot", gpu_indices="0")
+    kmock.objects[PODS, "ml", "cpu"] = pod("cpu", gpus=0)
+    cfg = OperatorConfig(standalone=True, metrics_port=0, interval_s=0.5, webhook={"enabled": False},
+                         protection={"min_pod_age_s": 0})
+    fleet = [node("n1", gpu(0, 91.0, procs=(proc("hot", 10),)))]
+    async with running(kmock, cfg, fleet):
+        try:
+            await wait_for(lambda: len(kmock["post", PODS, km.subresource("eviction")]) >= 1)
+        finally:
+            print("REQS", [(r.method.value, str(r.url)) for r in kmock])
+        taints = kmock.objects[NODES, None, "n1"]["spec"]["taints"]
+        assert [t["key"] for t in taints] == ["kelvin.dev/thermal"]
+    evicted = [str(r.url.path) for r in kmock["post", PODS, km.subresource("eviction")]]
+    assert set(evicted) == {"/api/v1/namespaces/ml/pods/hot/eviction"}

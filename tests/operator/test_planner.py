@@ -1,0 +1,181 @@
+"""Pure tests of the strategies, the planner (protections, ranking) and the eviction limits."""
+
+from __future__ import annotations
+
+from kelvin_operator.config import LimitsConfig, NoisyConfig, PoolConfig, PoolMode, ProtectionConfig
+from kelvin_operator.handshake import Step, decide
+from kelvin_operator.limits import EvictionBudget
+from kelvin_operator.planner import plan, protection, restart_cost_s
+from kelvin_operator.pods import format_time, pod_view
+from kelvin_operator.strategies import (
+    Candidate, Reason, ViolationKind, memory_pools, noisy_neighbours, pod_gpus, thermal,
+)
+from opkit import T0, gpu, node, pod, proc
+
+from scheduler_plugin.hotness import HotnessConfig, observe
+from scheduler_plugin.model import annotations as ann
+
+PROT = ProtectionConfig(min_pod_age_s=300)
+
+
+def cand(p: dict, heat: float = 1.0, reason: Reason = Reason.THERMAL) -> Candidate:
+    return Candidate(pod=pod_view(p), reason=reason, heat=heat, detail="test")
+
+
+# --- protections -------------------------------------------------------------------------------------------------
+
+def test_protections_each_named() -> None:
+    cases = {
+        "evictable": pod("a", annotations={ann.EVICTABLE: "false"}),
+        "system-critical": pod("b", priority_class="system-node-critical"),
+        "priority": pod("c", priority=2_000_000_000),
+        "DaemonSet": pod("d", owner="DaemonSet"),
+        "bare pod": pod("e", owner=None),
+        "minimum age": pod("f", age_s=60),
+        "protected namespace": pod("g", ns="kube-system"),
+    }
+    for word, p in cases.items():
+        why = protection(pod_view(p), T0, PROT)
+        assert why is not None and (word in why or word.lower() in why.lower()), (word, why)
+    assert protection(pod_view(pod("ok")), T0, PROT) is None
+
+
+def test_bare_pods_allowed_when_configured() -> None:
+    cfg = PROT.model_copy(update={"allow_bare_pods": True})
+    assert protection(pod_view(pod("e", owner=None)), T0, cfg) is None
+
+
+def test_evictable_true_is_not_protected() -> None:
+    assert protection(pod_view(pod("a", annotations={ann.EVICTABLE: "true"})), T0, PROT) is None
+
+
+# --- ranking -----------------------------------------------------------------------------------------------------
+
+def test_rank_priority_then_heat_then_restart_cost() -> None:
+    hi = cand(pod("hi", priority=100), heat=50)
+    lo_cool = cand(pod("lo-cool", priority=0), heat=1)
+    lo_hot = cand(pod("lo-hot", priority=0), heat=9)
+    # same priority and heat: the one that restarted most recently loses least work
+    young = cand(pod("young", priority=0, age_s=600), heat=1)
+    ranked, protected = plan([hi, lo_cool, lo_hot, young], T0, PROT)
+    assert [c.pod.name for c in ranked] == ["lo-hot", "young", "lo-cool", "hi"]
+    assert protected == []
+
+
+def test_checkpoint_done_lowers_restart_cost() -> None:
+    old = pod_view(pod("x", age_s=7200, annotations={ann.CHECKPOINT_DONE: format_time(T0 - 30)}))
+    assert restart_cost_s(old, T0) == 30
+    assert restart_cost_s(pod_view(pod("y", age_s=7200)), T0) == 7200
+
+
+def test_plan_one_candidate_per_pod_most_urgent_reason() -> None:
+    p = pod("p")
+    ranked, _ = plan([cand(p, 5, Reason.MEMORY_POOL), cand(p, 1, Reason.THERMAL)], T0, PROT)
+    assert len(ranked) == 1 and ranked[0].reason is Reason.THERMAL
+
+
+def test_plan_sets_protected_aside_with_reason() -> None:
+    ranked, protected = plan([cand(pod("ds", owner="DaemonSet")), cand(pod("ok"))], T0, PROT)
+    assert [c.pod.name for c in ranked] == ["ok"]
+    assert protected[0].candidate.pod.name == "ds" and "DaemonSet" in protected[0].why
+
+
+# --- limits ------------------------------------------------------------------------------------------------------
+
+def test_limits_per_node_cycle_namespace_total_window() -> None:
+    b = EvictionBudget(LimitsConfig(max_per_node_per_cycle=1, max_per_namespace=2, max_total=3, window_s=100))
+    b.new_cycle("n1")
+    assert b.refusal("n1", "a", 0) is None
+    b.record("n1", "a", 0)
+    assert "this cycle" in (b.refusal("n1", "a", 0) or "")
+    b.new_cycle("n1")
+    b.record("n1", "a", 1)
+    b.new_cycle("n2")
+    assert "namespace a" in (b.refusal("n2", "a", 2) or "")
+    assert b.refusal("n2", "b", 2) is None
+    b.record("n2", "b", 2)
+    b.new_cycle("n3")
+    assert "cluster" in (b.refusal("n3", "c", 3) or "")
+    # the window slides: after 100 s the first eviction no longer counts
+    assert b.refusal("n3", "c", 100.5) is None
+    assert b.used(100.5) == 2
+
+
+def test_zero_limits_refuse_everything() -> None:
+    b = EvictionBudget(LimitsConfig(max_per_node_per_cycle=0))
+    b.new_cycle("n")
+    assert b.refusal("n", "a", 0) is not None
+
+
+# --- handshake ---------------------------------------------------------------------------------------------------
+
+def test_handshake_steps() -> None:
+    assert decide({}, T0, 600).step is Step.REQUEST
+    req = {ann.CHECKPOINT_REQUESTED: format_time(T0 - 10)}
+    assert decide(req, T0, 600).step is Step.WAIT
+    old_done = {**req, ann.CHECKPOINT_DONE: format_time(T0 - 3600)}
+    assert decide(old_done, T0, 600).step is Step.WAIT  # a checkpoint from before the request does not count
+    done = {**req, ann.CHECKPOINT_DONE: format_time(T0 - 4)}
+    d = decide(done, T0, 600)
+    assert d.step is Step.EVICT_DONE and abs(d.waited_s - 6) < 1e-3
+    late = {ann.CHECKPOINT_REQUESTED: format_time(T0 - 601)}
+    assert decide(late, T0, 600).step is Step.EVICT_TIMEOUT
+    assert decide({ann.CHECKPOINT_REQUESTED: "yesterday"}, T0, 600).step is Step.REQUEST
+
+
+# --- strategies --------------------------------------------------------------------------------------------------
+
+def test_thermal_candidates_only_on_warm_gpus_heat_weighted() -> None:
+    nd = node("n1", gpu(0, 88.0), gpu(1, 60.0), gpu(2, 80.0))
+    pods = [pod_view(pod("on0", gpu_indices="0")), pod_view(pod("on1", gpu_indices="1")),
+            pod_view(pod("on2", gpu_indices="2")), pod_view(pod("cpu", gpus=0))]
+    cfg = HotnessConfig()
+    got = {c.pod.name: c.heat for c in thermal(nd, observe(nd, cfg), pods, cfg.cool_celsius)}
+    assert set(got) == {"on0", "on2"}
+    assert got["on0"] > got["on2"] > 0
+
+
+def test_pod_gpus_from_process_attribution_and_unknown_placement() -> None:
+    nd = node("n1", gpu(0), gpu(1, procs=(proc("p", 3),)))
+    assert pod_gpus(pod_view(pod("p")), nd) == (1,)
+    assert pod_gpus(pod_view(pod("q")), nd) == (0, 1)  # requests a GPU, placement unknown: any
+    assert pod_gpus(pod_view(pod("r", gpus=0)), nd) == ()
+
+
+def test_noisy_memory_offender_not_victim() -> None:
+    nd = node("n1", gpu(0, procs=(proc("big", 30), proc("small", 5))))
+    pods = [pod_view(pod("big", annotations={ann.GPU_MEMORY: "20Gi"})),
+            pod_view(pod("small", annotations={ann.GPU_MEMORY: "20Gi"}))]
+    got = noisy_neighbours(nd, pods, NoisyConfig())
+    assert [c.pod.name for c in got] == ["big"] and got[0].reason is Reason.NOISY_NEIGHBOR
+
+
+def test_noisy_compute_offender_and_priority_protection() -> None:
+    procs = (proc("hog", 5, sm=0.8), proc("meek", 5, sm=0.1))
+    nd = node("n1", gpu(0, util=0.97, procs=procs))
+    share = {ann.GPU_SHARE: "400"}
+    pods = [pod_view(pod("hog", annotations=share)), pod_view(pod("meek", annotations=share))]
+    assert [c.pod.name for c in noisy_neighbours(nd, pods, NoisyConfig())] == ["hog"]
+    # the offender has a higher priority than its only victim: it is entitled to the GPU
+    pods_hi = [pod_view(pod("hog", priority=100, annotations=share)), pod_view(pod("meek", annotations=share))]
+    assert noisy_neighbours(nd, pods_hi, NoisyConfig()) == []
+    # a GPU that is not busy has no noisy neighbour
+    idle = node("n1", gpu(0, util=0.5, procs=procs))
+    assert noisy_neighbours(idle, pods, NoisyConfig()) == []
+
+
+def test_memory_pool_modes_tolerance_grace_failed_open() -> None:
+    nd = node("n1", gpu(0, procs=(proc("p", 21),)))
+    pods = [pod_view(pod("p", annotations={ann.GPU_MEMORY: "20Gi"}))]
+    within = PoolConfig(tolerance_ratio=0.10, mode=PoolMode.EVICT)
+    assert memory_pools(nd, pods, within, {}, T0, False)[0] == []
+    cfg = PoolConfig(tolerance_ratio=0.01, mode=PoolMode.EVICT, grace_s=60)
+    v, since = memory_pools(nd, pods, cfg, {}, T0, False)
+    assert len(v) == 1 and v[0].kind is ViolationKind.OVER_POOL and not v[0].actionable
+    v, since = memory_pools(nd, pods, cfg, since, T0 + 61, True)
+    assert v[0].actionable and v[0].kind is ViolationKind.FAILED_OPEN and "FAILED OPEN" in v[0].message()
+    warn = cfg.model_copy(update={"mode": PoolMode.WARN})
+    assert not memory_pools(nd, pods, warn, since, T0 + 1000, False)[0][0].actionable
+    # back under the pool: dropped from the grace map
+    ok = node("n1", gpu(0, procs=(proc("p", 10),)))
+    assert memory_pools(ok, pods, cfg, since, T0 + 2000, False) == ([], {})

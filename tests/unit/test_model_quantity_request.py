@@ -1,0 +1,158 @@
+"""Quantities and pod GPU requests: exact parsing, and errors that name the annotation or resource."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import numpy as np
+import pytest
+
+from scheduler_plugin.model import GIB, RequestError, Topology, parse_pod
+from scheduler_plugin.model import annotations as ann
+from scheduler_plugin.model.quantity import (
+    QuantityError,
+    format_gib,
+    parse_bytes,
+    parse_cpu_milli,
+    parse_quantity,
+)
+from tests.unit.fleet_helpers import pod, request
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("20Gi", Decimal(20 * 2**30)),
+        ("512Mi", Decimal(512 * 2**20)),
+        ("1.5", Decimal("1.5")),
+        ("500m", Decimal("0.5")),
+        ("1e3", Decimal(1000)),
+        ("2k", Decimal(2000)),
+        ("1G", Decimal(10**9)),
+        (" 3 ", Decimal(3)),
+        (7, Decimal(7)),
+        (0.25, Decimal("0.25")),
+        (".5", Decimal("0.5")),
+    ],
+)
+def test_quantities(text: str | int | float, value: Decimal) -> None:
+    assert parse_quantity(text) == value
+
+
+@pytest.mark.parametrize("text", ["", "Gi", "20 Gi", "20gb", "abc", "1.2.3", "--1", True, float("nan"), float("inf")])
+def test_bad_quantities(text: object) -> None:
+    with pytest.raises(QuantityError):
+        parse_quantity(text)  # type: ignore[arg-type]
+
+
+def test_bytes_and_cpu() -> None:
+    assert parse_bytes("1.5Ki") == 1536
+    assert parse_bytes("0.1") == 1  # rounded up
+    assert parse_cpu_milli("2") == 2000
+    assert parse_cpu_milli("250m") == 250
+    with pytest.raises(QuantityError, match="negative"):
+        parse_bytes("-1Gi")
+    assert format_gib(12 * GIB) == "12.0 GiB"
+
+
+def test_whole_gpu_request_from_pod() -> None:
+    r = parse_pod(pod({ann.TOPOLOGY: "nvlink-required", ann.GPU_MODELS: "A100, H100"}, gpus=4))
+    assert r.count == 4
+    assert r.whole and not r.shared
+    assert r.topology is Topology.NVLINK_REQUIRED
+    assert r.models == frozenset({"A100", "H100"})
+    assert r.pod_key == "default/p"
+    assert r.cpu_milli == 1000
+    assert r.describe() == "4 whole GPUs"
+
+
+def test_shared_request_from_annotations() -> None:
+    r = parse_pod(pod({ann.GPU_MEMORY: "20Gi", ann.GPU_SHARE: "250", ann.MAX_TEMPERATURE: "78"}))
+    assert r.count == 1
+    assert r.shared
+    assert r.memory_bytes == 20 * GIB
+    assert r.milli == 250
+    assert r.max_temperature == 78.0
+    assert r.describe() == "a share of one GPU (20 GiB, 25% of compute)"
+    # memory in thousandths of each GPU: 20 of 80 GiB is 250, of 40 GiB is 500; more than the GPU never fits
+    need = r.demand_milli(np.array([80 * GIB, 40 * GIB, 16 * GIB], dtype=np.int64))
+    assert need.tolist() == [250, 500, 1001]
+
+
+def test_no_gpu_pod() -> None:
+    r = parse_pod(pod())
+    assert not r.wants_gpu
+    assert r.describe() == "no GPU"
+
+
+@pytest.mark.parametrize(
+    ("annotations", "gpus", "field", "problem"),
+    [
+        ({ann.GPU_MEMORY: "twenty"}, None, ann.GPU_MEMORY, "not a memory quantity"),
+        ({ann.GPU_MEMORY: "0"}, None, ann.GPU_MEMORY, "must be more than zero"),
+        ({ann.GPU_MEMORY: "20Gi"}, 2, ann.GPU_MEMORY, "means one shared GPU"),
+        ({ann.GPU_SHARE: "half"}, None, ann.GPU_SHARE, "must be an integer"),
+        ({ann.GPU_SHARE: "1001"}, None, ann.GPU_SHARE, "between 1 and 1000"),
+        ({ann.GPU_SHARE: "500"}, 2, ann.GPU_SHARE, "cannot be combined with 2 whole GPUs"),
+        ({ann.GPU_MODELS: "A100,,H100"}, 1, ann.GPU_MODELS, "comma-separated list"),
+        ({ann.TOPOLOGY: "nvlink"}, 2, ann.TOPOLOGY, "must be one of nvlink-required, nvlink-preferred, any"),
+        ({ann.MAX_TEMPERATURE: "hot"}, 1, ann.MAX_TEMPERATURE, "temperature in Celsius"),
+        ({ann.MAX_TEMPERATURE: "200"}, 1, ann.MAX_TEMPERATURE, "between 20 and 120"),
+        ({}, "1.5", "container 'main' resource nvidia.com/gpu", "not a whole number of GPUs"),
+        ({}, "two", "container 'main' resource nvidia.com/gpu", "not a quantity"),
+    ],
+)
+def test_errors_name_the_field(annotations: dict[str, str], gpus: object, field: str, problem: str) -> None:
+    with pytest.raises(RequestError) as exc:
+        parse_pod(pod(annotations, gpus=gpus))  # type: ignore[arg-type]
+    assert exc.value.field == field
+    assert problem in exc.value.problem
+    assert str(exc.value).startswith(f"{field}=")
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ([], "Pod"),
+        ({"metadata": ["x"], "spec": {}}, "Pod"),
+        ({"metadata": {}, "spec": {"containers": "abc"}}, "spec.containers"),
+        ({"metadata": {}, "spec": {"containers": {"a": 1}}}, "spec.containers"),
+        ({"metadata": {}, "spec": {"initContainers": ["abc"]}}, "spec.initContainers"),
+        ({"metadata": {}, "spec": {"containers": [{"name": "a", "resources": ["x"]}]}}, "spec.containers[a].resources"),
+        ({"metadata": {}, "spec": {"priority": "high"}}, "spec.priority"),
+        ({"metadata": {}, "spec": {"overhead": ["x"]}}, "spec.overhead"),
+        ({"metadata": {}, "spec": {"overhead": {"cpu": "zz"}}}, "spec.overhead.cpu"),
+        ({"metadata": {"annotations": {ann.GPU_MEMORY: 5}}, "spec": {}}, ann.GPU_MEMORY),
+        (
+            {
+                "metadata": {},
+                "spec": {"containers": [{"name": "a", "resources": {"limits": {ann.GPU_RESOURCE: "1e400"}}}]},
+            },
+            "container 'a' resource nvidia.com/gpu",
+        ),
+        ({"metadata": {"annotations": ["x"]}, "spec": {}}, "metadata.annotations"),
+        (
+            {"metadata": {}, "spec": {"containers": [{"name": "c", "resources": {"limits": ["x"]}}]}},
+            "spec.containers[c].resources.limits",
+        ),
+    ],
+)
+def test_malformed_pods(body: object, field: str) -> None:
+    with pytest.raises(RequestError) as exc:
+        parse_pod(body)  # type: ignore[arg-type]
+    assert exc.value.field == field
+
+
+def test_init_containers_and_limits_only() -> None:
+    body = {
+        "metadata": {"name": "x"},
+        "spec": {
+            "containers": [{"name": "a", "resources": {"limits": {"nvidia.com/gpu": 1}}}],
+            "initContainers": [{"name": "i", "resources": {"requests": {"nvidia.com/gpu": "2"}}}],
+        },
+    }
+    assert parse_pod(body).count == 2
+
+
+def test_helper_request_matches_parse() -> None:
+    assert request(2, topology="nvlink-preferred").topology is Topology.NVLINK_PREFERRED

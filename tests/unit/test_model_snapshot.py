@@ -1,0 +1,86 @@
+"""The columnar fleet view: shapes, padding, capacity from records and telemetry, overlays, staleness."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from scheduler_plugin.model import GIB, Snapshot, ThrottleReason, build_arrays, empty_snapshot
+from tests.unit.fleet_helpers import NOW, dgx, fleet, gpu, node, shared, whole
+
+
+def test_shapes_and_padding() -> None:
+    f = fleet(dgx("big"), node("small", [gpu(0, model="T4", mem_gib=16), gpu(1, model="T4", mem_gib=16)]))
+    assert f.gpu_present.shape == (2, 8)
+    assert f.gpu_present.sum(axis=1).tolist() == [8, 2]
+    assert f.gpu_count.tolist() == [8, 2]
+    assert f.gpu_index[1].tolist() == [0, 1, -1, -1, -1, -1, -1, -1]
+    assert f.free_milli[1, 2:].tolist() == [0] * 6  # padding is never free
+    assert f.models == ("A100", "T4")
+    assert f.model_ids(["t4", "V100"]) == {1}
+    assert f.index == {"big": 0, "small": 1}
+    assert f.nvlink[0].sum() == 8 * 7
+    assert not f.nvlink[1].any()
+    assert f.switch[0, 0] == f.switch[0, 1] != f.switch[0, 2]
+
+
+def test_capacity_from_records_and_telemetry() -> None:
+    n = node(
+        "a",
+        [gpu(0), gpu(1, used_gib=40), gpu(2, used_gib=0.5), gpu(3)],
+        assignments=[whole("w", 0), shared("s", 3, milli=250, mem_gib=10)],
+    )
+    f = fleet(n)
+    assert f.free_milli[0].tolist() == [0, 500, 1000, 750]  # telemetry use counts; driver overhead does not
+    assert f.free_mem[0].tolist() == [0, 40 * GIB, 80 * GIB, 70 * GIB]
+    assert f.tenants[0].tolist() == [1, 0, 0, 1]
+
+
+def test_with_assumed_overlays_capacity_only() -> None:
+    f = fleet(dgx("a"), dgx("b"))
+    view = f.with_assumed({"b": [shared("x", 2, milli=300, mem_gib=20), whole("y", 5)], "gone": [whole("z", 0)]})
+    assert view.free_milli[1, [2, 5]].tolist() == [700, 0]
+    assert view.free_mem[1, 2] == 60 * GIB
+    assert view.tenants[1, [2, 5]].tolist() == [1, 1]
+    assert f.free_milli[1, [2, 5]].tolist() == [1000, 1000]  # the original is untouched
+    assert view.temp is f.temp  # everything else shared
+    assert f.with_assumed({}) is f
+
+
+def test_copy_is_deep_for_arrays() -> None:
+    f = fleet(dgx("a"))
+    c = f.copy()
+    c.free_milli[0, 0] = 0
+    assert f.free_milli[0, 0] == 1000
+
+
+def test_gpu_derived_fields() -> None:
+    g = gpu(0, used_gib=90, mem_gib=80, throttle=int(ThrottleReason.HW_THERMAL_SLOWDOWN), clock=(500, 2000))
+    assert g.memory_free_bytes == 0
+    assert g.thermally_throttled
+    assert g.clock_ratio == 0.25
+    assert gpu(0, clock=(0, 0)).clock_ratio == 1.0
+
+
+def test_stale_mask() -> None:
+    snap = Snapshot(
+        nodes=(
+            node("fresh", [gpu(0)]),
+            node("old", [gpu(0)], observed_at=NOW - 60),
+            node("never", [gpu(0)], observed_at=None),
+        ),
+        taken_at=NOW,
+    )
+    assert snap.stale_mask(NOW + 1, 30).tolist() == [False, True, True]
+    assert snap.stale_nodes(NOW + 1, 30) == ["old", "never"]
+    assert snap.node("old") is snap.nodes[1]
+    assert snap.age_seconds(NOW + 5) == 5
+    assert math.isinf(empty_snapshot().age_seconds(NOW))
+
+
+def test_empty_fleet() -> None:
+    f = build_arrays([])
+    assert f.n_nodes == 0
+    assert f.gpu_present.shape == (0, 1)
+    assert np.isnan(f.observed_at).all()

@@ -1,0 +1,119 @@
+"""The policy file: defaults, camelCase, YAML loading, and errors that name the field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from scheduler_plugin.policies import Framework, PolicyConfig
+from scheduler_plugin.policies.registry import PolicyConfigError, names
+
+MINE = {"topology": {}, "thermal": {}, "noise": {}, "burst": {}}
+
+
+def test_defaults() -> None:
+    cfg = PolicyConfig()
+    assert cfg.telemetry.max_age_seconds == 30.0
+    assert cfg.telemetry.on_stale == "deny"
+    assert cfg.filters.thermal_hard_limits is True
+    assert set(cfg.scoring) == {"fragmentation", "topology", "thermal", "noise", "burst"}
+    assert cfg.ledger.ttl_seconds == 30.0
+
+
+def test_yaml_camel_case(tmp_path: Path) -> None:
+    p = tmp_path / "policy.yaml"
+    p.write_text(
+        """
+telemetry: {maxAgeSeconds: 12, onStale: allow}
+filters: {thermalHardLimits: false, slowdownMarginCelsius: 2}
+scoring:
+  thermal: {weight: 3, args: {horizonSeconds: 120, comfortableHeadroomCelsius: 20}}
+  topology: {weight: 1}
+picker: topology
+ledger: {ttlSeconds: 45}
+""",
+        encoding="utf-8",
+    )
+    cfg = PolicyConfig.from_yaml(p)
+    assert cfg.telemetry.max_age_seconds == 12
+    assert cfg.telemetry.on_stale == "allow"
+    assert cfg.filters.thermal_hard_limits is False
+    assert cfg.scoring["thermal"].weight == 3
+    fw = Framework.from_config(cfg)
+    assert [ws.name for ws in fw.scorers] == ["thermal", "topology"]
+    thermal = fw.scorers[0].plugin
+    assert thermal.args.horizon_seconds == 120  # type: ignore[attr-defined]
+    assert fw.ledger is not None
+    assert fw.ledger.ttl_s == 45
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (
+            {"scoring": {"thermal": {"weight": -1}}},
+            "scoring.thermal.weight: Input should be greater than or equal to 0",
+        ),
+        ({"telemetry": {"onStale": "maybe"}}, "telemetry.onStale: Input should be 'allow' or 'deny'"),
+        ({"telemetry": {"maxAgeSeconds": 0}}, "telemetry.maxAgeSeconds: Input should be greater than 0"),
+        ({"telemetry": {"maxAge": 5}}, "telemetry.maxAge: Extra inputs are not permitted"),
+        ({"filters": {"thermalHardLimits": "sometimes"}}, "filters.thermalHardLimits: Input should be a valid boolean"),
+        ({"ledger": {"ttlSeconds": -3}}, "ledger.ttlSeconds: Input should be greater than 0"),
+        ({"scoring": {"thermal": {"wieght": 1}}}, "scoring.thermal.wieght: Extra inputs are not permitted"),
+        ({"scoring": ["thermal"]}, "scoring: Input should be a valid dictionary"),
+    ],
+)
+def test_structural_errors_name_the_field(data: dict[str, object], message: str) -> None:
+    with pytest.raises(PolicyConfigError) as exc:
+        PolicyConfig.from_mapping(data)
+    assert message in str(exc.value)
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"scoring": {"thermall": {}}, "picker": "topology"}, "scoring.thermall: unknown score policy 'thermall'"),
+        (
+            {"scoring": {"thermal": {"args": {"horizonSeconds": -1}}}, "picker": "topology"},
+            "scoring.thermal.args.horizonSeconds: Input should be greater than or equal to 0",
+        ),
+        (
+            {"scoring": {"noise": {"args": {"loudness": 1}}}, "picker": "topology"},
+            "scoring.noise.args.loudness: Extra inputs are not permitted",
+        ),
+        ({"scoring": MINE, "picker": "best-guess"}, "picker: unknown picker policy 'best-guess'"),
+        (
+            {"scoring": MINE, "picker": "topology", "pickerArgs": {"nvlink": 2}},
+            "pickerArgs.nvlink: Input should be less than or equal to 1",
+        ),
+    ],
+)
+def test_plugin_errors_name_the_field(data: dict[str, object], message: str) -> None:
+    cfg = PolicyConfig.from_mapping(data)
+    with pytest.raises(PolicyConfigError) as exc:
+        Framework.from_config(cfg)
+    assert message in str(exc.value)
+
+
+def test_yaml_errors(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.yaml"
+    with pytest.raises(PolicyConfigError, match="cannot read the policy file"):
+        PolicyConfig.from_yaml(missing)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("scoring: [unclosed", encoding="utf-8")
+    with pytest.raises(PolicyConfigError, match="not valid YAML"):
+        PolicyConfig.from_yaml(bad)
+    scalar = tmp_path / "scalar.yaml"
+    scalar.write_text("42", encoding="utf-8")
+    with pytest.raises(PolicyConfigError, match="must be a mapping at the top level"):
+        PolicyConfig.from_yaml(scalar)
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("", encoding="utf-8")
+    assert PolicyConfig.from_yaml(empty) == PolicyConfig()
+
+
+@pytest.mark.skipif("fragmentation" not in names("score"), reason="the fragmentation policy is not registered yet")
+def test_default_config_builds() -> None:
+    fw = Framework.from_config(PolicyConfig())
+    assert {ws.name for ws in fw.scorers} == {"fragmentation", "topology", "thermal", "noise", "burst"}

@@ -1,0 +1,149 @@
+"""The framework: filters in order, weighted scores, the ledger overlay, picking and explaining."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from scheduler_plugin.model import FleetArrays, GpuNode
+from scheduler_plugin.policies import Framework, PolicyConfig
+from tests.unit.fleet_helpers import NOW, dgx, fleet, gpu, node, nvlink_pairs, pcie_box, request, whole
+
+
+def framework(scoring: dict[str, object] | None = None, **extra: object) -> Framework:
+    data: dict[str, object] = {
+        "scoring": scoring if scoring is not None else {"topology": {}, "thermal": {}, "noise": {}, "burst": {}},
+        "picker": "topology",
+        **extra,
+    }
+    return Framework.from_config(PolicyConfig.from_mapping(data))
+
+
+def all_rows(f: FleetArrays) -> np.ndarray:  # type: ignore[type-arg]
+    return np.arange(f.n_nodes, dtype=np.int64)
+
+
+def test_filter_outcome_names_each_rejected_row() -> None:
+    fw = framework()
+    f = fleet(
+        dgx("ok"),
+        node("stale", [gpu(0)], observed_at=NOW - 100),
+        pcie_box("busy", assignments=[whole("x", *range(8))]),
+        node("t4", [gpu(0, model="T4", mem_gib=16)]),
+    )
+    ctx = fw.context(f, NOW)
+    out = fw.filter(request(1, models="A100"), f, all_rows(f), ctx)
+    assert out.passed.tolist() == [0]
+    assert out.rejected[1].reason == "telemetry is 100 s old (limit 30 s)"
+    assert out.rejected[2].reason == "0 of 8 usable GPUs are free; the pod needs 1 whole GPU"
+    assert not out.rejected[2].unresolvable
+    assert out.rejected[3].reason == "needs 1 GPU of model A100; node has 1 T4"
+    assert out.rejected[3].unresolvable
+
+
+def test_stale_allowed() -> None:
+    fw = framework(telemetry={"onStale": "allow"})
+    f = fleet(node("stale", [gpu(0)], observed_at=None))
+    assert fw.filter(request(1), f, all_rows(f), fw.context(f, NOW)).passed.tolist() == [0]
+
+
+def test_pods_without_gpu_pass_and_score_zero() -> None:
+    fw = framework()
+    f = fleet(node("cpu", [], observed_at=None), dgx("g"))
+    ctx = fw.context(f, NOW)
+    out = fw.filter(request(0), f, all_rows(f), ctx)
+    assert out.passed.tolist() == [0, 1]
+    assert out.rejected == {}
+    ints, comb = fw.prioritize(request(0), f, out.passed, ctx)
+    assert ints.tolist() == [0, 0]
+    assert fw.pick(request(0), f, 1, ctx) == ()
+
+
+def test_weighted_mean_and_rounding() -> None:
+    # thermal 77 °C -> 4.0 points (weight 3); burst untouched -> 10 points (weight 1): (12 + 10) / 4 = 5.5 -> 6
+    fw = framework({"thermal": {"weight": 3}, "burst": {"weight": 1}, "noise": {"weight": 0}})
+    f = fleet(node("a", [gpu(0, temp=77)]), node("b", [gpu(0, temp=50)]))
+    ints, comb = fw.prioritize(request(1), f, all_rows(f), fw.context(f, NOW))
+    assert comb.tolist() == [5.5, 10.0]
+    assert ints.tolist() == [6, 10]
+    assert [ws.name for ws in fw.scorers] == ["thermal", "burst"]  # weight 0 is off
+
+
+def test_all_weights_zero_scores_zero() -> None:
+    fw = framework({"thermal": {"weight": 0}})
+    f = fleet(dgx("a"))
+    ints, comb = fw.prioritize(request(1), f, all_rows(f), fw.context(f, NOW))
+    assert ints.tolist() == [0]
+
+
+def test_multi_gpu_prefers_nvlink_and_picks_connected_set() -> None:
+    fw = framework({"topology": {"weight": 1}})
+    f = fleet(pcie_box("pcie"), nvlink_pairs("pairs"), dgx("dgx"))
+    ctx = fw.context(f, NOW)
+    ints, _ = fw.prioritize(request(4), f, all_rows(f), ctx)
+    assert ints[2] == 10
+    assert ints[2] > ints[1] >= ints[0]
+    assert fw.pick(request(4), f, 2, ctx) == (0, 1, 2, 3)
+    assert fw.pick(request(9), f, 2, ctx) is None
+
+
+def test_ledger_overlay_and_burst_spread_a_burst() -> None:
+    fw = framework({"burst": {"weight": 1}, "thermal": {"weight": 1}}, telemetry={"maxAgeSeconds": 120})
+    f = fleet(node("a", [gpu(0), gpu(1)]), node("b", [gpu(0), gpu(1)]))
+    ctx = fw.context(f, NOW)
+    assert fw.prioritize(request(1), f, all_rows(f), ctx)[0].tolist() == [10, 10]
+    fw.assume("a", request(1, pod="p1"), [0], NOW)
+    ctx = fw.context(f, NOW + 1)
+    ints, _ = fw.prioritize(request(1), f, all_rows(f), ctx)
+    assert ints[0] < ints[1]
+    fw.assume("a", request(1, pod="p2"), [1], NOW + 1)
+    ctx = fw.context(f, NOW + 2)
+    out = fw.filter(request(1), f, all_rows(f), ctx)
+    assert out.passed.tolist() == [1]
+    assert out.rejected[0].reason == "0 of 2 usable GPUs are free; the pod needs 1 whole GPU"
+    assert fw.pick(request(1), f, 0, ctx) is None
+    # after the TTL (30 s) the assumed pods are gone again
+    ctx = fw.context(f, NOW + 40)
+    assert fw.filter(request(1), f, all_rows(f), ctx).passed.tolist() == [0, 1]
+
+
+def test_explain_is_json_and_complete() -> None:
+    fw = framework()
+    f = fleet(nvlink_pairs("a", assignments=[whole("x", 0)]), dgx("b"), node("hot", [gpu(0, temp=95)]))
+    ctx = fw.context(f, NOW)
+    ex = fw.explain(request(2), f, 0, ctx, candidates=all_rows(f))
+    d = json.loads(json.dumps(ex.to_dict()))
+    assert d["fits"] is True
+    assert d["node"] == "a"
+    assert [s["policy"] for s in d["scores"]] == ["topology", "thermal", "noise", "burst"]
+    assert all(0 <= s["normalized"] <= 10 and s["reasons"] for s in d["scores"])
+    assert d["gpus"] == [2, 3]
+    assert d["candidates"] == 2
+    ints, _ = fw.prioritize(request(2), f, np.array([0, 1]), ctx)
+    assert d["score"] == int(ints[0])
+    assert len(d["gpu_details"]) == 8
+    rejected = fw.explain(request(1), f, 2, ctx).to_dict()
+    assert rejected["fits"] is False
+    assert rejected["filters"][1]["reason"].startswith("gpu 0 is at 95 °C, at or above its slowdown threshold 87 °C")
+    assert rejected["filters"][1]["unresolvable"] is True
+    assert rejected["score"] is None
+
+
+@pytest.mark.parametrize("n_nodes", [1, 7, 40])
+def test_prioritize_is_per_row_and_order_independent(n_nodes: int) -> None:
+    rng = np.random.default_rng(n_nodes)
+    nodes: list[GpuNode] = [
+        dgx(f"n{i}", temp=float(rng.uniform(40, 85)), util=float(rng.uniform(0, 1))) for i in range(n_nodes)
+    ]
+    fw = framework()
+    f = fleet(*nodes)
+    ctx = fw.context(f, NOW)
+    rows = all_rows(f)
+    ints, comb = fw.prioritize(request(1), f, rows, ctx)
+    perm = rng.permutation(rows)
+    ints_p, comb_p = fw.prioritize(request(1), f, perm, fw.context(f, NOW))
+    assert np.allclose(comb_p, comb[perm])
+    assert ints.min() >= 0
+    assert ints.max() <= 10

@@ -1,0 +1,133 @@
+"""The assumed-allocation ledger (TTL, forget, reconcile, threads) and the burst score that reads it."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from scheduler_plugin.model import GpuAssignment, GpuProcess, Snapshot
+from scheduler_plugin.policies.base import CycleContext
+from scheduler_plugin.policies.burst import PLACEMENTS_KEY, BurstArgs, BurstScore, burst_load
+from scheduler_plugin.telemetry.ledger import AssumedLedger
+from tests.unit.fleet_helpers import NOW, dgx, fleet, gpu, node, request
+
+
+def a(pod: str, *gpus: int, uid: str | None = None) -> GpuAssignment:
+    return GpuAssignment(pod_key=f"default/{pod}", gpu_indices=gpus, pod_uid=uid)
+
+
+def test_entries_expire_after_ttl() -> None:
+    led = AssumedLedger(ttl_s=10)
+    led.assume("n1", a("p1", 0), NOW)
+    led.assume("n1", a("p2", 1), NOW + 5)
+    led.assume("n2", a("p3", 0), NOW + 6)
+    assert {k: [x.pod_key for x in v] for k, v in led.entries(NOW + 9).items()} == {
+        "n1": ["default/p1", "default/p2"],
+        "n2": ["default/p3"],
+    }
+    assert {k: len(v) for k, v in led.entries(NOW + 10).items()} == {"n1": 1, "n2": 1}
+    assert led.entries(NOW + 16) == {}
+    assert len(led) == 0
+
+
+def test_reassume_replaces_and_forget_drops() -> None:
+    led = AssumedLedger(ttl_s=30)
+    led.assume("n1", a("p1", 0), NOW)
+    led.assume("n2", a("p1", 3), NOW + 1)
+    assert {k: [x.gpu_indices for x in v] for k, v in led.entries(NOW + 2).items()} == {"n2": [(3,)]}
+    assert led.placements(NOW + 2, 30) == {"n2": [NOW + 1]}
+    assert led.forget("default/p1") is True
+    assert led.forget("default/p1") is False
+    assert led.entries(NOW + 2) == {}
+    assert led.placements(NOW + 2, 30) == {}
+
+
+def test_reconcile_drops_what_telemetry_shows() -> None:
+    led = AssumedLedger(ttl_s=30)
+    led.assume("n1", a("recorded", 0), NOW)
+    led.assume("n1", a("running", 1, uid="uid-run"), NOW)
+    led.assume("n1", a("unseen", 2, uid="uid-unseen"), NOW)
+    led.assume("gone", a("elsewhere", 0), NOW)
+    snap = Snapshot(
+        nodes=(
+            node(
+                "n1",
+                [gpu(0), gpu(1, processes=[GpuProcess(pid=7, used_bytes=2**30, pod_uid="uid-run")]), gpu(2)],
+                assignments=[a("recorded", 0)],
+            ),
+        ),
+        taken_at=NOW,
+    )
+    assert led.reconcile(snap) == 2
+    assert sorted(x.pod_key for v in led.entries(NOW + 1).values() for x in v) == [
+        "default/elsewhere",
+        "default/unseen",
+    ]
+    # the burst history keeps all four until the TTL
+    assert sum(len(v) for v in led.placements(NOW + 1, 30).values()) == 4
+
+
+def test_overlay_uses_capacity() -> None:
+    led = AssumedLedger(ttl_s=30)
+    f = fleet(dgx("n1"))
+    led.assume("n1", a("p", 0, 1), NOW)
+    view = f.with_assumed(led.entries(NOW))
+    assert view.free_milli[0, :3].tolist() == [0, 0, 1000]
+    assert f.free_milli[0, :3].tolist() == [1000, 1000, 1000]
+
+
+def test_thread_safety() -> None:
+    led = AssumedLedger(ttl_s=1000)
+
+    def work(t: int) -> None:
+        for i in range(200):
+            led.assume(f"n{i % 7}", a(f"t{t}-{i}", i % 8), NOW + i)
+            led.entries(NOW + i)
+            if i % 3 == 0:
+                led.forget(f"default/t{t}-{i}")
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(timeout=30)
+    assert len(led) == 4 * (200 - 67)
+
+
+def test_bad_ttl() -> None:
+    with pytest.raises(ValueError, match="ttl_s must be > 0"):
+        AssumedLedger(ttl_s=0)
+
+
+@pytest.mark.parametrize(
+    ("times", "expect"),
+    [
+        ([], 1.0),
+        ([NOW], 0.75),  # one placement just now: load 1 of 4
+        ([NOW, NOW, NOW, NOW], 0.0),
+        ([NOW - 5], round(1 - 0.5 / 4, 4)),  # half faded
+        ([NOW - 10, NOW - 20], 1.0),  # outside the window
+        ([NOW] * 9, 0.0),
+    ],
+)
+def test_burst_score(times: list[float], expect: float) -> None:
+    f = fleet(dgx("a"), dgx("b"))
+    ctx = CycleContext(now=NOW, extras={PLACEMENTS_KEY: {"a": times, "unknown": [NOW]}})
+    s = BurstScore(BurstArgs()).score(request(1), f, np.array([0, 1]), ctx)
+    assert [round(x, 4) for x in s.tolist()] == [expect, 1.0]
+
+
+def test_burst_without_ledger_is_neutral() -> None:
+    f = fleet(dgx("a"))
+    assert BurstScore(BurstArgs()).score(request(1), f, np.array([0]), CycleContext(now=NOW)).tolist() == [1.0]
+    assert burst_load(None, NOW, 10) == {}
+
+
+def test_burst_explain() -> None:
+    f = fleet(dgx("a"))
+    ctx = CycleContext(now=NOW, extras={PLACEMENTS_KEY: {"a": [NOW - 1, NOW - 2, NOW - 30]}})
+    assert BurstScore(BurstArgs()).explain(request(1), f, 0, ctx) == [
+        "2 pods placed here in the last 10 s (fading load 1.70 of 4)"
+    ]
