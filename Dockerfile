@@ -50,7 +50,10 @@ WORKDIR /etc/kelvin
 USER 10001:10001
 # extender 8888, exporter 9400, operator metrics 8080 / health 8081 / webhook 9443
 EXPOSE 8888 9400 8080 8081 9443
-# Probes come from Kubernetes (each component serves /healthz); a HEALTHCHECK cannot know which one runs here.
-HEALTHCHECK NONE
+# Every component serves /healthz: extender :8888, exporter :9400, operator :8081. Kubernetes uses its own probes
+# (the chart sets them); for `docker run`, point HEALTHCHECK_URL at the component started (default: the extender).
+ENV HEALTHCHECK_URL=http://127.0.0.1:8888/healthz
+HEALTHCHECK --interval=30s --timeout=5s --start-period=20s --retries=3 \
+  CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen(os.environ['HEALTHCHECK_URL'], timeout=4)"]
 ENTRYPOINT ["kelvin"]
 CMD ["--help"]

@@ -18,3 +18,5 @@ app.command("exporter")(__import__("scheduler_plugin.exporter.cli", fromlist=["e
 app.command("extender")(__import__("scheduler_plugin.extender.cli", fromlist=["extender"]).extender)
 app.command("explain")(__import__("scheduler_plugin.extender.cli", fromlist=["explain"]).explain)
 app.command("demo")(__import__("scheduler_plugin.extender.cli", fromlist=["demo"]).demo)
+app.command("operator")(__import__("kelvin_operator.cli", fromlist=["operator"]).operator)
+app.command("simulate")(__import__("scheduler_plugin.simulator.cli", fromlist=["simulate"]).simulate)

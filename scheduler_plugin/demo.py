@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import random
+import re
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -32,6 +33,8 @@ from .extender.server import ServerThread
 from .extender.service import Extender
 from .model import GIB, MILLI_PER_GPU, Snapshot
 from .model import annotations as ann
+from .policies import baselines as _baselines  # noqa: F401  (registers the comparison policies)
+from .policies.config import PolicyConfig
 from .telemetry.simulated import FleetSpec, SimulatedFleetSource
 
 #: GPUs within this many degrees of their slowdown threshold count as hot.
@@ -64,15 +67,26 @@ MIX: tuple[PodShape, ...] = (
 def make_pod(name: str, shape: PodShape, uid: str) -> dict[str, Any]:
     """A Pod as kube-scheduler sends it (API JSON): one container requesting ``nvidia.com/gpu``."""
     return {
-        "metadata": {"name": name, "namespace": "demo", "uid": uid, "annotations": dict(shape.annotations),
-                     "labels": {"app": "kelvin-demo", "shape": shape.label.replace(" ", "-").replace("<=", "max")}},
+        "metadata": {
+            "name": name,
+            "namespace": "demo",
+            "uid": uid,
+            "annotations": dict(shape.annotations),
+            "labels": {"app": "kelvin-demo", "shape": shape.label.replace(" ", "-").replace("<=", "max")},
+        },
         "spec": {
-            "containers": [{
-                "name": "main", "image": "nvcr.io/nvidia/pytorch:24.05-py3",
-                "resources": {"limits": {ann.GPU_RESOURCE: str(shape.gpus)},
-                              "requests": {ann.GPU_RESOURCE: str(shape.gpus), "cpu": "4", "memory": "32Gi"}},
-            }],
-            "schedulerName": "default-scheduler", "priority": 0,
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "nvcr.io/nvidia/pytorch:24.05-py3",
+                    "resources": {
+                        "limits": {ann.GPU_RESOURCE: str(shape.gpus)},
+                        "requests": {ann.GPU_RESOURCE: str(shape.gpus), "cpu": "4", "memory": "32Gi"},
+                    },
+                }
+            ],
+            "schedulerName": "default-scheduler",
+            "priority": 0,
         },
         "status": {"phase": "Pending"},
     }
@@ -118,9 +132,9 @@ def _pick_best(scores: list[dict[str, Any]], rng: random.Random) -> tuple[str, i
 
 
 def _short_reason(reason: str) -> str:
-    """Group rejection texts by their wording, without the numbers."""
-    words = [w for w in reason.replace(";", " ;").split() if not any(ch.isdigit() for ch in w)]
-    return " ".join(words)[:70]
+    """Group rejection texts: numbers about the node (before the first ';') become N; the pod's need is kept."""
+    head, sep, tail = reason.partition(";")
+    return re.sub(r"\d+(\.\d+)?", "N", head) + sep + tail
 
 
 def fleet_state(snap: Snapshot) -> tuple[int, int, int, int]:
@@ -135,17 +149,33 @@ def fleet_state(snap: Snapshot) -> tuple[int, int, int, int]:
 
 class Demo:
     def __init__(
-        self, *, pods: int = 200, nodes: int = 48, gpus: int = 8, seed: int = 0, interval_s: float = 0.05,
-        time_scale: float = 60.0, mean_lifetime: float | None = None, policy_file: str | None = None,
+        self,
+        *,
+        pods: int = 200,
+        nodes: int = 48,
+        gpus: int = 8,
+        seed: int = 0,
+        interval_s: float = 0.05,
+        time_scale: float = 60.0,
+        mean_lifetime: float | None = None,
+        policy_file: str | None = None,
+        policy: PolicyConfig | None = None,
     ) -> None:
         self.pods = pods
         self.interval_s = interval_s
         self.rng = random.Random(seed)
         self.mean_lifetime = mean_lifetime if mean_lifetime is not None else max(10.0, pods / 3)
-        settings = Settings(source="simulated", fleet_nodes=nodes, fleet_gpus_per_node=gpus, fleet_seed=seed,
-                            refresh_interval_s=0.5, policy_file=policy_file, bind_enabled=True)  # type: ignore[arg-type]
+        settings = Settings(
+            source="simulated",
+            fleet_nodes=nodes,
+            fleet_gpus_per_node=gpus,
+            fleet_seed=seed,
+            refresh_interval_s=0.5,
+            policy_file=policy_file,
+            bind_enabled=True,
+        )
         self.source = SimulatedFleetSource(FleetSpec.uniform(nodes, gpus, seed=seed, time_scale=time_scale))
-        self.ext: Extender = build_extender(settings, source=self.source)
+        self.ext: Extender = build_extender(settings, source=self.source, policy=policy)
         self.names = self.source.node_names
         self.rows: list[Row] = []
         self.latencies: list[float] = []
@@ -165,8 +195,11 @@ class Demo:
         if res.get("Error"):
             row.note = res["Error"]
         elif not passed:
-            why = Counter(_short_reason(r) for d in ("FailedNodes", "FailedAndUnresolvableNodes")
-                          for r in (res.get(d) or {}).values())
+            why = Counter(
+                _short_reason(r)
+                for d in ("FailedNodes", "FailedAndUnresolvableNodes")
+                for r in (res.get(d) or {}).values()
+            )
             top = why.most_common(1)[0][0] if why else "no nodes"
             row.note = top
             self.reasons[top] += 1
@@ -177,8 +210,9 @@ class Demo:
                 scores = client.post("/prioritize", json={"Pod": pod, "Nodes": None, "NodeNames": passed}).json()
                 node, score = _pick_best(scores, self.rng)
             snap = self.ext.cache.snapshot
-            bound = client.post("/bind", json={"PodName": name, "PodNamespace": "demo",
-                                               "PodUID": pod["metadata"]["uid"], "Node": node}).json()
+            bound = client.post(
+                "/bind", json={"PodName": name, "PodNamespace": "demo", "PodUID": pod["metadata"]["uid"], "Node": node}
+            ).json()
             if bound.get("Error"):
                 row.note = "bind: " + bound["Error"]
                 self.reasons["bind failed"] += 1
@@ -211,21 +245,35 @@ class Demo:
         failed = len(self.rows) - placed
         hot = sum(1 for r in self.rows if r.hot)
         stranded, _, whole, thr = fleet_state(self.ext.cache.snapshot)
-        head = (f"[b]{len(self.rows)}/{self.pods}[/b] pods  placed [green]{placed}[/]  failed [red]{failed}[/]  "
-                f"on hot GPUs [yellow]{hot}[/]  finished {self.finished}   fleet: {whole} whole GPUs free, "
-                f"{stranded} stranded, {thr} throttling   {elapsed:.1f}s")
+        head = (
+            f"[b]{len(self.rows)}/{self.pods}[/b] pods  placed [green]{placed}[/]  failed [red]{failed}[/]  "
+            f"on hot GPUs [yellow]{hot}[/]  finished {self.finished}   fleet: {whole} whole GPUs free, "
+            f"{stranded} stranded, {thr} throttling   {elapsed:.1f}s"
+        )
         t = Table(expand=True, show_edge=False, pad_edge=False)
-        for col, kw in (("#", {"justify": "right"}), ("pod", {}), ("request", {}), ("node", {}), ("gpus", {}),
-                        ("score", {"justify": "right"}), ("°C", {"justify": "right"}),
-                        ("feasible", {"justify": "right"}), ("ms", {"justify": "right"}), ("note", {})):
-            t.add_column(col, no_wrap=True, **kw)  # type: ignore[arg-type]
+        t.add_column("pod", no_wrap=True, min_width=8)
+        t.add_column("request", no_wrap=True, min_width=12)
+        t.add_column("node", no_wrap=True, min_width=11)
+        t.add_column("gpus", no_wrap=True, max_width=15)
+        for col, width in (("score", 5), ("°C", 3), ("fits", 4), ("ms", 5)):
+            t.add_column(col, justify="right", no_wrap=True, min_width=width)
+        t.add_column("note", no_wrap=True, overflow="ellipsis", ratio=1)
         for r in self.rows[-18:]:
             temp = "" if r.temp is None else (f"[yellow]{r.temp:.0f}[/]" if r.hot else f"{r.temp:.0f}")
-            t.add_row(str(r.n), r.pod, r.shape, r.node or "[red]unschedulable[/]", r.gpus,
-                      "" if r.score is None else str(r.score), temp, str(r.candidates), f"{r.ms:.1f}", r.note[:60])
+            t.add_row(
+                f"job-{r.n:04d}",
+                r.shape,
+                r.node or "[red]unschedulable[/]",
+                r.gpus,
+                "" if r.score is None else str(r.score),
+                temp,
+                str(r.candidates),
+                f"{r.ms:.1f}",
+                r.note,
+            )
         return Group(Panel(head, title="kelvin demo: simulated fleet, real HTTP"), t)
 
-    def run(self, console: Console | None = None, live: bool = True) -> DemoSummary:
+    def run(self, console: Console | None = None, live: bool = True, progress: bool = True) -> DemoSummary:
         console = console or Console()
         started = time.perf_counter()
         app = create_app(self.ext)
@@ -242,7 +290,7 @@ class Demo:
                 for n in range(1, self.pods + 1):
                     self._finish_due(n)
                     self.rows.append(self._schedule_one(client, n))
-                    if n % step == 0 or n == self.pods:
+                    if progress and (n % step == 0 or n == self.pods):
                         placed = sum(1 for r in self.rows if r.node)
                         console.print(f"{n}/{self.pods} pods: {placed} placed, {n - placed} failed")
                     time.sleep(self.interval_s)
@@ -251,41 +299,86 @@ class Demo:
         stranded, stranded_bytes, whole, thr = fleet_state(snap)
         lat = np.asarray(self.latencies or [0.0])
         return DemoSummary(
-            pods=self.pods, placed=sum(1 for r in self.rows if r.node),
-            failed=sum(1 for r in self.rows if not r.node), failure_reasons=self.reasons,
-            hot_placements=sum(1 for r in self.rows if r.hot), stranded_gpus=stranded, stranded_bytes=stranded_bytes,
-            free_whole_gpus=whole, throttling_gpus=thr, finished=self.finished,
-            elapsed_s=time.perf_counter() - started, p50_ms=float(np.percentile(lat, 50)),
-            p99_ms=float(np.percentile(lat, 99)), rows=self.rows,
+            pods=self.pods,
+            placed=sum(1 for r in self.rows if r.node),
+            failed=sum(1 for r in self.rows if not r.node),
+            failure_reasons=self.reasons,
+            hot_placements=sum(1 for r in self.rows if r.hot),
+            stranded_gpus=stranded,
+            stranded_bytes=stranded_bytes,
+            free_whole_gpus=whole,
+            throttling_gpus=thr,
+            finished=self.finished,
+            elapsed_s=time.perf_counter() - started,
+            p50_ms=float(np.percentile(lat, 50)),
+            p99_ms=float(np.percentile(lat, 99)),
+            rows=self.rows,
         )
 
 
-def print_summary(s: DemoSummary, console: Console) -> None:
-    t = Table(title="kelvin demo summary", show_header=False)
-    t.add_column("what")
-    t.add_column("value", justify="right")
-    t.add_row("pods streamed", str(s.pods))
-    t.add_row("placed", f"[green]{s.placed}[/]")
-    t.add_row("failed (no feasible node)", f"[red]{s.failed}[/]")
-    t.add_row("placements on hot GPUs (within 10 °C of slowdown)", str(s.hot_placements))
-    t.add_row("GPUs stranded (free capacity < 10 GiB)", f"{s.stranded_gpus} ({s.stranded_bytes / GIB:.0f} GiB)")
-    t.add_row("whole GPUs free at the end", str(s.free_whole_gpus))
-    t.add_row("GPUs thermally throttling at the end", str(s.throttling_gpus))
-    t.add_row("pods finished during the run", str(s.finished))
-    t.add_row("scheduling round-trip p50 / p99 (filter+prioritize+bind)", f"{s.p50_ms:.1f} / {s.p99_ms:.1f} ms")
-    t.add_row("elapsed", f"{s.elapsed_s:.1f} s")
+def _summary_rows(s: DemoSummary) -> list[tuple[str, str]]:
+    return [
+        ("pods streamed", str(s.pods)),
+        ("placed", f"[green]{s.placed}[/]"),
+        ("failed (no feasible node)", f"[red]{s.failed}[/]"),
+        ("placements on hot GPUs (within 10 °C of slowdown)", f"[yellow]{s.hot_placements}[/]"),
+        ("GPUs stranded (free capacity < 10 GiB)", f"{s.stranded_gpus} ({s.stranded_bytes / GIB:.0f} GiB)"),
+        ("whole GPUs free at the end", str(s.free_whole_gpus)),
+        ("GPUs thermally throttling at the end", str(s.throttling_gpus)),
+        ("pods finished during the run", str(s.finished)),
+        ("round-trip p50 / p99 (filter+prioritize+bind)", f"{s.p50_ms:.1f} / {s.p99_ms:.1f} ms"),
+        ("elapsed", f"{s.elapsed_s:.1f} s"),
+    ]
+
+
+def print_summary(s: DemoSummary, console: Console, baseline: DemoSummary | None = None) -> None:
+    t = Table(title="kelvin demo summary", show_header=baseline is not None)
+    t.add_column("")
+    t.add_column("kelvin", justify="right")
+    if baseline is not None:
+        t.add_column("baseline: random, no thermal limits", justify="right")
+        for (what, mine), (_, theirs) in zip(_summary_rows(s), _summary_rows(baseline), strict=True):
+            t.add_row(what, mine, theirs)
+    else:
+        for what, mine in _summary_rows(s):
+            t.add_row(what, mine)
     console.print(t)
     if s.failure_reasons:
-        console.print("[b]why pods failed[/b] (most common rejection per pod):")
+        console.print("[b]why pods failed under kelvin[/b] (most common rejection per pod):")
         for reason, n in s.failure_reasons.most_common(5):
             console.print(f"  {n:4d}  {reason}")
 
 
-def run_demo(*, pods: int = 200, nodes: int = 48, gpus: int = 8, seed: int = 0, live: bool = True,
-             interval_s: float = 0.05, policy_file: str | None = None, console: Console | None = None) -> DemoSummary:
+#: The comparison run: what a GPU-blind scheduler does (random feasible node and GPUs, no thermal limits).
+BASELINE_POLICY: dict[str, Any] = {
+    "filters": {"thermalHardLimits": False, "throttleHardLimit": False},
+    "scoring": {"random": {"weight": 1, "args": {"seed": 0}}},
+    "picker": "random",
+    "pickerArgs": {"seed": 0},
+}
+
+
+def run_demo(
+    *,
+    pods: int = 200,
+    nodes: int = 48,
+    gpus: int = 8,
+    seed: int = 0,
+    live: bool = True,
+    interval_s: float = 0.05,
+    policy_file: str | None = None,
+    compare: bool = True,
+    console: Console | None = None,
+) -> tuple[DemoSummary, DemoSummary | None]:
+    """Run the demo; with ``compare``, run the same pod stream again under :data:`BASELINE_POLICY` (no live table)."""
     console = console or Console()
     logging.getLogger("scheduler_plugin").setLevel(logging.ERROR)
-    demo = Demo(pods=pods, nodes=nodes, gpus=gpus, seed=seed, interval_s=interval_s, policy_file=policy_file)
-    summary = demo.run(console, live=live and console.is_terminal)
-    print_summary(summary, console)
-    return summary
+    common: dict[str, Any] = {"pods": pods, "nodes": nodes, "gpus": gpus, "seed": seed, "interval_s": interval_s}
+    summary = Demo(policy_file=policy_file, **common).run(console, live=live and console.is_terminal)
+    baseline = None
+    if compare:
+        console.print("running the same pods through a GPU-blind baseline (random placement, no thermal limits)...")
+        policy = PolicyConfig.from_mapping(BASELINE_POLICY, source="baseline policy")
+        baseline = Demo(policy=policy, **common).run(console, live=False, progress=False)
+    print_summary(summary, console, baseline)
+    return summary, baseline

@@ -4,7 +4,8 @@ A node **enters** hot when any GPU
 - reaches ``hot_celsius``, or
 - has thermal throttling active (NVML SW/HW thermal slowdown bits), or
 - is predicted by its temperature trend to reach its slowdown temperature (less ``slowdown_margin_celsius``) within
-  ``horizon_s``.
+  ``horizon_s`` (judged only from ``predict_min_celsius``, by default ``cool_celsius``: a GPU that just got a job rises
+  fast from idle, and a straight line through that start would overshoot where it settles).
 
 It **leaves** hot only after every GPU has stayed below ``cool_celsius`` (with no throttling and no alarming trend)
 for ``hold_s`` seconds. The gap between the two thresholds and the hold time are the hysteresis that keeps a node
@@ -48,6 +49,17 @@ class HotnessConfig(BaseModel):
         DEFAULT_MIN_TREND_C_PER_MIN, ge=0, description="rises slower than this never predict hot (noise)"
     )
     throttling_is_hot: bool = Field(True, description="thermal throttling alone makes a node hot")
+    predict_min_celsius: float | None = Field(
+        None,
+        gt=0,
+        le=150,
+        description="only GPUs at least this warm are judged by their trend (default: cool_celsius); a GPU that "
+        "just got a job rises fast from idle, and a straight line through that start overshoots its steady state",
+    )
+
+    @property
+    def predict_from_celsius(self) -> float:
+        return self.cool_celsius if self.predict_min_celsius is None else self.predict_min_celsius
 
     @model_validator(mode="after")
     def _ordered(self) -> HotnessConfig:
@@ -132,7 +144,7 @@ def gpu_heat(gpu: GpuInfo, cfg: HotnessConfig) -> GpuHeat:
         names = ",".join(n for n in throttle_reason_names(gpu.throttle_reasons) if "thermal" in n)
         reasons.append(f"thermal throttling active ({names})")
     minutes = predicted_minutes_to_slowdown(gpu, cfg)
-    if minutes is not None and minutes * 60.0 <= cfg.horizon_s and t < cfg.hot_celsius:
+    if minutes is not None and minutes * 60.0 <= cfg.horizon_s and cfg.predict_from_celsius <= t < cfg.hot_celsius:
         reasons.append(
             f"trend {gpu.temperature_trend_c_per_min:+.1f} °C/min reaches slowdown "
             f"{gpu.slowdown_celsius:g} °C in {minutes:.1f} min"
@@ -163,8 +175,12 @@ def step(
     cool_since = state.cool_since if state.cool_since is not None else now
     if now - cool_since >= cfg.hold_s:
         return (
-            NodeHotness(hot=False, since=None, cool_since=None, reason=f"below {cfg.cool_celsius:g} °C for "
-                        f"{now - cool_since:.0f} s"),
+            NodeHotness(
+                hot=False,
+                since=None,
+                cool_since=None,
+                reason=f"below {cfg.cool_celsius:g} °C for {now - cool_since:.0f} s",
+            ),
             Transition.LEFT,
         )
     return replace(state, cool_since=cool_since), None
@@ -180,7 +196,7 @@ def trigger_mask(arrays: FleetArrays, cfg: HotnessConfig) -> BoolA:
     if cfg.throttling_is_hot:
         hot |= (arrays.throttle & THERMAL_THROTTLE_MASK) != 0
     trend = arrays.trend
-    rising = (trend >= cfg.min_trend_c_per_min) & (trend > 0)
+    rising = (trend >= cfg.min_trend_c_per_min) & (trend > 0) & (arrays.temp >= cfg.predict_from_celsius)
     target = arrays.slowdown - cfg.slowdown_margin_celsius
     with np.errstate(divide="ignore", invalid="ignore"):
         minutes = np.where(rising, np.maximum(0.0, (target - arrays.temp) / np.where(rising, trend, 1.0)), np.inf)

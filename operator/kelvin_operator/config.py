@@ -16,7 +16,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from scheduler_plugin.config import ConfigError, format_validation_error
+from scheduler_plugin.config import ConfigError
 from scheduler_plugin.hotness import HotnessConfig
 
 ENV_PREFIX = "KELVIN_OPERATOR_"
@@ -108,6 +108,12 @@ class OperatorConfig(BaseSettings):
     webhook: WebhookConfig = WebhookConfig()
     metrics_port: int = Field(8080, ge=0, le=65535, description="0 disables the /metrics server")
     peering: str = Field("kelvin", description="kopf peering name (a ClusterKopfPeering object of that name)")
+    peering_priority: int | None = Field(
+        None,
+        ge=1,
+        description="this replica's kopf peering priority; None: random per start, so that of two replicas "
+        "exactly one (the higher) acts; kopf pauses all replicas of equal priority",
+    )
     standalone: bool = Field(False, description="no peering: only for a single replica or tests")
     events_namespace: str = Field("default", description="namespace of Events about Nodes")
 
@@ -161,5 +167,18 @@ def load_operator_config(policy_file: Path | None = None, **overrides: Any) -> O
         data = _merge(_merge(from_file, env_set), flags)
         return OperatorConfig(**data)
     except ValidationError as exc:
-        where = f" in {policy_file} (operator:)" if policy_file else ""
-        raise ConfigError(f"operator settings{where}: " + format_validation_error(exc, prefix="operator.")) from None
+        where = f" (policy file {policy_file}, or env)" if policy_file else ""
+        raise ConfigError(f"operator settings{where}: " + _describe(exc)) from None
+
+
+def _describe(exc: ValidationError) -> str:
+    """Every bad field as ``operator.limits.max_total (KELVIN_OPERATOR_LIMITS__MAX_TOTAL): problem (got x)``."""
+    parts = []
+    for e in exc.errors():
+        loc = [str(p) for p in e["loc"]]
+        name = "operator." + ".".join(loc) if loc else "operator"
+        env = f" ({ENV_PREFIX}{'__'.join(loc).upper()})" if loc else ""
+        got = e.get("input")
+        shown = "" if isinstance(got, dict) or got is None else f" (got {got!r})"
+        parts.append(f"{name}{env}: {e['msg']}{shown}")
+    return "; ".join(parts)

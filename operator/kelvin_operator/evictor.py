@@ -68,7 +68,8 @@ class Evictor:
                 stamp = format_time(now)
                 await self.kube.annotate_pod(pod.namespace, pod.name, {ann.CHECKPOINT_REQUESTED: stamp})
                 await self.kube.event(
-                    pod_ref(pod), "CheckpointRequested",
+                    pod_ref(pod),
+                    "CheckpointRequested",
                     f"kelvin will evict this pod ({reason}: {c.detail}); checkpoint and answer "
                     f"{ann.CHECKPOINT_DONE}=<RFC 3339 time> within {self.cfg.checkpoint.timeout_s:g} s",
                 )
@@ -99,8 +100,10 @@ class Evictor:
         if res.result is EvictResult.PDB_BLOCKED:
             self.metrics.evictions.labels(reason, "pdb_blocked", "false").inc()
             await self.kube.event(
-                pod_ref(pod), "KelvinEvictionBlocked",
-                f"eviction ({reason}) refused by a PodDisruptionBudget, will retry: {res.message}", warning=True,
+                pod_ref(pod),
+                "KelvinEvictionBlocked",
+                f"eviction ({reason}) refused by a PodDisruptionBudget, will retry: {res.message}",
+                warning=True,
             )
             log.info("eviction of %s blocked by a PodDisruptionBudget: %s", pod.key, res.message)
             return Outcome(pod.key, reason, "pdb_blocked", res.message)

@@ -48,9 +48,13 @@ def build_registry(
     def login(**_: Any) -> kopf.ConnectionInfo:
         # the same credentials as kelvin's own client (in-cluster service account, kubeconfig, or a test server)
         return kopf.ConnectionInfo(
-            server=kube_config.server, token=kube_config.token, ca_path=kube_config.ca_file,
-            certificate_path=kube_config.cert_file, private_key_path=kube_config.key_file,
-            insecure=kube_config.insecure or None, scheme="Bearer" if kube_config.token else None,
+            server=kube_config.server,
+            token=kube_config.token,
+            ca_path=kube_config.ca_file,
+            certificate_path=kube_config.cert_file,
+            private_key_path=kube_config.key_file,
+            insecure=kube_config.insecure or None,
+            scheme="Bearer" if kube_config.token else None,
         )
 
     @kopf.on.startup(registry=registry)
@@ -64,13 +68,19 @@ def build_registry(
         if cfg.webhook.enabled:
             certfile, pkeyfile = webhook_cert(cfg.webhook)
             settings.admission.server = kopf.WebhookServer(
-                addr=cfg.webhook.addr, port=cfg.webhook.port, host=cfg.webhook.host,
-                certfile=str(certfile), pkeyfile=str(pkeyfile),
+                addr=cfg.webhook.addr,
+                port=cfg.webhook.port,
+                host=cfg.webhook.host,
+                certfile=str(certfile),
+                pkeyfile=str(pkeyfile),
             )
             settings.admission.managed = cfg.webhook.managed
         memo.runtime = await start_runtime(cfg)
-        log.info("kelvin operator started (dry_run=%s, peering=%s)", cfg.dry_run,
-                 "standalone" if cfg.standalone else cfg.peering)
+        log.info(
+            "kelvin operator started (dry_run=%s, peering=%s)",
+            cfg.dry_run,
+            "standalone" if cfg.standalone else cfg.peering,
+        )
 
     @kopf.on.cleanup(registry=registry)
     async def cleanup(memo: kopf.Memo, **_: Any) -> None:
@@ -107,8 +117,12 @@ def build_registry(
         def mutate_pod(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> None:
             rt: Runtime = memo.runtime
             try:
-                containers = webhooks.mutate(dict(body), snapshot=rt.snapshot(), mps_label=cfg.webhook.mps_label,
-                                             framework_env=cfg.webhook.framework_env)
+                containers = webhooks.mutate(
+                    dict(body),
+                    snapshot=rt.snapshot(),
+                    mps_label=cfg.webhook.mps_label,
+                    framework_env=cfg.webhook.framework_env,
+                )
             except Exception:
                 rt.metrics.webhook_requests.labels("mutate", "error").inc()
                 raise

@@ -118,10 +118,15 @@ class OperatorKube:
             "kind": "Event",
             "metadata": {"name": f"{ref.name}.{uuid.uuid4().hex[:16]}", "namespace": ns},
             "involvedObject": {
-                k: v for k, v in {
-                    "apiVersion": ref.api_version, "kind": ref.kind, "name": ref.name,
-                    "namespace": ref.namespace, "uid": ref.uid,
-                }.items() if v
+                k: v
+                for k, v in {
+                    "apiVersion": ref.api_version,
+                    "kind": ref.kind,
+                    "name": ref.name,
+                    "namespace": ref.namespace,
+                    "uid": ref.uid,
+                }.items()
+                if v
             },
             "reason": reason,
             "message": message[:1024],

@@ -18,25 +18,36 @@ class OperatorMetrics:
     def __post_init__(self) -> None:
         r = self.registry
         self.evictions = Counter(
-            "kelvin_operator_evictions", "Eviction attempts by reason and result.",
-            ["reason", "result", "dry_run"], registry=r,
+            "kelvin_operator_evictions",
+            "Eviction attempts by reason and result.",
+            ["reason", "result", "dry_run"],
+            registry=r,
         )
         self.taint_transitions = Counter(
-            "kelvin_operator_taint_transitions", "Thermal taints added to or removed from nodes.",
-            ["transition"], registry=r,
+            "kelvin_operator_taint_transitions",
+            "Thermal taints added to or removed from nodes.",
+            ["transition"],
+            registry=r,
         )
         self.hot_nodes = Gauge("kelvin_operator_hot_nodes", "Nodes currently hot.", registry=r)
         self.handshake = Histogram(
             "kelvin_operator_checkpoint_handshake_duration_seconds",
             "From checkpoint request to checkpoint-done (or to the timeout).",
-            ["outcome"], buckets=HANDSHAKE_BUCKETS, registry=r,
+            ["outcome"],
+            buckets=HANDSHAKE_BUCKETS,
+            registry=r,
         )
         self.pool_violations = Counter(
-            "kelvin_operator_pool_violations", "Pods seen over their GPU memory pool.", ["mode", "kind"], registry=r,
+            "kelvin_operator_pool_violations",
+            "Pods seen over their GPU memory pool.",
+            ["mode", "kind"],
+            registry=r,
         )
         self.webhook_requests = Counter(
-            "kelvin_operator_webhook_requests", "Admission requests by webhook and result.",
-            ["webhook", "result"], registry=r,
+            "kelvin_operator_webhook_requests",
+            "Admission requests by webhook and result.",
+            ["webhook", "result"],
+            registry=r,
         )
         for reason in EVICTION_REASONS:
             for result in EVICTION_RESULTS:

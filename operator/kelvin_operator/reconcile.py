@@ -65,8 +65,11 @@ class Reconciler:
         st = self.states.get(name)
         if st is None:
             # after a restart the taint is the memory: a tainted node is still hot until it proves cool
-            st = hotness.NodeHotness(hot=True, since=now, reason="thermal taint present") if has_thermal_taint(
-                node_obj) else hotness.NodeHotness()
+            st = (
+                hotness.NodeHotness(hot=True, since=now, reason="thermal taint present")
+                if has_thermal_taint(node_obj)
+                else hotness.NodeHotness()
+            )
         return st
 
     async def reconcile_node(
@@ -77,8 +80,11 @@ class Reconciler:
         now: float,
     ) -> NodeResult:
         name = str((node_obj.get("metadata") or {}).get("name") or (gpu_node.name if gpu_node else ""))
-        fresh = gpu_node is not None and (gpu_node.age_seconds(now) or 0.0) <= self.cfg.max_telemetry_age_s \
+        fresh = (
+            gpu_node is not None
+            and (gpu_node.age_seconds(now) or 0.0) <= self.cfg.max_telemetry_age_s
             and gpu_node.observed_at is not None
+        )
         obs = hotness.observe(gpu_node, self.cfg.hotness) if fresh and gpu_node is not None else None
         old = self._state(name, node_obj, now)
         new, transition = hotness.step(old, obs, now, self.cfg.hotness) if self.cfg.thermal_enabled else (old, None)
@@ -126,7 +132,8 @@ class Reconciler:
             self.metrics.taint_transitions.labels("added" if st.hot else "removed").inc()
             if st.hot:
                 await self.kube.event(
-                    ref, "KelvinNodeHot",
+                    ref,
+                    "KelvinNodeHot",
                     f"tainted {ann.THERMAL_TAINT_KEY}={ann.THERMAL_TAINT_VALUE}:{self.cfg.taint_effect}: {st.reason}",
                     warning=True,
                 )

@@ -46,7 +46,9 @@ class Runtime:
         metrics = OperatorMetrics()
         client = KubeClient(kube_config)
         cache = SnapshotCache(
-            source, refresh_interval_s=refresh_interval_s, max_age_s=cfg.max_telemetry_age_s,
+            source,
+            refresh_interval_s=refresh_interval_s,
+            max_age_s=cfg.max_telemetry_age_s,
             metrics=TelemetryMetrics(metrics.registry, source.name),
         )
         await cache.start()

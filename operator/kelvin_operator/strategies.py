@@ -99,10 +99,15 @@ def thermal(node: GpuNode, obs: Observation, pods: Sequence[PodView], cool_celsi
             continue
         heat = sum(_share_of(p, node, i, len(tenants[i])) * max(0.0, temps[i] - cool_celsius) for i in on)
         hottest = max(on, key=lambda i: temps[i])
-        out.append(Candidate(
-            pod=p, reason=Reason.THERMAL, heat=heat,
-            detail=f"on hot GPU(s) {','.join(map(str, on))} of {node.name} (gpu {hottest} at {temps[hottest]:.1f} °C)",
-        ))
+        out.append(
+            Candidate(
+                pod=p,
+                reason=Reason.THERMAL,
+                heat=heat,
+                detail=f"on hot GPU(s) {','.join(map(str, on))} of {node.name} "
+                f"(gpu {hottest} at {temps[hottest]:.1f} °C)",
+            )
+        )
     return out
 
 
@@ -132,11 +137,16 @@ def noisy_neighbours(node: GpuNode, pods: Sequence[PodView], cfg: NoisyConfig) -
             used = pod_memory_on(p, node, index)
             if p.memory_pool_bytes is not None and used > p.memory_pool_bytes:
                 over = used / p.memory_pool_bytes - 1.0
-                out.setdefault(p.key, Candidate(
-                    pod=p, reason=Reason.NOISY_NEIGHBOR, heat=over,
-                    detail=f"uses {format_gib(used)} of GPU {index} on {node.name}, over its pool of "
-                           f"{format_gib(p.memory_pool_bytes)}, next to {len(victims)} co-tenant(s)",
-                ))
+                out.setdefault(
+                    p.key,
+                    Candidate(
+                        pod=p,
+                        reason=Reason.NOISY_NEIGHBOR,
+                        heat=over,
+                        detail=f"uses {format_gib(used)} of GPU {index} on {node.name}, over its pool of "
+                        f"{format_gib(p.memory_pool_bytes)}, next to {len(victims)} co-tenant(s)",
+                    ),
+                )
                 continue
             if g.utilization < cfg.busy_utilization:
                 continue
@@ -146,11 +156,16 @@ def noisy_neighbours(node: GpuNode, pods: Sequence[PodView], cfg: NoisyConfig) -
                 continue
             starved = [v for v in victims if _starved(v, g.processes, cfg)]
             if starved and any(v.priority >= p.priority for v in starved):
-                out.setdefault(p.key, Candidate(
-                    pod=p, reason=Reason.NOISY_NEIGHBOR, heat=mine / share - 1.0,
-                    detail=f"holds {mine:.0%} of GPU {index} on {node.name} (share {share:.0%}) while "
-                           f"{', '.join(v.key for v in starved)} starve",
-                ))
+                out.setdefault(
+                    p.key,
+                    Candidate(
+                        pod=p,
+                        reason=Reason.NOISY_NEIGHBOR,
+                        heat=mine / share - 1.0,
+                        detail=f"holds {mine:.0%} of GPU {index} on {node.name} (share {share:.0%}) while "
+                        f"{', '.join(v.key for v in starved)} starve",
+                    ),
+                )
     return list(out.values())
 
 
@@ -183,7 +198,8 @@ class PoolViolation:
     def message(self) -> str:
         what = (
             "GPU memory enforcement FAILED OPEN: the node claims CUDA MPS limits, yet the pod"
-            if self.kind is ViolationKind.FAILED_OPEN else "pod"
+            if self.kind is ViolationKind.FAILED_OPEN
+            else "pod"
         )
         return (
             f"{what} uses {format_gib(self.observed_bytes)} of GPU memory, over its pool of "
@@ -226,5 +242,6 @@ def memory_pools(
 def pool_candidates(violations: Sequence[PoolViolation]) -> list[Candidate]:
     return [
         Candidate(pod=v.pod, reason=Reason.MEMORY_POOL, heat=v.observed_bytes / v.pool_bytes - 1.0, detail=v.message())
-        for v in violations if v.actionable
+        for v in violations
+        if v.actionable
     ]

@@ -43,7 +43,8 @@ def self_signed(directory: Path, hostnames: list[str], *, days: int = 365) -> tu
     directory.mkdir(parents=True, exist_ok=True)
     crt, pem = directory / "tls.crt", directory / "tls.key"
     crt.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    pem.write_bytes(key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    pem.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
     pem.chmod(0o600)
     return crt, pem

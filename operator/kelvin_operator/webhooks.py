@@ -52,13 +52,17 @@ def validate(pod: Mapping[str, Any], sizes: GpuSizes) -> str | None:
     big = sizes.largest(req.models)
     if big is None:
         if req.models and sizes.by_model:
-            return (f"{ann.GPU_MEMORY}: no GPU of the models {','.join(sorted(req.models))} ({ann.GPU_MODELS}) "
-                    f"exists in the cluster; known: {','.join(sorted(sizes.by_model))}")
+            return (
+                f"{ann.GPU_MEMORY}: no GPU of the models {','.join(sorted(req.models))} ({ann.GPU_MODELS}) "
+                f"exists in the cluster; known: {','.join(sorted(sizes.by_model))}"
+            )
         return None  # no telemetry yet: nothing to compare with (the extender still checks at scheduling)
     model, total = big
     if req.memory_bytes > total:
-        return (f"{ann.GPU_MEMORY}={format_gib(req.memory_bytes)} is larger than the largest GPU in the cluster "
-                f"({model}, {format_gib(total)}); no node could ever run this pod")
+        return (
+            f"{ann.GPU_MEMORY}={format_gib(req.memory_bytes)} is larger than the largest GPU in the cluster "
+            f"({model}, {format_gib(total)}); no node could ever run this pod"
+        )
     return None
 
 
@@ -105,8 +109,9 @@ def mutate(
         req = parse_pod(pod)
     except RequestError:
         return None
-    env = injected_env(req, mps=runs_mps(pod, mps_label, snapshot), sizes=GpuSizes.of(snapshot),
-                       framework_env=framework_env)
+    env = injected_env(
+        req, mps=runs_mps(pod, mps_label, snapshot), sizes=GpuSizes.of(snapshot), framework_env=framework_env
+    )
     if not env:
         return None
     containers: Sequence[Mapping[str, Any]] = (pod.get("spec") or {}).get("containers") or []

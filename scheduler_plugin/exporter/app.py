@@ -34,7 +34,7 @@ class _Server(ThreadingMixIn, WSGIServer):
 
 
 class _QuietHandler(WSGIRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the stdlib's name
+    def log_message(self, format: str, *args: Any) -> None:
         log.debug("%s - %s", self.address_string(), format % args)
 
 
@@ -90,10 +90,12 @@ class Exporter:
     # ------------------------------------------------------------------------------------------------- lifecycle
     def start(self, host: str = "0.0.0.0", port: int = 9400) -> int:
         """Start the XID watcher and serve in a background thread; returns the bound port (for ``port=0``)."""
+        self._server = make_server(host, port, self, server_class=_Server, handler_class=_QuietHandler)
         if self.watch_xid:
             self.watcher.start()
-        self._server = make_server(host, port, self, server_class=_Server, handler_class=_QuietHandler)
-        self._thread = threading.Thread(target=self._server.serve_forever, name="kelvin-exporter-http", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.1}, name="kelvin-exporter-http", daemon=True
+        )
         self._thread.start()
         return int(self._server.server_port)
 

@@ -7,7 +7,8 @@ cgroup path names the pod UID under every layout kubelet produces:
 - cgroup v1/v2, systemd driver: ``0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<uid with _>.slice/
   cri-containerd-<id>.scope`` (``crio-<id>.scope`` for CRI-O, ``docker-<id>.scope`` for dockershim)
 - cgroup v2, cgroupfs driver: ``0::/kubepods/besteffort/pod<uid>/<container-id>``
-- nested (kind, k3s): ``/kubelet.slice/kubelet-kubepods.slice/...`` and ``.../kubepods-pod<uid>.slice:cri-containerd:<id>``
+- nested (kind, k3s): ``/kubelet.slice/kubelet-kubepods.slice/...``, and containerd's
+  ``.../kubepods-pod<uid>.slice:cri-containerd:<id>``
 
 Kubelet names each pod's log directory ``/var/log/pods/<namespace>_<name>_<uid>``; namespace and pod names cannot
 contain ``_``, so the split is unambiguous. Mount it read-only to get names; without it only the UID is known.

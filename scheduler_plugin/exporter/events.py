@@ -6,6 +6,7 @@ set, waits ``retry_s`` and registers again; it never raises.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import threading
@@ -18,10 +19,9 @@ from .backend import NvmlApi
 log = logging.getLogger(__name__)
 
 #: XID codes pre-initialised to 0 on every GPU, so dashboards and alerts see the series before the first error.
-#: 13 graphics engine exception, 31 MMU fault, 43 reset channel, 45 preemptive cleanup, 48 double-bit ECC,
-#: 61/62 internal micro-controller, 63/64 row remapping, 74 NVLink, 79 fallen off the bus, 92 high single-bit ECC,
-#: 94/95 contained/uncontained ECC, 119/120 GSP.
-COMMON_XIDS: tuple[int, ...] = (13, 31, 43, 45, 48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120)
+#: 13 graphics engine exception, 31 MMU fault, 43 reset channel, 48 double-bit ECC, 63/64 row remapping,
+#: 74 NVLink, 79 fallen off the bus, 94/95 contained/uncontained ECC, 119 GSP timeout. Other codes appear when seen.
+COMMON_XIDS: tuple[int, ...] = (13, 31, 43, 48, 63, 64, 74, 79, 94, 95, 119)
 
 
 def _address(handle: Any) -> int:
@@ -58,13 +58,16 @@ class XidWatcher:
             self._thread = None
 
     def _run(self) -> None:
+        delay = self._retry_s
         while not self._stop.is_set():
             try:
                 self._watch()
             except pynvml.NVMLError as exc:
-                log.warning("XID event watch failed, retrying in %.1fs: %s", self._retry_s, exc)
+                # back off while NVML stays down (up to a minute); start again quickly after it worked
+                delay = self._retry_s if self.registered else min(60.0, delay * 2)
+                log.warning("XID event watch failed, retrying in %.1fs: %s", delay, exc)
                 self.registered = frozenset()
-                self._stop.wait(self._retry_s)
+                self._stop.wait(delay)
 
     def _watch(self) -> None:
         nvml = self._nvml
@@ -94,12 +97,8 @@ class XidWatcher:
                             self._counts[key] = self._counts.get(key, 0) + 1
                         log.warning("XID %d on GPU %d", data.eventData, gpu)
             finally:
-                try:
+                with contextlib.suppress(pynvml.NVMLError):
                     nvml.nvmlEventSetFree(event_set)
-                except pynvml.NVMLError:
-                    pass
         finally:
-            try:
+            with contextlib.suppress(pynvml.NVMLError):
                 nvml.nvmlShutdown()
-            except pynvml.NVMLError:
-                pass

@@ -132,13 +132,16 @@ class FakeNvml:
             )
         busy = range(max(1, gpus - 2))  # the last two GPUs of a node idle, the others run a training pod each
         for i in busy:
-            self.set_busy(i, FakeProcess(
-                pid=210_000 + 1000 * seed + 7 * i,
-                used_bytes=(16 + 8 * (i % 4)) * GIB,
-                pod_uid=f"{seed:08x}-7e1f-4a{i:02x}-9b3c-{i:012x}",
-                namespace="ml-team",
-                pod=f"train-{seed}-{i}",
-            ))
+            self.set_busy(
+                i,
+                FakeProcess(
+                    pid=210_000 + 1000 * seed + 7 * i,
+                    used_bytes=(16 + 8 * (i % 4)) * GIB,
+                    pod_uid=f"{seed:08x}-7e1f-4a{i:02x}-9b3c-{i:012x}",
+                    namespace="ml-team",
+                    pod=f"train-{seed}-{i}",
+                ),
+            )
 
     def set_busy(self, index: int, process: FakeProcess) -> None:
         """GPU ``index`` runs ``process`` at a typical training load (85 % SM, 62 °C, 520 W, full clocks)."""

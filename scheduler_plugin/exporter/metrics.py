@@ -19,7 +19,12 @@ _GAUGES: tuple[tuple[str, str, str, float], ...] = (
     ("kelvin_gpu_memory_free_bytes", "Framebuffer memory free.", "memory_free_bytes", 1.0),
     ("kelvin_gpu_temperature_celsius", "GPU core temperature.", "temperature_celsius", 1.0),
     ("kelvin_gpu_memory_temperature_celsius", "HBM temperature.", "memory_temperature_celsius", 1.0),
-    ("kelvin_gpu_slowdown_temperature_celsius", "Temperature at which the GPU slows its clocks.", "slowdown_celsius", 1),
+    (
+        "kelvin_gpu_slowdown_temperature_celsius",
+        "Temperature at which the GPU slows its clocks.",
+        "slowdown_celsius",
+        1,
+    ),
     ("kelvin_gpu_shutdown_temperature_celsius", "Temperature at which the GPU shuts down.", "shutdown_celsius", 1.0),
     ("kelvin_gpu_clocks_event_reasons", "Raw NVML clocks-event (throttle) reason bitmask.", "clocks_event_reasons", 1),
     ("kelvin_gpu_sm_clock_hertz", "SM clock.", "sm_clock_mhz", 1e6),
@@ -61,7 +66,9 @@ def families(reading: NodeReading) -> Iterator[Metric]:
         yield fam
 
     reasons = GaugeMetricFamily(
-        "kelvin_gpu_clocks_event_reason_active", "1 while the clocks-event reason is active.", labels=[*GPU_LABELS, "reason"]
+        "kelvin_gpu_clocks_event_reason_active",
+        "1 while the clocks-event reason is active.",
+        labels=[*GPU_LABELS, "reason"],
     )
     for g in gpus:
         if g.clocks_event_reasons is not None:
@@ -91,7 +98,9 @@ def families(reading: NodeReading) -> Iterator[Metric]:
     yield ecc
     yield replays
 
-    xid = CounterMetricFamily("kelvin_gpu_xid_errors", "XID errors seen through NVML events.", labels=[*GPU_LABELS, "xid"])
+    xid = CounterMetricFamily(
+        "kelvin_gpu_xid_errors", "XID errors seen through NVML events.", labels=[*GPU_LABELS, "xid"]
+    )
     for g in gpus:
         seen = {code: n for (index, code), n in reading.xid_counts.items() if index == g.index}
         for code in sorted(set(COMMON_XIDS) | set(seen)):
@@ -121,12 +130,11 @@ def families(reading: NodeReading) -> Iterator[Metric]:
         for p in g.processes or ():
             if p.used_bytes is not None:
                 procs.add_metric(
-                    [*_labels(node, g), str(p.pid), p.pod_uid or "", p.namespace or "", p.pod or ""], float(p.used_bytes)
+                    [*_labels(node, g), str(p.pid), p.pod_uid or "", p.namespace or "", p.pod or ""],
+                    float(p.used_bytes),
                 )
     yield procs
 
-    duration = GaugeMetricFamily(
-        "kelvin_exporter_collect_duration_seconds", "Time the last scrape's collection took."
-    )
+    duration = GaugeMetricFamily("kelvin_exporter_collect_duration_seconds", "Time the last scrape's collection took.")
     duration.add_metric([], reading.duration_s)
     yield duration

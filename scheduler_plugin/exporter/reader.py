@@ -7,6 +7,7 @@ initialised again on the next read, so the exporter recovers when the driver com
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -179,10 +180,8 @@ class NvmlReader:
     def _release(self) -> None:
         if self._static is not None:
             self._static = None
-            try:
+            with contextlib.suppress(pynvml.NVMLError):
                 self._nvml.nvmlShutdown()
-            except pynvml.NVMLError:
-                pass
 
     def _ensure_init(self) -> list[_Static]:
         if self._static is not None:
@@ -207,10 +206,8 @@ class NvmlReader:
                         if level is not None:
                             static.topology[other.index] = int(level)
         except pynvml.NVMLError:
-            try:
+            with contextlib.suppress(pynvml.NVMLError):
                 nvml.nvmlShutdown()
-            except pynvml.NVMLError:
-                pass
             raise
         self._static = statics
         log.info("NVML initialised: driver %s, %d GPUs", self._driver_version, len(statics))

@@ -7,7 +7,6 @@
 
 from __future__ import annotations
 
-import importlib
 import os
 import time
 from collections.abc import AsyncIterator, Callable
@@ -23,6 +22,7 @@ from ..policies import fragmentation as _fragmentation  # noqa: F401  (registers
 from ..policies.config import PolicyConfig
 from ..policies.framework import Framework
 from ..policies.registry import PolicyConfigError
+from ..telemetry import factory
 from ..telemetry.assignments import AssignedSource
 from ..telemetry.cache import SnapshotCache, TelemetryMetrics
 from ..telemetry.ledger import AssumedLedger
@@ -52,8 +52,9 @@ def simulated_source(settings: Settings, **extra: Any) -> SimulatedFleetSource:
         if settings.fleet_file is not None:
             spec = FleetSpec.from_yaml(settings.fleet_file)
         else:
-            spec = FleetSpec.uniform(settings.fleet_nodes, settings.fleet_gpus_per_node, settings.fleet_model,
-                                     settings.fleet_seed, **extra)
+            spec = FleetSpec.uniform(
+                settings.fleet_nodes, settings.fleet_gpus_per_node, settings.fleet_model, settings.fleet_seed, **extra
+            )
     except FleetSpecError as exc:
         raise StartupError(f"fleet_file (KELVIN_FLEET_FILE): {exc}" if settings.fleet_file else str(exc)) from None
     return SimulatedFleetSource(spec)
@@ -63,10 +64,6 @@ def build_source(settings: Settings) -> TelemetrySource:
     if settings.source == "simulated":
         return simulated_source(settings)
     try:
-        factory = importlib.import_module("scheduler_plugin.telemetry.factory")
-    except ImportError as exc:
-        raise StartupError(f"source (KELVIN_SOURCE): {settings.source!r} is not available ({exc})") from None
-    try:
         src: TelemetrySource = factory.build_source(settings)
     except (ConfigError, ValueError, KubeError) as exc:
         raise StartupError(f"source (KELVIN_SOURCE={settings.source}): {exc}") from None
@@ -75,8 +72,12 @@ def build_source(settings: Settings) -> TelemetrySource:
 
 def kube_client(settings: Settings) -> KubeClient | None:
     """A client when an API server is configured (explicit URL, kubeconfig, or in-cluster); else None."""
-    if not (settings.kube_server or settings.kubeconfig or os.environ.get("KUBECONFIG")
-            or os.environ.get("KUBERNETES_SERVICE_HOST")):
+    if not (
+        settings.kube_server
+        or settings.kubeconfig
+        or os.environ.get("KUBECONFIG")
+        or os.environ.get("KUBERNETES_SERVICE_HOST")
+    ):
         return None
     try:
         return KubeClient(KubeConfig.load(settings.kubeconfig, settings.kube_server))
@@ -113,16 +114,30 @@ def build_extender(
         elif isinstance(source, SimulatedFleetSource):
             binder = LocalBinder()
         else:
-            binder = NoApiBinder("no Kubernetes API configured (set KELVIN_KUBECONFIG or KELVIN_KUBE_SERVER, "
-                                 "or run in a cluster)")
+            binder = NoApiBinder(
+                "no Kubernetes API configured (set KELVIN_KUBECONFIG or KELVIN_KUBE_SERVER, or run in a cluster)"
+            )
     registry = registry if registry is not None else CollectorRegistry()
     metrics = ExtenderMetrics(registry)
     cache = SnapshotCache(
-        source, refresh_interval_s=settings.refresh_interval_s, max_age_s=settings.max_telemetry_age_s,
-        ledger=ledger, metrics=TelemetryMetrics(registry, source.name), clock=clock,
+        source,
+        refresh_interval_s=settings.refresh_interval_s,
+        max_age_s=settings.max_telemetry_age_s,
+        ledger=ledger,
+        metrics=TelemetryMetrics(registry, source.name),
+        clock=clock,
     )
-    return Extender(settings=settings, policy=policy, framework=framework, ledger=ledger, cache=cache,
-                    source=source, binder=binder, metrics=metrics, clock=clock)
+    return Extender(
+        settings=settings,
+        policy=policy,
+        framework=framework,
+        ledger=ledger,
+        cache=cache,
+        source=source,
+        binder=binder,
+        metrics=metrics,
+        clock=clock,
+    )
 
 
 def create_app(ext: Extender) -> FastAPI:

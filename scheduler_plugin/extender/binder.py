@@ -77,8 +77,9 @@ class KubeBinder:
                     path, {"metadata": {"annotations": {ann.GPU_ASSIGNED: None, ann.GPU_ASSIGNED_NODE: None}}}
                 )
             except KubeError as undo:
-                log.warning("bind of %s/%s failed and its GPU annotations could not be removed: %s",
-                            namespace, name, undo)
+                log.warning(
+                    "bind of %s/%s failed and its GPU annotations could not be removed: %s", namespace, name, undo
+                )
             raise BindError(f"cannot bind pod {namespace}/{name} to {node}: {exc}") from exc
 
     async def close(self) -> None:

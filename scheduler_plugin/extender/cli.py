@@ -24,18 +24,23 @@ def _fail(message: str, code: int = 2) -> NoReturn:
 def extender(
     host: Annotated[str | None, typer.Option(help="Address to listen on [env KELVIN_HOST; default 0.0.0.0].")] = None,
     port: Annotated[int | None, typer.Option(help="Port [env KELVIN_PORT; default 8888].")] = None,
-    source: Annotated[str | None, typer.Option(help="Telemetry source: simulated, prometheus or scrape "
-                                                    "[env KELVIN_SOURCE; default simulated].")] = None,
-    policy_file: Annotated[Path | None, typer.Option(help="Policy YAML (weights, thresholds) "
-                                                          "[env KELVIN_POLICY_FILE].")] = None,
+    source: Annotated[
+        str | None,
+        typer.Option(help="Telemetry source: simulated, prometheus or scrape [env KELVIN_SOURCE; default simulated]."),
+    ] = None,
+    policy_file: Annotated[
+        Path | None, typer.Option(help="Policy YAML (weights, thresholds) [env KELVIN_POLICY_FILE].")
+    ] = None,
     fleet_nodes: Annotated[int | None, typer.Option(help="Simulated fleet: number of nodes [default 64].")] = None,
     fleet_gpus: Annotated[int | None, typer.Option(help="Simulated fleet: GPUs per node [default 8].")] = None,
     fleet_model: Annotated[str | None, typer.Option(help="Simulated fleet: GPU model [default H100-SXM-80GB].")] = None,
-    fleet_file: Annotated[Path | None, typer.Option(help="Simulated fleet: YAML fleet file (overrides the "
-                                                         "other --fleet-* shape flags).")] = None,
+    fleet_file: Annotated[
+        Path | None, typer.Option(help="Simulated fleet: YAML fleet file (overrides the other --fleet-* shape flags).")
+    ] = None,
     fleet_seed: Annotated[int | None, typer.Option(help="Simulated fleet: random seed [default 0].")] = None,
-    refresh_interval: Annotated[float | None, typer.Option(help="Seconds between telemetry refreshes "
-                                                                "[default 5].")] = None,
+    refresh_interval: Annotated[
+        float | None, typer.Option(help="Seconds between telemetry refreshes [default 5].")
+    ] = None,
     log_level: Annotated[str, typer.Option(help="uvicorn/kelvin log level.")] = "info",
 ) -> None:
     """Run the scheduler extender (filter, prioritize, bind, explain, /metrics, /healthz, /readyz)."""
@@ -47,16 +52,23 @@ def extender(
 
     try:
         settings = load_settings(
-            host=host, port=port, source=source, policy_file=policy_file, fleet_nodes=fleet_nodes,
-            fleet_gpus_per_node=fleet_gpus, fleet_model=fleet_model, fleet_file=fleet_file, fleet_seed=fleet_seed,
+            host=host,
+            port=port,
+            source=source,
+            policy_file=policy_file,
+            fleet_nodes=fleet_nodes,
+            fleet_gpus_per_node=fleet_gpus,
+            fleet_model=fleet_model,
+            fleet_file=fleet_file,
+            fleet_seed=fleet_seed,
             refresh_interval_s=refresh_interval,
         )
         ext = build_extender(settings)
     except (ConfigError, StartupError) as exc:
         _fail(f"configuration error: {exc}")
+    ext.cache.freeze_gc = True  # a long-lived server: keep snapshots out of the cyclic collector's scans
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    uvicorn.run(create_app(ext), host=settings.host, port=settings.port, log_level=log_level.lower(),
-                access_log=False)
+    uvicorn.run(create_app(ext), host=settings.host, port=settings.port, log_level=log_level.lower(), access_log=False)
 
 
 def _read_pod(pod_file: Path) -> dict[str, Any]:
@@ -77,10 +89,13 @@ def _read_pod(pod_file: Path) -> dict[str, Any]:
 def explain(
     pod_file: Annotated[Path, typer.Argument(help="Pod manifest (YAML or JSON; '-' for stdin).")],
     node: Annotated[str, typer.Argument(help="Node to explain the pod on.")],
-    url: Annotated[str | None, typer.Option(help="A running extender, e.g. http://127.0.0.1:8888. "
-                                                 "Without it: offline, on a simulated fleet.")] = None,
-    candidates: Annotated[list[str] | None, typer.Option("--candidate", help="Nodes the node competes with "
-                                                                             "(repeatable; default all).")] = None,
+    url: Annotated[
+        str | None,
+        typer.Option(help="A running extender, e.g. http://127.0.0.1:8888. Without it: offline, on a simulated fleet."),
+    ] = None,
+    candidates: Annotated[
+        list[str] | None, typer.Option("--candidate", help="Nodes the node competes with (repeatable; default all).")
+    ] = None,
     fleet_nodes: Annotated[int | None, typer.Option(help="Offline: simulated fleet size.")] = None,
     fleet_gpus: Annotated[int | None, typer.Option(help="Offline: GPUs per node.")] = None,
     fleet_file: Annotated[Path | None, typer.Option(help="Offline: fleet file.")] = None,
@@ -102,8 +117,14 @@ def explain(
         if resp.status_code != 200:
             _fail(f"explain failed (HTTP {resp.status_code}): {data.get('Error', resp.text[:300])}", 1)
     else:
-        data = _explain_offline(body, fleet_nodes=fleet_nodes, fleet_gpus=fleet_gpus, fleet_file=fleet_file,
-                                fleet_seed=fleet_seed, policy_file=policy_file)
+        data = _explain_offline(
+            body,
+            fleet_nodes=fleet_nodes,
+            fleet_gpus=fleet_gpus,
+            fleet_file=fleet_file,
+            fleet_seed=fleet_seed,
+            policy_file=policy_file,
+        )
     if as_json:
         typer.echo(json.dumps(data, indent=2))
     else:
@@ -117,9 +138,14 @@ def _explain_offline(body: dict[str, Any], **flags: Any) -> dict[str, Any]:
     from .app import StartupError, build_extender
 
     try:
-        settings = load_settings(source="simulated", fleet_nodes=flags["fleet_nodes"],
-                                 fleet_gpus_per_node=flags["fleet_gpus"], fleet_file=flags["fleet_file"],
-                                 fleet_seed=flags["fleet_seed"], policy_file=flags["policy_file"])
+        settings = load_settings(
+            source="simulated",
+            fleet_nodes=flags["fleet_nodes"],
+            fleet_gpus_per_node=flags["fleet_gpus"],
+            fleet_file=flags["fleet_file"],
+            fleet_seed=flags["fleet_seed"],
+            policy_file=flags["policy_file"],
+        )
         ext = build_extender(settings)
     except (ConfigError, StartupError) as exc:
         _fail(f"configuration error: {exc}")
@@ -136,8 +162,10 @@ def print_explanation(data: dict[str, Any]) -> None:
 
     console = Console()
     verdict = f"score [b]{data['score']}[/b] ({data['combined']:.2f})" if data.get("fits") else "[red]filtered out[/]"
-    console.print(f"[b]{data['node']}[/b] for {data['request']}: {verdict}"
-                  + (f", GPUs {data['gpus']}" if data.get("gpus") is not None else ""))
+    console.print(
+        f"[b]{data['node']}[/b] for {data['request']}: {verdict}"
+        + (f", GPUs {data['gpus']}" if data.get("gpus") is not None else "")
+    )
     for f in data.get("filters", []):
         mark = "[green]pass[/]" if f["passed"] else "[red]fail[/]"
         extra = "" if f["passed"] else f": {f['reason']}" + (" (unresolvable)" if f.get("unresolvable") else "")
@@ -162,6 +190,10 @@ def demo(
     interval: Annotated[float, typer.Option(min=0, help="Seconds between pods.")] = 0.05,
     policy_file: Annotated[Path | None, typer.Option(help="Policy YAML.")] = None,
     live: Annotated[bool, typer.Option("--live/--no-live", help="Live table (off when not a terminal).")] = True,
+    compare: Annotated[
+        bool,
+        typer.Option("--compare/--no-compare", help="Also run the same pods through a GPU-blind baseline and compare."),
+    ] = True,
 ) -> None:
     """Stream pods through the extender on a simulated fleet over real HTTP, with a live table and a summary."""
     from rich.console import Console
@@ -170,7 +202,16 @@ def demo(
     from .app import StartupError
 
     try:
-        run_demo(pods=pods, nodes=nodes, gpus=gpus, seed=seed, live=live, interval_s=interval,
-                 policy_file=str(policy_file) if policy_file else None, console=Console())
+        run_demo(
+            pods=pods,
+            nodes=nodes,
+            gpus=gpus,
+            seed=seed,
+            live=live,
+            interval_s=interval,
+            policy_file=str(policy_file) if policy_file else None,
+            compare=compare,
+            console=Console(),
+        )
     except StartupError as exc:
         _fail(f"configuration error: {exc}")

@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import functools
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 VERBS = ("filter", "prioritize", "bind", "explain")
 RESULTS = ("passed", "rejected", "scored", "bound", "error")
-REASONS = ("gpu_memory", "gpu_count", "gpu_model", "topology", "thermal", "stale_telemetry", "unknown_node",
-           "bad_request")
+REASONS = (
+    "gpu_memory",
+    "gpu_count",
+    "gpu_model",
+    "topology",
+    "thermal",
+    "stale_telemetry",
+    "unknown_node",
+    "bad_request",
+)
 
 #: Extender calls are sub-millisecond to tens of milliseconds; kube-scheduler's default httpTimeout is 5 s.
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
@@ -17,22 +27,34 @@ class ExtenderMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
         self.duration = Histogram(
-            "kelvin_extender_request_duration_seconds", "Time to answer an extender call, per verb.",
-            ["verb"], registry=registry, buckets=LATENCY_BUCKETS,
+            "kelvin_extender_request_duration_seconds",
+            "Time to answer an extender call, per verb.",
+            ["verb"],
+            registry=registry,
+            buckets=LATENCY_BUCKETS,
         )
         self.requests = Counter(
-            "kelvin_extender_requests", "Extender calls answered, per verb and HTTP status code.",
-            ["verb", "code"], registry=registry,
+            "kelvin_extender_requests",
+            "Extender calls answered, per verb and HTTP status code.",
+            ["verb", "code"],
+            registry=registry,
         )
         self.decisions = Counter(
-            "kelvin_extender_decisions", "Per-node decisions (filter: passed/rejected; prioritize: scored; "
-            "bind: bound/error).", ["verb", "result"], registry=registry,
+            "kelvin_extender_decisions",
+            "Per-node decisions (filter: passed/rejected; prioritize: scored; bind: bound/error).",
+            ["verb", "result"],
+            registry=registry,
         )
         self.rejections = Counter(
-            "kelvin_extender_rejections", "Nodes rejected by filter, per reason.", ["reason"], registry=registry,
+            "kelvin_extender_rejections",
+            "Nodes rejected by filter, per reason.",
+            ["reason"],
+            registry=registry,
         )
         self.assumed = Gauge(
-            "kelvin_extender_assumed_allocations", "Entries in the assumed-allocation ledger.", registry=registry,
+            "kelvin_extender_assumed_allocations",
+            "Entries in the assumed-allocation ledger.",
+            registry=registry,
         )
         for verb in VERBS:
             self.duration.labels(verb)
@@ -42,6 +64,7 @@ class ExtenderMetrics:
             self.rejections.labels(reason)
 
 
+@functools.lru_cache(maxsize=4096)
 def rejection_code(reason: str) -> str:
     """The ``reason`` label of a filter rejection, from the words the fit and telemetry filters use.
 

@@ -54,7 +54,6 @@ def install_routes(app: FastAPI, ext: Extender) -> None:
             resp = _json(await call(body))
         except wire.WireError as exc:
             log.info("%s: bad request: %s", verb, exc)
-            m.rejections.labels("bad_request").inc()
             resp = _json({"Error": str(exc)}, 400)
         except Exception as exc:
             log.exception("%s failed", verb)

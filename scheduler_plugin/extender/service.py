@@ -85,7 +85,10 @@ class Extender:
 
     def _rows(self, names: list[str]) -> np.ndarray[Any, np.dtype[np.int64]]:
         index = self.cache.snapshot.arrays.index
-        return np.fromiter((index.get(n, -1) for n in names), dtype=np.int64, count=len(names))
+        try:  # the common case: every name known (a KeyError costs one retry)
+            return np.array(list(map(index.__getitem__, names)), dtype=np.int64)
+        except KeyError:
+            return np.array([index.get(n, -1) for n in names], dtype=np.int64)
 
     @property
     def deny_unknown(self) -> bool:
@@ -118,14 +121,12 @@ class Extender:
             ctx = self.framework.context(fleet, self.clock())
             pos_known = np.nonzero(known)[0]
             outcome = self.framework.filter(req, fleet, rows[pos_known], ctx)
-            ok_rows = set(outcome.passed.tolist()) if len(outcome.rejected) else None
-            passed_pos = []
+            ok = np.zeros(fleet.n_nodes, dtype=np.bool_)
+            ok[outcome.passed] = True
+            ok_known = ok[rows[pos_known]]
+            passed_pos = pos_known[ok_known].tolist()
             counts: dict[str, int] = {}
-            for p in pos_known.tolist():
-                r = int(rows[p])
-                if ok_rows is None or r in ok_rows:
-                    passed_pos.append(p)
-                    continue
+            for p, r in zip(pos_known[~ok_known].tolist(), rows[pos_known[~ok_known]].tolist(), strict=True):
                 rej = outcome.rejected[r]
                 (unresolvable if rej.unresolvable else failed)[names[p]] = rej.reason
                 code = rejection_code(rej.reason)
@@ -174,8 +175,11 @@ class Extender:
         b = wire.parse_binding(body)
         key = f"{b.PodNamespace}/{b.PodName}"
         if not self.settings.bind_enabled:
-            return self._bind_error(key, "binding through kelvin is disabled (KELVIN_BIND_ENABLED=false); "
-                                         "remove bindVerb from the scheduler's extender configuration")
+            return self._bind_error(
+                key,
+                "binding through kelvin is disabled (KELVIN_BIND_ENABLED=false); "
+                "remove bindVerb from the scheduler's extender configuration",
+            )
         req = self.memo.get(b.PodUID, key)
         if req is None:
             try:
@@ -225,15 +229,24 @@ class Extender:
 
     @staticmethod
     def _assignment(
-        req: GpuRequest, key: str, uid: str, gpus: tuple[int, ...], fleet: Any, row: int | None,
+        req: GpuRequest,
+        key: str,
+        uid: str,
+        gpus: tuple[int, ...],
+        fleet: Any,
+        row: int | None,
     ) -> GpuAssignment:
         milli = MILLI_PER_GPU
         if req.shared and row is not None:
             col = int(np.nonzero(fleet.gpu_index[row] == gpus[0])[0][0])
             milli = int(req.demand_milli(fleet.mem_total[row, col : col + 1])[0])
         return GpuAssignment(
-            pod_key=key, gpu_indices=gpus, milli=milli, memory_bytes=req.memory_bytes if req.shared else None,
-            pod_uid=uid or req.pod_uid or None, priority=req.priority,
+            pod_key=key,
+            gpu_indices=gpus,
+            milli=milli,
+            memory_bytes=req.memory_bytes if req.shared else None,
+            pod_uid=uid or req.pod_uid or None,
+            priority=req.priority,
         )
 
     def _bind_error(self, key: str, message: str) -> dict[str, str]:

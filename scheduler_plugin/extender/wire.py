@@ -148,8 +148,9 @@ def parse_binding(body: bytes) -> ExtenderBindingArgs:
     uid = data.get("PodUID", "")
     if not isinstance(uid, str):
         raise WireError(f"PodUID: must be a string, not {_type_name(uid)}")
-    return ExtenderBindingArgs(PodName=data["PodName"], PodNamespace=data["PodNamespace"], PodUID=uid,
-                               Node=data["Node"])
+    return ExtenderBindingArgs(
+        PodName=data["PodName"], PodNamespace=data["PodNamespace"], PodUID=uid, Node=data["Node"]
+    )
 
 
 def filter_result(

@@ -26,6 +26,14 @@ FloatA = npt.NDArray[np.float64]
 DEFAULT_IDLE_USED_BYTES = 1 * GIB
 
 
+def assigned_memory(a: GpuAssignment, memory_total: int) -> int:
+    """GPU memory an assignment holds on one of its GPUs: its pool, else its share of the GPU's memory (a whole GPU
+    holds all of it; a compute-only share of ``milli`` thousandths holds that share of the memory)."""
+    if a.memory_bytes is not None:
+        return a.memory_bytes
+    return memory_total * min(a.milli, MILLI_PER_GPU) // MILLI_PER_GPU
+
+
 @dataclass(slots=True)
 class FleetArrays:
     """Columnar view of a fleet. Row ``i`` is node ``names[i]``; column ``j`` is ``nodes[i].gpus[j]``."""
@@ -106,7 +114,7 @@ class FleetArrays:
                     j = int(cols[0])
                     assigned_milli[i, j] += a.milli
                     free_milli[i, j] = max(0, free_milli[i, j] - a.milli)
-                    mem = a.memory_bytes if a.memory_bytes is not None else int(self.mem_total[i, j])
+                    mem = assigned_memory(a, int(self.mem_total[i, j]))
                     assigned_mem[i, j] += mem
                     free_mem[i, j] = max(0, free_mem[i, j] - mem)
                     tenants[i, j] += 1
@@ -167,7 +175,7 @@ def build_arrays(nodes: Sequence[GpuNode], idle_used_bytes: int = DEFAULT_IDLE_U
                 if j is None:
                     continue
                 assigned_milli[i, j] += a.milli
-                assigned_mem[i, j] += a.memory_bytes if a.memory_bytes is not None else nd.gpus[j].memory_total_bytes
+                assigned_mem[i, j] += assigned_memory(a, nd.gpus[j].memory_total_bytes)
                 tenants[i, j] += 1
         for j, gp in enumerate(nd.gpus):
             present[i, j] = True

@@ -35,6 +35,9 @@ class Rejection:
     reason: str
     unresolvable: bool = False
     """True when preempting pods on the node would not help (wrong GPU model, too few GPUs at all, too hot)."""
+    code: str = ""
+    """A stable label for metrics (``gpu_memory``, ``gpu_count``, ``gpu_model``, ``topology``, ``thermal``,
+    ``stale_telemetry``: the ``reason`` values of ``kelvin_extender_rejections_total``); empty when unset."""
 
 
 @dataclass(slots=True)

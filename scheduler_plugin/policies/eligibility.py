@@ -94,20 +94,30 @@ class _CycleMask:
     fleet: FleetArrays
     req: GpuRequest
     limits: GpuLimits
+    rows: IntA | None  # None: ``mask`` covers every node; else the rows it was computed for, in order
     mask: BoolA
 
 
 def cycle_eligible(req: GpuRequest, fleet: FleetArrays, idx: IntA, ctx: CycleContext) -> BoolA:
-    """:func:`eligible_gpus` with the cycle's limits, computed once per (fleet, request) and cycle for every node.
+    """:func:`eligible_gpus` with the cycle's limits, computed once per (fleet, request, rows) and cycle.
 
-    Filters and scores of one cycle share it; a caller that mutates ``fleet`` in place must start a new context.
+    Filters and scores of one cycle share it: for many candidates it is computed for every node at once and indexed
+    afterwards; for a few it is computed for those rows (and reused while the same rows array is passed). A caller
+    that mutates ``fleet`` in place must start a new context.
     """
     limits = limits_of(ctx)
     hit = ctx.extras.get(ELIGIBLE_KEY)
     if isinstance(hit, _CycleMask) and hit.fleet is fleet and hit.req is req and hit.limits == limits:
-        return hit.mask[idx]
+        if hit.rows is None:
+            return hit.mask[idx]
+        if hit.rows is idx:
+            return hit.mask
+    if idx.size * 4 < fleet.n_nodes:
+        mask = eligible_gpus(req, fleet, idx, limits)
+        ctx.extras[ELIGIBLE_KEY] = _CycleMask(fleet, req, limits, idx, mask)
+        return mask
     full = eligible_gpus(req, fleet, np.arange(fleet.n_nodes, dtype=np.int64), limits)
-    ctx.extras[ELIGIBLE_KEY] = _CycleMask(fleet, req, limits, full)
+    ctx.extras[ELIGIBLE_KEY] = _CycleMask(fleet, req, limits, None, full)
     return full[idx]
 
 

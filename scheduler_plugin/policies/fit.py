@@ -53,10 +53,6 @@ def _gib_req(n: int) -> str:
     return f"{n / GIB:g} GiB"
 
 
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}" + ("" if n == 1 else "s")
-
-
 def _worded(keys: IntA, word: Callable[[tuple[int, ...]], Rejection]) -> list[Rejection]:
     """Word each distinct row of the (n, K) integer key matrix once; return one Rejection per row."""
     if keys.shape[0] == 0:
@@ -92,8 +88,10 @@ class TelemetryFilter:
 
         def word(k: tuple[int, ...]) -> Rejection:
             if k[0] < 0:
-                return Rejection(f"no telemetry from this node yet ({limit})", unresolvable=True)
-            return Rejection(f"telemetry is {k[0]} s old ({limit})", unresolvable=True)
+                return Rejection(
+                    f"no telemetry from this node yet ({limit})", unresolvable=True, code="stale_telemetry"
+                )
+            return Rejection(f"telemetry is {k[0]} s old ({limit})", unresolvable=True, code="stale_telemetry")
 
         return _worded(keys, word)
 
@@ -150,51 +148,50 @@ class FitFilter:
             list(enumerate([n_present == 0, n_mo < k, n_so < k, n_st < k, ~cl_st, n_el < k, ~cl_el]))
         ):
             cat[cond] = code
-        gidx = fleet.gpu_index[rows]
-        # hottest offending GPU among the ones that would otherwise fit
-        over = np.where(so & hot, fleet.temp[rows] - fleet.slowdown[rows], -np.inf)
-        j_hot = over.argmax(axis=1)
-        r_ = np.arange(rows.shape[0])
-        t_hot = fleet.temp[rows][r_, j_hot]
-        s_hot = fleet.slowdown[rows][r_, j_hot]
-        thr_hot = fleet.throttle[rows][r_, j_hot]
-        # roomiest GPU among the statically usable ones (shares)
-        fm = np.where(st, fleet.free_mem[rows], -1)
-        j_mem = fm.argmax(axis=1)
-        fmi = np.where(st, fleet.free_milli[rows], -1)
-        j_milli = fmi.argmax(axis=1)
-        biggest = np.where(mo, fleet.mem_total[rows], 0).max(axis=1) if mo.shape[1] else np.zeros(rows.shape[0])
-
         n = rows.shape[0]
         keys = np.zeros((n, 7), dtype=np.int64)
         keys[:, 0] = cat
-        m = cat == 1
-        if m.any():  # the node's models: one id per distinct model layout, worded from a representative row
+        # Figures per category, gathered only for the rows in it.
+        m = np.nonzero(cat == 1)[0]
+        if m.size:  # the node's models: one id per distinct model layout, worded from a representative row
             layout = np.ascontiguousarray(fleet.model_id[rows[m]])
             lv = layout.view(np.dtype((np.void, layout.dtype.itemsize * layout.shape[1]))).ravel()
             _, rep, inv = np.unique(lv, return_index=True, return_inverse=True)
             keys[m, 1] = rows[m][rep][inv.reshape(-1)]
-        keys[cat == 2, 1] = biggest[cat == 2]
-        m = cat == 3
-        keys[m, 1] = gidx[m, j_hot[m]]
-        keys[m, 2] = np.rint(t_hot[m] * 10)
-        keys[m, 3] = np.rint(s_hot[m] * 10)
-        keys[m, 4] = thr_hot[m]
-        keys[m, 5] = n_st[m]
-        keys[m, 6] = n_so[m]
-        keys[cat == 4, 1] = n_st[cat == 4]
-        m = cat == 5
-        if req.shared:
+        m = np.nonzero(cat == 2)[0]
+        if m.size:
+            keys[m, 1] = np.where(mo[m], fleet.mem_total[rows[m]], 0).max(axis=1)
+        m = np.nonzero(cat == 3)[0]
+        if m.size:  # the hottest offending GPU among the ones that would otherwise fit
             rm = rows[m]
-            keys[m, 1] = gidx[m, j_mem[m]]
-            keys[m, 2] = np.floor(fleet.free_mem[rm, j_mem[m]] / GIB * 10)  # 0.1 GiB, as worded
-            keys[m, 3] = gidx[m, j_milli[m]]
-            keys[m, 4] = fleet.free_milli[rm, j_milli[m]]
-            keys[m, 5] = fleet.mem_total[rm, j_milli[m]]
-        else:
+            temp = fleet.temp[rm]
+            j = np.where(so[m] & hot[m], temp - fleet.slowdown[rm], -np.inf).argmax(axis=1)
+            keys[m, 1] = fleet.gpu_index[rm, j]
+            keys[m, 2] = np.rint(temp[np.arange(m.size), j] * 10)
+            keys[m, 3] = np.rint(fleet.slowdown[rm, j] * 10)
+            keys[m, 4] = fleet.throttle[rm, j]
+            keys[m, 5] = n_st[m]
+            keys[m, 6] = n_so[m]
+        m = np.nonzero(cat == 4)[0]
+        keys[m, 1] = n_st[m]
+        m = np.nonzero(cat == 5)[0]
+        if m.size and req.shared:  # the roomiest statically usable GPU, by memory and by compute
+            rm = rows[m]
+            j_mem = np.where(st[m], fleet.free_mem[rm], -1).argmax(axis=1)
+            j_milli = np.where(st[m], fleet.free_milli[rm], -1).argmax(axis=1)
+            free_mem = fleet.free_mem[rm, j_mem]
+            keys[m, 1] = fleet.gpu_index[rm, j_mem]
+            keys[m, 2] = np.floor(free_mem / GIB * 10)  # 0.1 GiB, as worded
+            keys[m, 3] = fleet.gpu_index[rm, j_milli]
+            keys[m, 4] = fleet.free_milli[rm, j_milli]
+            keys[m, 5] = fleet.mem_total[rm, j_milli]
+            if req.memory_bytes is not None:
+                keys[m, 6] = free_mem < req.memory_bytes
+        elif m.size:
             keys[m, 1] = n_el[m]
             keys[m, 2] = n_st[m]
-        keys[cat == 6, 1] = n_el[cat == 6]
+        m = np.nonzero(cat == 6)[0]
+        keys[m, 1] = n_el[m]
         return _worded(keys, lambda key: self._word(req, fleet, key))
 
     def _word(self, req: GpuRequest, fleet: FleetArrays, key: tuple[int, ...]) -> Rejection:
@@ -202,7 +199,7 @@ class FitFilter:
         k = req.count
         one = "GPU" if k == 1 else "GPUs"
         if c == 0:
-            return Rejection(f"node has no GPUs; the pod needs {req.describe()}", unresolvable=True)
+            return Rejection(f"node has no GPUs; the pod needs {req.describe()}", unresolvable=True, code="gpu_count")
         if c == 1:
             ids = fleet.model_id[key[1]].tolist()
             counts: dict[str, int] = {}
@@ -211,14 +208,17 @@ class FitFilter:
                     counts[fleet.models[m]] = counts.get(fleet.models[m], 0) + 1
             has = ", ".join(f"{n} {m}" for m, n in sorted(counts.items())) or "no GPUs"
             if req.models is None:
-                return Rejection(f"needs {k} {one}; node has {sum(counts.values())} in total", unresolvable=True)
+                return Rejection(
+                    f"needs {k} {one}; node has {sum(counts.values())} in total", unresolvable=True, code="gpu_count"
+                )
             wanted = " or ".join(sorted(req.models))
-            return Rejection(f"needs {k} {one} of model {wanted}; node has {has}", unresolvable=True)
+            return Rejection(f"needs {k} {one} of model {wanted}; node has {has}", unresolvable=True, code="gpu_model")
         if c == 2:
             mem = req.memory_bytes or 0
             return Rejection(
                 f"the pod needs {_gib_req(mem)} on one GPU; the largest allowed GPU here has {format_gib(key[1])}",
                 unresolvable=True,
+                code="gpu_memory",
             )
         if c == 3:
             _, gi, t10, s10, thr, n_st, n_so = key
@@ -235,31 +235,37 @@ class FitFilter:
             else:
                 limit = _celsius(req.max_temperature or 0)
                 what = f"gpu {gi} is at {_celsius(t)}, above the pod's {ann.MAX_TEMPERATURE} of {limit}"
-            return Rejection(f"{what}; {n_st} of {n_so} GPUs are cool enough, the pod needs {k}", unresolvable=True)
+            return Rejection(
+                f"{what}; {n_st} of {n_so} GPUs are cool enough, the pod needs {k}", unresolvable=True, code="thermal"
+            )
         if c == 4:
             return Rejection(
                 f"no {k} of the node's {key[1]} usable GPUs are all linked by NVLink; "
                 f"the pod sets {ann.TOPOLOGY}={Topology.NVLINK_REQUIRED.value}",
                 unresolvable=True,
+                code="topology",
             )
         if c == 5:
             if req.shared:
-                _, gm, free_mem10, gc, free_milli, total, _ = key
-                if req.memory_bytes is not None and free_mem10 * GIB / 10 < req.memory_bytes:
+                _, gm, free_mem10, gc, free_milli, total, mem_short = key
+                if req.memory_bytes is not None and mem_short:
                     return Rejection(
                         f"gpu {gm} has {free_mem10 / 10:.1f} GiB free; the pod needs "
-                        f"{_gib_req(req.memory_bytes)} on one GPU"
+                        f"{_gib_req(req.memory_bytes)} on one GPU",
+                        code="gpu_memory",
                     )
                 need = int(req.demand_milli(np.array([total], dtype=np.int64))[0])
                 return Rejection(
-                    f"gpu {gc} has {free_milli / 10:g}% of its capacity free; the pod needs {need / 10:g}% of one GPU"
+                    f"gpu {gc} has {free_milli / 10:g}% of its capacity free; the pod needs {need / 10:g}% of one GPU",
+                    code="gpu_memory",
                 )
             _, n_el, n_st, *_ = key
-            return Rejection(f"{n_el} of {n_st} usable GPUs are free; the pod needs {k} whole {one}")
+            return Rejection(f"{n_el} of {n_st} usable GPUs are free; the pod needs {k} whole {one}", code="gpu_count")
         if c == 6:
             return Rejection(
                 f"{key[1]} GPUs are free but no {k} of them are all linked by NVLink; "
-                f"the pod sets {ann.TOPOLOGY}={Topology.NVLINK_REQUIRED.value}"
+                f"the pod sets {ann.TOPOLOGY}={Topology.NVLINK_REQUIRED.value}",
+                code="topology",
             )
         return Rejection("the pod fits this node")
 

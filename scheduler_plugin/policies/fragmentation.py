@@ -36,10 +36,13 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from ..model import GIB, MILLI_PER_GPU, FleetArrays, GpuRequest
-from .base import MAX_EXTENDER_PRIORITY, BoolA, CycleContext, FloatA, IntA, Rejection
+from . import eligibility
+from .base import MAX_EXTENDER_PRIORITY, BoolA, CycleContext, FloatA, IntA
+from .config import CamelModel
+from .eligibility import cycle_eligible
 
 I32A = npt.NDArray[np.int32]
 from .normalize import minmax
@@ -209,31 +212,17 @@ class WorkloadEstimator:
 # Vectorised maths
 
 
-def gpu_model_mask(req: GpuRequest, fleet: FleetArrays, rows: IntA) -> BoolA:
-    """(len(rows), G) GPU slots of an allowed model (all present slots when the request names none)."""
-    present = fleet.gpu_present[rows]
-    if not req.models:
-        return present
-    ids = np.array(sorted(fleet.model_ids(req.models)), dtype=np.int32)
-    return present & np.isin(fleet.model_id[rows], ids)
+def eligible_gpus(
+    req: GpuRequest, fleet: FleetArrays, rows: IntA, ctx: CycleContext | None = None
+) -> tuple[BoolA, IntA]:
+    """(eligible GPU slots, per-slot demand in thousandths) of ``req`` on ``rows``.
 
-
-def eligible_gpus(req: GpuRequest, fleet: FleetArrays, rows: IntA) -> tuple[BoolA, IntA]:
-    """(eligible slots, per-slot demand in thousandths) for ``req`` on ``rows``: model allowed, share and memory free."""
-    demand = req.demand_milli(fleet.mem_total[rows]).astype(np.int64)
-    ok = gpu_model_mask(req, fleet, rows) & (fleet.free_milli[rows] >= demand)
-    if req.memory_bytes is not None:
-        ok &= fleet.free_mem[rows] >= req.memory_bytes
-    return ok, demand
-
-
-def fits(req: GpuRequest, fleet: FleetArrays, rows: IntA) -> BoolA:
-    """(len(rows),) the pod fits: CPU, host memory, and ``count`` eligible GPUs."""
-    ok = (fleet.cpu_free[rows] >= req.cpu_milli) & (fleet.mem_free_host[rows] >= req.host_memory_bytes)
-    if req.wants_gpu:
-        elig, _ = eligible_gpus(req, fleet, rows)
-        ok &= elig.sum(axis=1) >= req.count
-    return np.asarray(ok, dtype=np.bool_)
+    Eligibility is the fit filter's own per-GPU test (model, size, thermal limits, free share and memory), shared
+    through the cycle's cache when a context is given.
+    """
+    rows = np.asarray(rows, dtype=np.int64)
+    ok = cycle_eligible(req, fleet, rows, ctx) if ctx is not None else eligibility.eligible_gpus(req, fleet, rows)
+    return ok, req.demand_milli(fleet.mem_total[rows]).astype(np.int64)
 
 
 def _accessible(w: Workload, fleet: FleetArrays, rows: IntA) -> BoolA:
@@ -281,7 +270,9 @@ class Placements:
         return np.flatnonzero(self.taken[i])
 
 
-def placements(req: GpuRequest, fleet: FleetArrays, rows: IntA, w: Workload) -> Placements:
+def placements(
+    req: GpuRequest, fleet: FleetArrays, rows: IntA, w: Workload, ctx: CycleContext | None = None
+) -> Placements:
     """Every distinct way of placing ``req`` on each of ``rows`` and its change in fragmentation.
 
     Shared pods: one placement per GPU that fits, GPUs with the same free share on a node counted once (the lowest
@@ -301,7 +292,7 @@ def placements(req: GpuRequest, fleet: FleetArrays, rows: IntA, w: Workload) -> 
             np.arange(k), np.zeros(free.shape, dtype=np.bool_), after - before, free.sum(axis=1, dtype=np.int64),
             np.zeros(k, dtype=np.int64), new_cpu_all,
         )
-    elig, demand = eligible_gpus(req, fleet, rows)
+    elig, demand = eligible_gpus(req, fleet, rows, ctx)
     if req.shared:
         g = free.shape[1]
         key = free.astype(np.int64) * 4096 + demand
@@ -363,10 +354,8 @@ def fgd_value(delta: FloatA) -> FloatA:
 # Plugins
 
 
-class FragmentationArgs(BaseModel):
+class FragmentationArgs(CamelModel):
     """Arguments of the ``fragmentation`` (kelvin) and ``fgd`` (paper) policies."""
-
-    model_config = ConfigDict(extra="forbid")
 
     bin_milli: float = Field(DEFAULT_BIN_MILLI, gt=0, le=MILLI_PER_GPU, description="dF quantum; smaller differences tie")
     cpu_weight: float = Field(0.5, ge=0, le=1, description="weight of CPU (vs GPU) in the best-fit tie-break")
@@ -375,6 +364,8 @@ class FragmentationArgs(BaseModel):
     coverage: float = Field(DEFAULT_COVERAGE, gt=0, le=1, description="share of pods the workload's shapes cover")
     reference_gpu_memory_gib: float = Field(80, gt=0, description="GPU size for converting memory pools to shares")
     sigmoid: bool = False
+    levels: float = 100.0
+    pick_fine: bool = False
     node_fit: float = 1.0
     slot_fit: float = 1.0
 
@@ -403,12 +394,12 @@ class _Base:
         ctx.extras[WORKLOAD_KEY] = w
         return w
 
-    def _values(self, req: GpuRequest, fleet: FleetArrays, pl: Placements) -> FloatA:
+    def _values(self, req: GpuRequest, fleet: FleetArrays, pl: Placements, for_pick: bool = False) -> FloatA:
         raise NotImplementedError
 
     def score(self, req: GpuRequest, fleet: FleetArrays, idx: IntA, ctx: CycleContext) -> FloatA:
         w = self.workload(req, ctx, learn=True)
-        pl = placements(req, fleet, idx, w)
+        pl = placements(req, fleet, idx, w, ctx)
         best, _ = best_per_row(self._values(req, fleet, pl), pl.pos, len(idx))
         return best
 
@@ -418,8 +409,8 @@ class _Base:
     def pick(self, req: GpuRequest, fleet: FleetArrays, row: int, ctx: CycleContext) -> tuple[int, ...] | None:
         w = self.workload(req, ctx, learn=False)
         rows = np.array([row], dtype=np.int64)
-        pl = placements(req, fleet, rows, w)
-        _, which = best_per_row(self._values(req, fleet, pl), pl.pos, 1)
+        pl = placements(req, fleet, rows, w, ctx)
+        _, which = best_per_row(self._values(req, fleet, pl, True), pl.pos, 1)
         if which[0] < 0:
             return None
         return tuple(int(fleet.gpu_index[row, c]) for c in pl.slots(int(which[0])))
@@ -429,11 +420,11 @@ class _Base:
         rows = np.array([row], dtype=np.int64)
         acc = _accessible(w, fleet, rows)
         before = float(node_fragmentation(fleet.free_milli[rows], fleet.cpu_free[rows], acc, w)[0])
-        pl = placements(req, fleet, rows, w)
+        pl = placements(req, fleet, rows, w, ctx)
         lines = [f"fragmentation now {before / MILLI_PER_GPU:.2f} GPU (against {len(w)} typical pod shapes)"]
         if len(pl.pos) == 0:
             return [*lines, "the pod does not fit on any GPU of this node"]
-        _, which = best_per_row(self._values(req, fleet, pl), pl.pos, 1)
+        _, which = best_per_row(self._values(req, fleet, pl, True), pl.pos, 1)
         i = int(which[0])
         gpus = ", ".join(str(int(fleet.gpu_index[row, c])) for c in pl.slots(i)) or "none"
         lines.append(f"best placement (GPU {gpus}) changes it by {pl.delta[i] / MILLI_PER_GPU:+.3f} GPU")
@@ -443,16 +434,20 @@ class _Base:
 class FragmentationPolicy(_Base):
     """kelvin's fragmentation score: binned dF, ties to the tightest fit (GPU, then CPU)."""
 
-    def _values(self, req: GpuRequest, fleet: FleetArrays, pl: Placements) -> FloatA:
+    def _values(self, req: GpuRequest, fleet: FleetArrays, pl: Placements, for_pick: bool = False) -> FloatA:
         a = self.args
         if a.sigmoid:
-            primary = fgd_value(pl.delta)
+            primary = np.floor(a.levels / (1.0 + np.exp(np.clip(pl.delta, -50_000, 50_000) / 1000.0)))
         else:
             primary = -np.round(pl.delta / a.bin_milli)
         gpu_total = MILLI_PER_GPU * np.maximum(fleet.max_gpus, 1)
         cpu_scale = float(max(int(fleet.cpu_free.max(initial=0)), 1))
         left = (1 - a.cpu_weight) * pl.gpu_left / gpu_total + a.cpu_weight * np.clip(pl.cpu_left / cpu_scale, 0, 1)
         tight = pl.slot_left / MILLI_PER_GPU
+        if a.pick_fine and not for_pick:
+            return np.asarray(primary, dtype=np.float64)
+        if a.pick_fine:
+            return np.asarray(primary - 1e-3 * pl.delta / MILLI_PER_GPU + 1e-4 * (1.0 - tight), dtype=np.float64)
         return np.asarray(
             primary + a.node_fit * 0.5 * (1.0 - left) + a.slot_fit * 0.25 * (1.0 - tight), dtype=np.float64
         )
@@ -461,7 +456,7 @@ class FragmentationPolicy(_Base):
 class FgdPolicy(_Base):
     """The FGD paper's score, exactly: int(100 * sigmoid(-dF/1000)); inside the node, the first best GPU."""
 
-    def _values(self, req: GpuRequest, fleet: FleetArrays, pl: Placements) -> FloatA:
+    def _values(self, req: GpuRequest, fleet: FleetArrays, pl: Placements, for_pick: bool = False) -> FloatA:
         return fgd_value(pl.delta)
 
     def normalize(self, raw: FloatA) -> FloatA:
@@ -494,26 +489,6 @@ def _fgd_picker(args: FragmentationArgs) -> FgdPolicy:
     """The FGD paper's GPU choice: the first GPU with the best score."""
     policy: FgdPolicy = FgdPolicy.create(args)
     return policy
-
-
-class FitFilter:
-    """Resource fit as the trace simulator's protocol checks it: CPU, host memory, GPU count, share, model."""
-
-    name = "fragmentation-fit"
-
-    def filter(self, req: GpuRequest, fleet: FleetArrays, idx: IntA, ctx: CycleContext) -> BoolA:
-        return fits(req, fleet, idx)
-
-    def explain(self, req: GpuRequest, fleet: FleetArrays, row: int, ctx: CycleContext) -> Rejection:
-        rows = np.array([row], dtype=np.int64)
-        if fleet.cpu_free[row] < req.cpu_milli:
-            return Rejection(f"{fleet.cpu_free[row]}m CPU free; the pod needs {req.cpu_milli}m")
-        if fleet.mem_free_host[row] < req.host_memory_bytes:
-            return Rejection(
-                f"{fleet.mem_free_host[row] / GIB:.1f} GiB memory free; the pod needs {req.host_memory_bytes / GIB:.1f}"
-            )
-        elig, _ = eligible_gpus(req, fleet, rows)
-        return Rejection(f"{int(elig.sum())} GPU(s) can take the pod; it needs {req.count} ({req.describe()})")
 
 
 def workload_of(reqs: Sequence[GpuRequest], coverage: float = DEFAULT_COVERAGE) -> Workload:

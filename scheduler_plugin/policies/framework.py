@@ -114,6 +114,7 @@ class Framework:
         self.scorers = tuple(s for s in scorers if s.weight > 0)
         self.picker = picker
         self.ledger = ledger
+        self._share_topology_tables()
         self._overlay_key: tuple[object, ...] = ()
         self._overlay: FleetArrays | None = None
 
@@ -141,6 +142,19 @@ class Framework:
             picker=picker,
             ledger=ledger if ledger is not None else AssumedLedger(cfg.ledger.ttl_seconds),
         )
+
+    def _share_topology_tables(self) -> None:
+        """Let topology-aware plugins share one cache of wiring patterns (the fit filter only needs NVLink cliques,
+        which do not depend on link qualities; others share when their qualities match)."""
+        holders = [p for p in (*(ws.plugin for ws in self.scorers), self.picker) if hasattr(p, "tables")]
+        tables = [t for p in holders if isinstance(t := getattr(p, "tables", None), TopologyTables)]
+        if not tables:
+            return
+        self.fit.tables = tables[0]
+        for p in holders:
+            t = getattr(p, "tables", None)
+            if isinstance(t, TopologyTables) and t is not tables[0] and t.same_quality(tables[0]):
+                p.tables = tables[0]
 
     # --- cycle set-up -------------------------------------------------------------------------------------------
 
@@ -170,7 +184,7 @@ class Framework:
 
     def view(self, fleet: FleetArrays, ctx: CycleContext) -> FleetArrays:
         """``fleet`` with the ledger's live assumed assignments subtracted from free capacity (cached)."""
-        if self.ledger is None:
+        if self.ledger is None or fleet is self._overlay:
             return fleet
         entries = self.ledger.entries(ctx.now)
         if not entries:

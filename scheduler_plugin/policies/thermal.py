@@ -8,8 +8,8 @@ cooling is not rewarded in advance) and its quality is the headroom left below t
 
 Active thermal throttling sets q to 0; any other clock slowdown (power cap, hardware slowdown, power brake) multiplies
 it by ``throttlePenalty`` and by the clock ratio (SM clock / max). A node's raw score mixes the GPUs the pod would get
-(the mean of the best ``count`` usable GPUs, or of all its GPUs when fewer are usable) with the node's worst GPU (heat spreads inside a chassis, and a job on a
-hot node shares its fans and PSUs)::
+(the mean of the best ``count`` usable GPUs, or of all its GPUs when fewer are usable) with the node's worst GPU
+(heat spreads inside a chassis, and a job on a hot node shares its fans and PSUs)::
 
     raw = (1 - nodeShare) * mean(best usable q) + nodeShare * min(q over the node)
 

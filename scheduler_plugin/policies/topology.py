@@ -10,7 +10,7 @@ ties). For a node and a mask of usable GPUs, ``best(k)`` is the best quality of 
   placing on GPU j loses ``C - C(without j)`` (zero on a GPU already shared). Raw = ``1 - min_j loss / C_max``.
 
 Nodes share a handful of wiring patterns, so everything is tabulated once per pattern over all ``2^G`` masks
-(G <= 10) and looked up by (pattern, mask) per request; wider nodes fall back to cached enumeration per distinct
+(G <= 16) and looked up by (pattern, mask) per request; wider nodes fall back to cached enumeration per distinct
 (pattern, mask), exact up to ``EXACT_COMBINATIONS`` subsets and greedy beyond. The same tables answer the fit
 filter's "are there k eligible GPUs all linked by NVLink" question.
 """
@@ -34,7 +34,7 @@ from .normalize import unit
 from .registry import register
 
 LEVEL_NAMES = ("NVLink", "the same PCIe switch", "the same NUMA node", "across sockets")
-MAX_TABLE_GPUS = 10
+MAX_TABLE_GPUS = 16
 EXACT_COMBINATIONS = 4096
 I8A = npt.NDArray[np.int8]
 
@@ -109,6 +109,26 @@ def best_set(lq: FloatA, cols: list[int], k: int, share: float) -> tuple[float, 
     return set_quality(lq, s, share), s
 
 
+def greedy_chain(lq: FloatA, cols: list[int], share: float) -> list[tuple[int, float]]:
+    """(k, quality) of nested sets grown greedily from the best pair: an approximation of ``best(k)`` for every k."""
+    if len(cols) < 2:
+        return []
+    a, b = max(itertools.combinations(cols, 2), key=lambda p: lq[p[0], p[1]])
+    chosen = [a, b]
+    out = [(2, set_quality(lq, (a, b), share))]
+    rest = [c for c in cols if c not in chosen]
+    while rest:
+        best_q, best_c = -math.inf, rest[0]
+        for c in rest:
+            q = set_quality(lq, (*chosen, c), share)
+            if q > best_q + 1e-12:
+                best_q, best_c = q, c
+        chosen.append(best_c)
+        rest.remove(best_c)
+        out.append((len(chosen), best_q))
+    return out
+
+
 def _bit_cols(bits: int, g: int) -> list[int]:
     return [j for j in range(g) if bits >> j & 1]
 
@@ -133,37 +153,44 @@ class Pattern:
         return float(self.weights[: self.n_present + 1].sum())
 
     def build_tables(self, share: float) -> None:
+        """Tabulate every mask of the pattern. O(G^2 * 2^G) time, O(G * 2^G) memory; about 0.1 s for G = 16."""
         g = self.g
         n_sub = 1 << g
         s = np.arange(n_sub, dtype=np.int64)
-        bits = ((s[:, None] >> np.arange(g)) & 1).astype(np.bool_)
-        pop = bits.sum(axis=1)
-        ia, ib = np.triu_indices(g, 1)
-        inpair = bits[:, ia] & bits[:, ib]
-        pq = self.lq[ia, ib]
-        npairs = inpair.sum(axis=1)
-        if ia.size:
-            qmin = np.where(inpair, pq[None, :], np.inf).min(axis=1)
-            qmean = (inpair * pq[None, :]).sum(axis=1) / np.maximum(npairs, 1)
-            linked = (inpair & ~self.nvl[ia, ib][None, :]).sum(axis=1) == 0
-        else:
-            qmin = qmean = np.ones(n_sub)
-            linked = np.ones(n_sub, dtype=np.bool_)
-        qset = np.where(pop >= 2, share * qmin + (1 - share) * qmean, np.where(pop == 1, 1.0, -np.inf))
-        is_clique = np.where(pop >= 2, linked, pop == 1)
-        sub = (s[None, :] & s[:, None]) == s[None, :]  # sub[m, t]: t is a subset of m
-        qbest = np.full((g + 1, n_sub), -np.inf)
-        clique = np.zeros((g + 1, n_sub), dtype=np.bool_)
+        pop = np.zeros(n_sub, dtype=np.int64)
+        for j in range(g):
+            pop += (s >> j) & 1
+        # Per subset: worst pair, sum of pairs, all pairs NVLink; built by adding the highest slot h to every subset
+        # of the slots below it.
+        qmin = np.full(n_sub, np.inf)
+        qsum = np.zeros(n_sub)
+        linked = np.ones(n_sub, dtype=np.bool_)
+        for h in range(1, g):
+            lo = 1 << h
+            below = ((s[:lo, None] >> np.arange(h)) & 1).astype(np.bool_)  # (2^h, h)
+            row = self.lq[h, :h]
+            blk = slice(lo, 2 * lo)
+            qmin[blk] = np.minimum(qmin[:lo], np.where(below, row[None, :], np.inf).min(axis=1))
+            qsum[blk] = qsum[:lo] + below @ row
+            linked[blk] = linked[:lo] & (~below | self.nvl[h, :h][None, :]).all(axis=1)
+        npairs = pop * (pop - 1) // 2
+        qset = np.where(pop >= 2, share * qmin + (1 - share) * qsum / np.maximum(npairs, 1), -np.inf)
+        qset[pop == 1] = 1.0
+        # best(k)[m] = max over subsets t of m with |t| = k: a subset-max transform, one pass per slot
+        qbest = np.where(pop[None, :] == np.arange(g + 1)[:, None], qset[None, :], -np.inf)
+        clique = (pop[None, :] == np.arange(g + 1)[:, None]) & (linked | (pop <= 1))[None, :]
+        for j in range(g):
+            qv = qbest.reshape(g + 1, -1, 2, 1 << j)
+            np.maximum(qv[:, :, 1, :], qv[:, :, 0, :], out=qv[:, :, 1, :])
+            cv = clique.reshape(g + 1, -1, 2, 1 << j)
+            np.logical_or(cv[:, :, 1, :], cv[:, :, 0, :], out=cv[:, :, 1, :])
         qbest[0] = 1.0
         clique[0] = True
-        for k in range(1, g + 1):
-            sel = sub & (pop == k)[None, :]
-            qbest[k] = np.where(sel, qset[None, :], -np.inf).max(axis=1)
-            clique[k] = (sel & is_clique[None, :]).any(axis=1)
         cval = (self.weights[:, None] * np.maximum(qbest, 0.0)).sum(axis=0)
         loss = np.zeros((n_sub, g))
         for j in range(g):
-            loss[:, j] = np.where(bits[:, j], cval - cval[s & ~(1 << j)], 0.0)
+            has = ((s >> j) & 1).astype(np.bool_)
+            loss[:, j] = np.where(has, cval - cval[s & ~(1 << j)], 0.0)
         self.qbest, self.clique, self.cval, self.loss = qbest, clique, cval, loss
 
     # Enumeration (wide nodes, and the picker)
@@ -177,15 +204,15 @@ class Pattern:
     def capacity(self, bits: int, share: float) -> float:
         if self.cval is not None:
             return float(self.cval[bits])
-        cols = _bit_cols(bits, self.g)
+        # Wide nodes: one greedy growth gives a nested best set for every size at once.
         return float(
-            sum(self.weights[k] * max(0.0, best_set(self.lq, cols, k, share)[0]) for k in range(2, len(cols) + 1))
+            sum(self.weights[k] * max(0.0, q) for k, q in greedy_chain(self.lq, _bit_cols(bits, self.g), share))
         )
 
 
 @dataclass(slots=True)
 class FleetTopology:
-    """The wiring patterns of one fleet: ``pid[row]`` indexes ``patterns``; stacked tables when G <= 10."""
+    """The wiring patterns of one fleet: ``pid[row]`` indexes ``patterns``; stacked tables when G <= 16."""
 
     pid: IntA
     patterns: list[Pattern]
@@ -206,10 +233,22 @@ class TopologyTables:
         self._fleet: FleetTopology | None = None
         self._memo: dict[tuple[str, int, int, int], object] = {}
 
+    def same_quality(self, other: TopologyTables) -> bool:
+        return self.share == other.share and bool(np.array_equal(self.link_quality, other.link_quality))
+
     def for_fleet(self, fleet: FleetArrays) -> FleetTopology:
         key = (fleet.nvlink, fleet.switch, fleet.numa, fleet.gpu_present)
-        if self._fleet is not None and all(a is b for a, b in zip(key, self._fleet_key, strict=True)):
-            return self._fleet
+        if self._fleet is not None:
+            if all(a is b for a, b in zip(key, self._fleet_key, strict=True)):
+                return self._fleet
+            # A copy of the same fleet (the simulator copies, the ledger overlay shares): compare the wiring, which
+            # costs far less than recomputing the patterns.
+            if all(
+                isinstance(b, np.ndarray) and a.shape == b.shape and np.array_equal(a, b)
+                for a, b in zip(key, self._fleet_key, strict=True)
+            ):
+                self._fleet_key = key
+                return self._fleet
         n, g = fleet.gpu_present.shape
         rows = np.arange(n, dtype=np.int64)
         lv = link_levels(fleet, rows)

@@ -72,6 +72,8 @@ class RunResult:
     pod_names: tuple[str, ...]
     seconds: float
     placements: int = 0
+    fleet: FleetArrays | None = field(default=None, repr=False)
+    """The fleet's arrays after the last arrival."""
 
     def alloc_at(self, pct: float) -> float:
         """Allocation ratio (%) when the arrived workload first reaches ``pct`` % (the last value if never)."""
@@ -186,4 +188,5 @@ def run(
     return RunResult(
         policy=policy.name, seed=seed, total_gpus=cap // MILLI_PER_GPU, arrived_pct=arrived, alloc_pct=alloc,
         failed=failed, pod_names=tuple(names), seconds=time.perf_counter() - started, placements=placed,
+        fleet=fleet,
     )

@@ -62,8 +62,14 @@ def assignment_of_pod(pod: Mapping[str, Any]) -> tuple[str, GpuAssignment] | Non
         milli, memory, priority = MILLI_PER_GPU, None, 0
     if memory is not None and milli == 0:
         milli = MILLI_PER_GPU
-    return node, GpuAssignment(pod_key=key, gpu_indices=gpus, milli=milli, memory_bytes=memory,
-                               pod_uid=str(meta.get("uid") or "") or None, priority=priority)
+    return node, GpuAssignment(
+        pod_key=key,
+        gpu_indices=gpus,
+        milli=milli,
+        memory_bytes=memory,
+        pod_uid=str(meta.get("uid") or "") or None,
+        priority=priority,
+    )
 
 
 def assignments_from_pods(pods: Iterable[Mapping[str, Any]]) -> dict[str, list[GpuAssignment]]:
@@ -108,8 +114,14 @@ class AssignedSource:
     """A telemetry source whose nodes also carry the assignments recorded on pods (listed at most every
     ``list_interval_s``; when a list fails, the previous record is used and the failure logged)."""
 
-    def __init__(self, inner: TelemetrySource, client: KubeClient, *, list_interval_s: float = 5.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        inner: TelemetrySource,
+        client: KubeClient,
+        *,
+        list_interval_s: float = 5.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.inner = inner
         self.name = inner.name
         self.client = client

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 
 from ..model import MIB
 
@@ -59,6 +60,7 @@ _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
 )
 
 
+@lru_cache(maxsize=256)
 def model_key(model: str) -> str | None:
     """The :data:`KNOWN_MODELS` key for a model name as NVML, dcgm-exporter or kelvin's config spell it."""
     upper = model.upper().replace("_", "-")

@@ -32,25 +32,34 @@ MetricsFlavour = Literal["auto", "kelvin", "dcgm"]
 #: Labels that name the node on dcgm-exporter series, in order of preference.
 DCGM_NODE_LABELS = ("Hostname", "hostname", "node", "kubernetes_node")
 
+
+def _per_gpu(metric: str) -> str:
+    """One series per GPU with only ``node`` and ``gpu`` kept: half the JSON, and duplicates (two Prometheus jobs
+    scraping one exporter) collapse."""
+    return f"max by (node, gpu) ({metric})"
+
+
+#: The GPU set and its identity (``uuid``, ``model``) come from ``total``; every other signal is keyed by node + gpu.
 KELVIN_QUERIES: dict[str, str] = {
-    "total": "kelvin_gpu_memory_total_bytes",
-    "used": "kelvin_gpu_memory_used_bytes",
-    "seen": "timestamp(kelvin_gpu_memory_used_bytes)",
-    "temp": "kelvin_gpu_temperature_celsius",
-    "mem_temp": "kelvin_gpu_memory_temperature_celsius",
-    "slowdown": "kelvin_gpu_slowdown_temperature_celsius",
-    "shutdown": "kelvin_gpu_shutdown_temperature_celsius",
-    "reasons": "kelvin_gpu_clocks_event_reasons",
-    "clock": "kelvin_gpu_sm_clock_hertz",
-    "clock_max": "kelvin_gpu_sm_clock_max_hertz",
-    "util": "kelvin_gpu_utilization_ratio",
-    "mem_util": "kelvin_gpu_memory_utilization_ratio",
-    "power": "kelvin_gpu_power_watts",
-    "numa": "kelvin_gpu_numa_node",
+    "total": "max by (node, gpu, uuid, model) (kelvin_gpu_memory_total_bytes)",
+    "used": _per_gpu("kelvin_gpu_memory_used_bytes"),
+    "seen": _per_gpu("timestamp(kelvin_gpu_memory_used_bytes)"),
+    "temp": _per_gpu("kelvin_gpu_temperature_celsius"),
+    "mem_temp": _per_gpu("kelvin_gpu_memory_temperature_celsius"),
+    "slowdown": _per_gpu("kelvin_gpu_slowdown_temperature_celsius"),
+    "shutdown": _per_gpu("kelvin_gpu_shutdown_temperature_celsius"),
+    "reasons": _per_gpu("kelvin_gpu_clocks_event_reasons"),
+    "clock": _per_gpu("kelvin_gpu_sm_clock_hertz"),
+    "clock_max": _per_gpu("kelvin_gpu_sm_clock_max_hertz"),
+    "util": _per_gpu("kelvin_gpu_utilization_ratio"),
+    "mem_util": _per_gpu("kelvin_gpu_memory_utilization_ratio"),
+    "power": _per_gpu("kelvin_gpu_power_watts"),
+    "numa": _per_gpu("kelvin_gpu_numa_node"),
     "xid": "sum by (node, gpu) (increase(kelvin_gpu_xid_errors_total[{xid_window}]))",
-    "nvlink": "kelvin_gpu_nvlink_link_up == 1",
-    "topology": "kelvin_gpu_topology_level",
-    "procs": "kelvin_gpu_process_memory_used_bytes",
+    # one series per (GPU, peer) instead of one per link; only same-switch pairs matter for PCIe grouping
+    "nvlink": "max by (node, gpu, peer_gpu) (kelvin_gpu_nvlink_link_up) == 1",
+    "topology": "max by (node, gpu, peer_gpu) (kelvin_gpu_topology_level) <= 20",
+    "procs": "max by (node, gpu, pid, pod_uid, namespace, pod) (kelvin_gpu_process_memory_used_bytes)",
 }
 
 DCGM_QUERIES: dict[str, str] = {
@@ -72,7 +81,11 @@ DCGM_QUERIES: dict[str, str] = {
 }
 
 Sample = tuple[dict[str, str], float]
-GpuKey = tuple[str, int]
+GpuKey = tuple[str, str]
+
+#: Signals that change only with the hardware or the driver: read every ``static_every`` refreshes, and at once when
+#: a GPU appears that the cache lacks.
+KELVIN_STATIC = ("total", "slowdown", "shutdown", "clock_max", "numa", "nvlink", "topology")
 
 
 @dataclass
@@ -90,14 +103,6 @@ class _Gpu:
     xid: float = 0.0
 
 
-def _number(raw: Any) -> float | None:
-    try:
-        value = float(raw)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(value) or math.isinf(value) else value
-
-
 def _samples(doc: Any, query: str) -> list[Sample]:
     if not isinstance(doc, dict) or doc.get("status") != "success":
         error = doc.get("error", "no status") if isinstance(doc, dict) else "not a JSON object"
@@ -107,8 +112,11 @@ def _samples(doc: Any, query: str) -> list[Sample]:
         raise SourceError(f"prometheus query {query!r}: expected a vector, got {data.get('resultType')!r}")
     out: list[Sample] = []
     for item in data.get("result") or ():
-        value = _number((item.get("value") or (None, None))[1])
-        if value is not None:
+        try:
+            value = float(item["value"][1])
+        except (KeyError, IndexError, TypeError, ValueError):
+            continue
+        if value == value and abs(value) != math.inf:  # not NaN, not infinite
             out.append((item.get("metric") or {}, value))
     return out
 
@@ -128,6 +136,8 @@ class PrometheusSource:
         xid_window: str = "10m",
         model_overrides: Mapping[str, ModelDefaults] | None = None,
         node_labels: Sequence[str] = DCGM_NODE_LABELS,
+        max_concurrency: int = 4,
+        static_every: int = 12,
         transport: httpx.AsyncBaseTransport | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -140,6 +150,11 @@ class PrometheusSource:
         self._clock = clock
         self._http = httpx.AsyncClient(base_url=self.url, timeout=timeout_s, transport=transport)
         self._known: dict[str, GpuNode] = {}
+        self.static_every = max(1, static_every)
+        self._static: dict[GpuKey, _Gpu] | None = None
+        self._refreshes = 0
+        # a few queries at a time: Prometheus runs at most --query.max-concurrency (20) for everyone
+        self._slots = asyncio.Semaphore(max_concurrency)
 
     async def close(self) -> None:
         await self._http.aclose()
@@ -165,7 +180,8 @@ class PrometheusSource:
     # ----------------------------------------------------------------------------------------------------- HTTP
     async def _query(self, query: str) -> list[Sample]:
         try:
-            resp = await self._http.get("/api/v1/query", params={"query": query})
+            async with self._slots:
+                resp = await self._http.get("/api/v1/query", params={"query": query})
         except httpx.HTTPError as exc:
             raise SourceError(f"prometheus at {self.url} unreachable: {exc!r}") from exc
         try:
@@ -184,36 +200,39 @@ class PrometheusSource:
     # --------------------------------------------------------------------------------------------------- kelvin
     async def _fetch_kelvin(self) -> dict[str, GpuNode]:
         queries = {k: q.replace("{xid_window}", self.xid_window) for k, q in KELVIN_QUERIES.items()}
-        answers = await self._query_all(queries)
+        dynamic = {k: q for k, q in queries.items() if k not in KELVIN_STATIC}
+        static_due = self._static is None or self._refreshes % self.static_every == 0
+        self._refreshes += 1
+        answers = await self._query_all(queries if static_due else dynamic)
+        if static_due or any(_kelvin_key(labels) not in (self._static or {}) for labels, _ in answers["used"]):
+            if not static_due:  # a GPU the cache has not seen: read the static signals now
+                answers.update(await self._query_all({k: queries[k] for k in KELVIN_STATIC}))
+            self._static = _kelvin_static(answers)
+        static = self._static or {}
         gpus: dict[GpuKey, _Gpu] = {}
-        for labels, value in answers["total"]:
+        for labels, value in answers["used"]:
             key = _kelvin_key(labels)
-            if key is not None:
-                gpu = gpus.setdefault(key, _Gpu(key[1]))
-                gpu.uuid, gpu.model = labels.get("uuid", ""), labels.get("model", "")
-                gpu.values["total"] = value
-        for signal in ("used", "seen", "temp", "mem_temp", "slowdown", "shutdown", "reasons", "clock", "clock_max",
-                       "util", "mem_util", "power", "numa", "xid"):
+            template = static.get(key) if key is not None else None
+            if key is not None and template is not None:
+                gpu = gpus[key] = _Gpu(
+                    template.index,
+                    template.uuid,
+                    template.model,
+                    dict(template.values),
+                    template.nvlink_peers,
+                    template.on_nvswitch,
+                    template.topology,
+                )
+                gpu.values["used"] = value
+        for signal in ("seen", "temp", "mem_temp", "reasons", "clock", "util", "mem_util", "power", "xid"):
             for labels, value in answers[signal]:
-                key = _kelvin_key(labels)
-                if key in gpus:
-                    gpus[key].values[signal] = value
-        for labels, _ in answers["nvlink"]:
-            key = _kelvin_key(labels)
-            if key in gpus:
-                peer = labels.get("peer_gpu", "")
-                if peer.isdigit():
-                    gpus[key].nvlink_peers.add(int(peer))
-                elif peer == "nvswitch":
-                    gpus[key].on_nvswitch = True
-        for labels, value in answers["topology"]:
-            key = _kelvin_key(labels)
-            if key in gpus and labels.get("peer_gpu", "").isdigit():
-                gpus[key].topology[int(labels["peer_gpu"])] = value
+                found = gpus.get(_kelvin_key(labels))  # type: ignore[arg-type]
+                if found is not None:
+                    found.values[signal] = value
         for labels, value in answers["procs"]:
-            key = _kelvin_key(labels)
-            if key in gpus and labels.get("pid", "").isdigit():
-                gpus[key].processes.append(
+            found = gpus.get(_kelvin_key(labels))  # type: ignore[arg-type]
+            if found is not None and labels.get("pid", "").isdigit():
+                found.processes.append(
                     GpuProcess(
                         pid=int(labels["pid"]),
                         used_bytes=int(value),
@@ -232,17 +251,31 @@ class PrometheusSource:
             key = self._dcgm_key(labels)
             if key is None:
                 continue
-            gpu = gpus.setdefault(key, _Gpu(key[1]))
+            gpu = gpus.setdefault(key, _Gpu(int(key[1])))
             gpu.uuid, gpu.model = labels.get("UUID", ""), labels.get("modelName", "")
             gpu.values["fb_used"] = value
             pod = labels.get("pod") or labels.get("pod_name")
             if pod:
                 namespace = labels.get("namespace") or labels.get("pod_namespace") or None
                 # dcgm-exporter attributes a whole GPU to the pod it is allocated to, not a process: pid 0
-                gpu.processes.append(GpuProcess(pid=0, used_bytes=int(value * MIB), pod_namespace=namespace,
-                                                pod_name=pod))
-        for signal in ("fb_free", "fb_reserved", "seen", "temp", "mem_temp", "slowdown", "shutdown", "reasons",
-                       "clock", "clock_max", "util", "mem_util", "power"):
+                gpu.processes.append(
+                    GpuProcess(pid=0, used_bytes=int(value * MIB), pod_namespace=namespace, pod_name=pod)
+                )
+        for signal in (
+            "fb_free",
+            "fb_reserved",
+            "seen",
+            "temp",
+            "mem_temp",
+            "slowdown",
+            "shutdown",
+            "reasons",
+            "clock",
+            "clock_max",
+            "util",
+            "mem_util",
+            "power",
+        ):
             for labels, value in answers[signal]:
                 key = self._dcgm_key(labels)
                 if key in gpus:
@@ -266,7 +299,7 @@ class PrometheusSource:
     def _dcgm_key(self, labels: Mapping[str, str]) -> GpuKey | None:
         node = next((labels[n] for n in self.node_labels if labels.get(n)), None)
         gpu = labels.get("gpu", "")
-        return (node, int(gpu)) if node and gpu.isdigit() else None
+        return (node, gpu) if node and gpu.isdigit() else None
 
     # ---------------------------------------------------------------------------------------------------- build
     def _build(self, gpus: Mapping[GpuKey, _Gpu], *, clock_scale: float, dcgm: bool) -> dict[str, GpuNode]:
@@ -321,8 +354,34 @@ class PrometheusSource:
 
 
 def _kelvin_key(labels: Mapping[str, str]) -> GpuKey | None:
-    node, gpu = labels.get("node"), labels.get("gpu", "")
-    return (node, int(gpu)) if node and gpu.isdigit() else None
+    node, gpu = labels.get("node"), labels.get("gpu")
+    return (node, gpu) if node and gpu else None
+
+
+def _kelvin_static(answers: Mapping[str, list[Sample]]) -> dict[GpuKey, _Gpu]:
+    """The per-GPU templates built from the static signals (identity, thresholds, max clock, NUMA, links)."""
+    gpus: dict[GpuKey, _Gpu] = {}
+    for labels, value in answers["total"]:
+        key = _kelvin_key(labels)
+        if key is not None and key[1].isdigit():
+            gpus[key] = _Gpu(int(key[1]), labels.get("uuid", ""), labels.get("model", ""), {"total": value})
+    for signal in ("slowdown", "shutdown", "clock_max", "numa"):
+        for labels, value in answers[signal]:
+            found = gpus.get(_kelvin_key(labels))  # type: ignore[arg-type]
+            if found is not None:
+                found.values[signal] = value
+    for labels, _ in answers["nvlink"]:
+        found = gpus.get(_kelvin_key(labels))  # type: ignore[arg-type]
+        peer = labels.get("peer_gpu", "")
+        if found is not None and peer.isdigit():
+            found.nvlink_peers.add(int(peer))
+        elif found is not None and peer == "nvswitch":
+            found.on_nvswitch = True
+    for labels, value in answers["topology"]:
+        found = gpus.get(_kelvin_key(labels))  # type: ignore[arg-type]
+        if found is not None and labels.get("peer_gpu", "").isdigit():
+            found.topology[int(labels["peer_gpu"])] = value
+    return gpus
 
 
 def _pcie_groups(gpus: Iterable[_Gpu]) -> dict[int, str]:

@@ -98,8 +98,7 @@ class FleetSpec(_Spec):
         return sum(g.count for g in self.groups)
 
     @classmethod
-    def uniform(cls, nodes: int, gpus: int = 8, model: str = "H100-SXM-80GB", seed: int = 0,
-                **extra: Any) -> FleetSpec:
+    def uniform(cls, nodes: int, gpus: int = 8, model: str = "H100-SXM-80GB", seed: int = 0, **extra: Any) -> FleetSpec:
         """The default mix for ``nodes`` nodes of ``gpus`` GPUs: 60 % NVSwitch, 25 % hybrid cube mesh (8 GPUs; bridged
         pairs otherwise), 15 % PCIe-only; 6 % of nodes with poor cooling."""
         mesh: TopologyKind = "hybrid-cube-mesh" if gpus == 8 else "nvlink-pairs"
@@ -109,7 +108,8 @@ class FleetSpec(_Spec):
         shapes: list[tuple[int, TopologyKind]] = [(n_sw, "nvswitch"), (n_mesh, mesh), (n_pcie, "pcie")]
         groups = [
             {"count": n, "gpus": gpus, "model": model, "topology": topo, "poorCoolingFraction": 0.06}
-            for n, topo in shapes if n > 0
+            for n, topo in shapes
+            if n > 0
         ]
         return cls.parse({"seed": seed, "groups": groups, **extra}, source="fleet flags")
 
@@ -120,8 +120,9 @@ class FleetSpec(_Spec):
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
-            problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '(top level)'}: {e['msg']}"
-                                 for e in exc.errors())
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc']) or '(top level)'}: {e['msg']}" for e in exc.errors()
+            )
             raise FleetSpecError(f"{source}: {problems}") from None
 
     @classmethod
@@ -193,8 +194,9 @@ class SimulatedFleetSource:
         self._last = clock()
 
     @classmethod
-    def uniform(cls, nodes: int, gpus: int = 8, model: str = "H100-SXM-80GB", seed: int = 0,
-                **extra: Any) -> SimulatedFleetSource:
+    def uniform(
+        cls, nodes: int, gpus: int = 8, model: str = "H100-SXM-80GB", seed: int = 0, **extra: Any
+    ) -> SimulatedFleetSource:
         return cls(FleetSpec.uniform(nodes, gpus, model, seed, **extra))
 
     # -- construction ------------------------------------------------------------------------------------------
@@ -214,17 +216,24 @@ class SimulatedFleetSource:
             poor = self._rng.random(g.count) < g.poor_cooling_fraction
             cooling = np.where(poor, self._rng.uniform(0.72, 0.85, g.count), self._rng.uniform(0.95, 1.12, g.count))
             shape = (g.count, g.gpus)
-            self._groups.append(_Group(
-                spec=g, names=names, params=params, cooling=cooling,
-                state=tm.ThermalState.initial(shape, params, cooling=cooling[:, None], rng=self._rng),
-                load=np.zeros(shape), mem_used=np.full(shape, DRIVER_OVERHEAD_BYTES, dtype=np.int64),
-                util=np.zeros(shape), xid=np.zeros(shape, dtype=np.int64),
-                peers=nvlink_peers(g.topology, g.gpus),
-                numa=[i * g.numa_nodes // g.gpus for i in range(g.gpus)],
-                switch=[f"pcie-sw{i * g.pcie_switches // g.gpus}" for i in range(g.gpus)],
-                mem_total=g.gpu_memory_bytes(),
-                assignments=[[] for _ in range(g.count)],
-            ))
+            self._groups.append(
+                _Group(
+                    spec=g,
+                    names=names,
+                    params=params,
+                    cooling=cooling,
+                    state=tm.ThermalState.initial(shape, params, cooling=cooling[:, None], rng=self._rng),
+                    load=np.zeros(shape),
+                    mem_used=np.full(shape, DRIVER_OVERHEAD_BYTES, dtype=np.int64),
+                    util=np.zeros(shape),
+                    xid=np.zeros(shape, dtype=np.int64),
+                    peers=nvlink_peers(g.topology, g.gpus),
+                    numa=[i * g.numa_nodes // g.gpus for i in range(g.gpus)],
+                    switch=[f"pcie-sw{i * g.pcie_switches // g.gpus}" for i in range(g.gpus)],
+                    mem_total=g.gpu_memory_bytes(),
+                    assignments=[[] for _ in range(g.count)],
+                )
+            )
         self._place_initial_load()
         for grp in self._groups:  # start settled at the initial load
             u = np.clip(grp.load, 0, 1)
@@ -251,8 +260,10 @@ class SimulatedFleetSource:
                         break
                     free -= pool
                     a = GpuAssignment(
-                        pod_key=f"preexisting/{grp.names[row]}-g{col}-s{k}", gpu_indices=(col,),
-                        milli=math.ceil(pool * MILLI_PER_GPU / grp.mem_total), memory_bytes=pool,
+                        pod_key=f"preexisting/{grp.names[row]}-g{col}-s{k}",
+                        gpu_indices=(col,),
+                        milli=math.ceil(pool * MILLI_PER_GPU / grp.mem_total),
+                        memory_bytes=pool,
                     )
                     self._add(gi, row, a)
 
@@ -325,8 +336,9 @@ class SimulatedFleetSource:
                 busy = grp.load > 0
                 jitter = self._rng.normal(0.0, 0.03, grp.load.shape)
                 grp.util = np.where(busy, np.clip(grp.load + jitter, 0.02, 1.0), 0.0)
-                grp.state = tm.step(grp.state, grp.util, grp.cooling[:, None], dt_s=dt_s, params=grp.params,
-                                    rng=self._rng)
+                grp.state = tm.step(
+                    grp.state, grp.util, grp.cooling[:, None], dt_s=dt_s, params=grp.params, rng=self._rng
+                )
                 p_xid = self.spec.xid_rate_per_gpu_hour * dt_s / 3600.0
                 if p_xid > 0:
                     grp.xid += (self._rng.random(grp.xid.shape) < p_xid).astype(np.int64)
@@ -358,23 +370,42 @@ class SimulatedFleetSource:
         for r, name in enumerate(grp.names):
             gpus = tuple(
                 GpuInfo(
-                    index=j, uuid=f"GPU-{name}-{j}", model=g.model, memory_total_bytes=grp.mem_total,
-                    memory_used_bytes=mem_l[r][j], temperature_celsius=temps_l[r][j],
-                    slowdown_celsius=p.slowdown_c, shutdown_celsius=p.shutdown_c, throttle_reasons=bits[r][j],
-                    sm_clock_mhz=clocks[r][j], sm_clock_max_mhz=p.max_clock_mhz, utilization=util_l[r][j],
-                    memory_utilization=mem_util[r][j], power_watts=power[r][j], xid_errors=xid_l[r][j],
-                    numa_node=grp.numa[j], pcie_switch=grp.switch[j], nvlink_peers=grp.peers[j],
+                    index=j,
+                    uuid=f"GPU-{name}-{j}",
+                    model=g.model,
+                    memory_total_bytes=grp.mem_total,
+                    memory_used_bytes=mem_l[r][j],
+                    temperature_celsius=temps_l[r][j],
+                    slowdown_celsius=p.slowdown_c,
+                    shutdown_celsius=p.shutdown_c,
+                    throttle_reasons=bits[r][j],
+                    sm_clock_mhz=clocks[r][j],
+                    sm_clock_max_mhz=p.max_clock_mhz,
+                    utilization=util_l[r][j],
+                    memory_utilization=mem_util[r][j],
+                    power_watts=power[r][j],
+                    xid_errors=xid_l[r][j],
+                    numa_node=grp.numa[j],
+                    pcie_switch=grp.switch[j],
+                    nvlink_peers=grp.peers[j],
                 )
                 for j in range(g.gpus)
             )
             assigned = tuple(grp.assignments[r])
             busy = sum(len(a.gpu_indices) for a in assigned)
-            nodes.append(GpuNode(
-                name=name, gpus=gpus, cpu_allocatable_milli=cpu_milli, memory_allocatable_bytes=host_mem,
-                cpu_requested_milli=min(cpu_milli, busy * 8000), memory_requested_bytes=min(host_mem, busy * 64 * GIB),
-                assignments=assigned, labels={"nvidia.com/gpu.product": g.model, "kelvin.dev/simulated": "true"},
-                observed_at=at,
-            ))
+            nodes.append(
+                GpuNode(
+                    name=name,
+                    gpus=gpus,
+                    cpu_allocatable_milli=cpu_milli,
+                    memory_allocatable_bytes=host_mem,
+                    cpu_requested_milli=min(cpu_milli, busy * 8000),
+                    memory_requested_bytes=min(host_mem, busy * 64 * GIB),
+                    assignments=assigned,
+                    labels={"nvidia.com/gpu.product": g.model, "kelvin.dev/simulated": "true"},
+                    observed_at=at,
+                )
+            )
         return nodes
 
     # -- TelemetrySource ---------------------------------------------------------------------------------------

@@ -76,16 +76,21 @@ class ThermalParams:
 
 PROFILES: dict[str, ThermalParams] = {
     "H100-SXM-80GB": ThermalParams(),
-    "H200-SXM-141GB": ThermalParams(tdp_w=700.0, resistance_c_per_w=0.072, slowdown_c=87.0, shutdown_c=92.0,
-                                    max_clock_mhz=1980.0),
-    "A100-SXM4-80GB": ThermalParams(idle_w=55.0, tdp_w=400.0, resistance_c_per_w=0.12, slowdown_c=86.0,
-                                    shutdown_c=91.0, max_clock_mhz=1410.0),
-    "A100-PCIE-40GB": ThermalParams(idle_w=35.0, tdp_w=250.0, resistance_c_per_w=0.2, slowdown_c=85.0,
-                                    shutdown_c=90.0, max_clock_mhz=1410.0),
-    "L40S-48GB": ThermalParams(idle_w=35.0, tdp_w=350.0, resistance_c_per_w=0.15, slowdown_c=88.0, shutdown_c=93.0,
-                               max_clock_mhz=2520.0),
-    "V100-SXM2-32GB": ThermalParams(idle_w=40.0, tdp_w=300.0, resistance_c_per_w=0.16, slowdown_c=85.0,
-                                    shutdown_c=90.0, max_clock_mhz=1530.0),
+    "H200-SXM-141GB": ThermalParams(
+        tdp_w=700.0, resistance_c_per_w=0.072, slowdown_c=87.0, shutdown_c=92.0, max_clock_mhz=1980.0
+    ),
+    "A100-SXM4-80GB": ThermalParams(
+        idle_w=55.0, tdp_w=400.0, resistance_c_per_w=0.12, slowdown_c=86.0, shutdown_c=91.0, max_clock_mhz=1410.0
+    ),
+    "A100-PCIE-40GB": ThermalParams(
+        idle_w=35.0, tdp_w=250.0, resistance_c_per_w=0.2, slowdown_c=85.0, shutdown_c=90.0, max_clock_mhz=1410.0
+    ),
+    "L40S-48GB": ThermalParams(
+        idle_w=35.0, tdp_w=350.0, resistance_c_per_w=0.15, slowdown_c=88.0, shutdown_c=93.0, max_clock_mhz=2520.0
+    ),
+    "V100-SXM2-32GB": ThermalParams(
+        idle_w=40.0, tdp_w=300.0, resistance_c_per_w=0.16, slowdown_c=85.0, shutdown_c=90.0, max_clock_mhz=1530.0
+    ),
 }
 
 
@@ -113,7 +118,11 @@ def power_w(util: ArrayLike, params: ThermalParams, ratio: ArrayLike = 1.0) -> F
 
 
 def steady_state_c(
-    util: ArrayLike, cooling: ArrayLike, params: ThermalParams, drift_c: ArrayLike = 0.0, ratio: ArrayLike = 1.0,
+    util: ArrayLike,
+    cooling: ArrayLike,
+    params: ThermalParams,
+    drift_c: ArrayLike = 0.0,
+    ratio: ArrayLike = 1.0,
 ) -> FloatA:
     """The temperature a GPU at clock ``ratio`` heads for under constant load. ``cooling`` > 0; lower is worse.
 
@@ -134,8 +143,13 @@ class ThermalState:
 
     @classmethod
     def initial(
-        cls, n: int | tuple[int, ...], params: ThermalParams, *, cooling: ArrayLike = 1.0,
-        util: ArrayLike = 0.0, rng: np.random.Generator | None = None,
+        cls,
+        n: int | tuple[int, ...],
+        params: ThermalParams,
+        *,
+        cooling: ArrayLike = 1.0,
+        util: ArrayLike = 0.0,
+        rng: np.random.Generator | None = None,
     ) -> ThermalState:
         """GPUs already settled at ``util`` (default idle), with a small random inlet offset when ``rng`` is given."""
         shape = (n,) if isinstance(n, int) else n
@@ -156,7 +170,12 @@ def settle(util: ArrayLike, cooling: ArrayLike, params: ThermalParams, drift_c: 
 
 
 def step(
-    state: ThermalState, util: ArrayLike, cooling: ArrayLike, *, dt_s: float, params: ThermalParams,
+    state: ThermalState,
+    util: ArrayLike,
+    cooling: ArrayLike,
+    *,
+    dt_s: float,
+    params: ThermalParams,
     rng: np.random.Generator | None = None,
 ) -> ThermalState:
     """Advance ``dt_s`` seconds under ``util`` (0..1) and ``cooling``. Without ``rng``: no noise, no drift."""
@@ -166,7 +185,8 @@ def step(
     if rng is not None and dt_s > 0:
         drift = np.clip(
             drift + rng.normal(0.0, params.drift_c_per_sqrt_s * math.sqrt(dt_s), size=drift.shape),
-            -params.drift_limit_c, params.drift_limit_c,
+            -params.drift_limit_c,
+            params.drift_limit_c,
         )
     target = steady_state_c(util, cooling, params, drift, clock_ratio(state.temp_c, params))
     alpha = math.exp(-dt_s / params.tau_s) if params.tau_s > 0 else 0.0
@@ -183,8 +203,11 @@ def throttle_bits(temp_c: ArrayLike, util: ArrayLike, params: ThermalParams) -> 
     bits = np.zeros(t.shape, dtype=np.int64)
     bits |= np.where(u < 0.05, int(ThrottleReason.GPU_IDLE), 0)
     bits |= np.where(t >= params.slowdown_c, int(ThrottleReason.SW_THERMAL_SLOWDOWN), 0)
-    bits |= np.where(t >= params.slowdown_c + 0.6 * (params.shutdown_c - params.slowdown_c),
-                     int(ThrottleReason.HW_THERMAL_SLOWDOWN), 0)
+    bits |= np.where(
+        t >= params.slowdown_c + 0.6 * (params.shutdown_c - params.slowdown_c),
+        int(ThrottleReason.HW_THERMAL_SLOWDOWN),
+        0,
+    )
     bits |= np.where(u >= params.power_cap_util, int(ThrottleReason.SW_POWER_CAP), 0)
     return bits
 

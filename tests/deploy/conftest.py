@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+# the helpers are imported by name from the test modules: make that work under any pytest --import-mode
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 from deploy_helpers import CHART, NAMESPACE, RELEASE, Doc, Render, load_docs, run_helm
 
 

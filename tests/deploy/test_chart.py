@@ -267,6 +267,11 @@ def test_scheduler_config_calls_the_sidecar_extender(render: Render, fixtures_di
     assert cfg["profiles"] == [{"schedulerName": "kelvin-scheduler"}]
     le = cfg["leaderElection"]
     assert le["leaderElect"] is True and le["resourceLock"] == "leases" and le["resourceNamespace"] == NAMESPACE
+    # componentbaseconfig/v1alpha1 LeaderElectionConfiguration (what KubeSchedulerConfiguration v1 embeds)
+    upstream_le = {"leaderElect", "leaseDuration", "renewDeadline", "retryPeriod", "resourceLock", "resourceName",
+                   "resourceNamespace"}  # fmt: skip
+    assert set(le) <= upstream_le
+    assert set(cfg) <= set(real) | {"extenders", "profiles"} and "clientConnection" not in cfg  # in-cluster config
     # the urlPrefix reaches the extender sidecar of the same pod on localhost
     dep = one(docs, "Deployment", "scheduler")
     containers = {c["name"]: c for c in pod_spec(dep)["containers"]}
@@ -308,27 +313,28 @@ def test_rbac_grants_what_each_component_calls(render: Render) -> None:
         }
 
     extender = grants(one(docs, "ClusterRole", "extender"))
-    assert {
+    assert extender == {
         ("", "pods", "get"),
+        ("", "pods", "list"),
         ("", "pods", "patch"),
         ("", "pods/binding", "create"),
-        ("", "nodes", "list"),
-    } <= extender
-    assert ("discovery.k8s.io", "endpointslices", "list") in extender  # default source: scrape
-    prom = grants(one(render(None, "extender.source=prometheus"), "ClusterRole", "extender"))
+    }
+    namespaced = grants(one(docs, "Role", "scheduler"))
+    assert ("discovery.k8s.io", "endpointslices", "list") in namespaced  # default source: scrape, own namespace only
+    assert ("coordination.k8s.io", "leases", "update") in namespaced
+    prom = grants(one(render(None, "extender.source=prometheus"), "Role", "scheduler"))
     assert not any(r == "endpointslices" for _, r, _ in prom)
     operator = grants(one(docs, "ClusterRole", "operator"))
     assert {
         ("", "nodes", "patch"),
         ("", "pods/eviction", "create"),
         ("", "events", "create"),
-        ("policy", "poddisruptionbudgets", "list"),
         ("kopf.dev", "clusterkopfpeerings", "patch"),
     } <= operator
     # kube-scheduler itself runs with the upstream roles
     bound = {b["roleRef"]["name"] for b in by_kind(docs, "ClusterRoleBinding")}
     assert {"system:kube-scheduler", "system:volume-scheduler"} <= bound
-    lease = one(docs, "Role", "leader-election")
+    lease = one(docs, "Role", "scheduler")
     assert any(r.get("resourceNames") == ["kelvin-scheduler"] for r in lease["rules"])
 
 
@@ -428,3 +434,14 @@ def test_servicemonitor_selects_every_metrics_service(render: Render) -> None:
         assert all(labels.get(k) == v for k, v in selector["matchLabels"].items())
         assert labels["app.kubernetes.io/component"] in expr["values"]
         assert ports <= {p["name"] for p in svc["spec"]["ports"]}, svc["metadata"]["name"]
+
+
+@pytest.mark.parametrize("values", CI_VALUES, ids=lambda p: p.name)
+def test_install_dry_run_renders_notes(helm_bin: str, values: Path) -> None:
+    """`helm install --dry-run` goes further than `helm template`: it also renders NOTES.txt."""
+    proc = run_helm(helm_bin, "install", "kelvin", str(CHART), "-n", NAMESPACE, "--dry-run=client", "-f", str(values))
+    notes = proc.stdout.split("NOTES:", 1)[1]
+    assert "helm uninstall kelvin -n kelvin-system" in notes
+    values_doc = yaml.safe_load(values.read_text()) or {}
+    if values_doc.get("scheduler", {}).get("enabled", True):
+        assert "schedulerName: kelvin-scheduler" in notes

@@ -72,10 +72,22 @@ def test_serde_round_trip() -> None:
     node = GpuNode(
         name="n1",
         gpus=(
-            GpuInfo(index=0, uuid="GPU-a", model="NVIDIA H100 80GB HBM3", memory_total_bytes=80 * 2**30,
-                    nvlink_peers=frozenset({1}), processes=(GpuProcess(12, 2**30, "uid", "ns", "p"),)),
-            GpuInfo(index=1, uuid="GPU-b", model="NVIDIA H100 80GB HBM3", memory_total_bytes=80 * 2**30,
-                    power_watts=None, nvlink_peers=frozenset({0})),
+            GpuInfo(
+                index=0,
+                uuid="GPU-a",
+                model="NVIDIA H100 80GB HBM3",
+                memory_total_bytes=80 * 2**30,
+                nvlink_peers=frozenset({1}),
+                processes=(GpuProcess(12, 2**30, "uid", "ns", "p"),),
+            ),
+            GpuInfo(
+                index=1,
+                uuid="GPU-b",
+                model="NVIDIA H100 80GB HBM3",
+                memory_total_bytes=80 * 2**30,
+                power_watts=None,
+                nvlink_peers=frozenset({0}),
+            ),
         ),
         assignments=(GpuAssignment("ns/p", (0,), 500, 2**30, "uid"),),
         labels={"kelvin.dev/pool": "a"},

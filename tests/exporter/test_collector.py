@@ -83,8 +83,11 @@ def test_values_in_base_units(exporter: Exporter, fake: FakeNvml) -> None:
     assert values(samples, "kelvin_gpu_utilization_ratio", gpu="0") == [0.85]
     assert values(samples, "kelvin_gpu_power_watts", gpu="0") == [520.0]
     assert values(samples, "kelvin_gpu_clocks_event_reasons", gpu="3") == [0x44]
-    active = {s.labels["reason"] for s in samples if s.name == "kelvin_gpu_clocks_event_reason_active"
-              and s.labels["gpu"] == "3" and s.value == 1}
+    active = {
+        s.labels["reason"]
+        for s in samples
+        if s.name == "kelvin_gpu_clocks_event_reason_active" and s.labels["gpu"] == "3" and s.value == 1
+    }
     assert active == {"sw_power_cap", "hw_thermal_slowdown"}
     # closed label sets are pre-initialised to 0
     assert values(samples, "kelvin_gpu_ecc_errors_total", gpu="5", type="uncorrected") == [0.0]

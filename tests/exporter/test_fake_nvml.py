@@ -86,5 +86,5 @@ def test_xid_events_reach_registered_sets_only(nvml: FakeNvml) -> None:
 
 
 def test_unknown_model_is_rejected_with_the_known_ones() -> None:
-    with pytest.raises(ValueError, match="unknown; known models: .*H100-SXM-80GB"):
+    with pytest.raises(ValueError, match=r"unknown; known models: .*H100-SXM-80GB"):
         FakeNvml(8, "Voodoo5")

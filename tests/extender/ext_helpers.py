@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -29,18 +29,27 @@ def gpu_node(name: str, busy: Sequence[int] = (), temp: float = 45.0, hot: Seque
     """An 8 x H100 80 GB NVSwitch node (the captures' nodes allocate ``nvidia.com/gpu: 8``)."""
     gpus = tuple(
         GpuInfo(
-            index=i, uuid=f"GPU-{name}-{i}", model="H100-SXM-80GB", memory_total_bytes=80 * GIB,
+            index=i,
+            uuid=f"GPU-{name}-{i}",
+            model="H100-SXM-80GB",
+            memory_total_bytes=80 * GIB,
             memory_used_bytes=70 * GIB if i in busy else GIB // 2,
             temperature_celsius=91.0 if i in hot else (temp + 20 if i in busy else temp),
-            slowdown_celsius=87.0, shutdown_celsius=92.0, sm_clock_mhz=1980.0, sm_clock_max_mhz=1980.0,
-            utilization=0.9 if i in busy else 0.0, numa_node=i // 4, pcie_switch=f"sw{i // 2}",
+            slowdown_celsius=87.0,
+            shutdown_celsius=92.0,
+            sm_clock_mhz=1980.0,
+            sm_clock_max_mhz=1980.0,
+            utilization=0.9 if i in busy else 0.0,
+            numa_node=i // 4,
+            pcie_switch=f"sw{i // 2}",
             nvlink_peers=frozenset(j for j in range(8) if j != i),
         )
         for i in range(8)
     )
     assignments = tuple(GpuAssignment(pod_key=f"other/{name}-{i}", gpu_indices=(i,)) for i in busy)
-    return GpuNode(name=name, gpus=gpus, cpu_allocatable_milli=64_000, memory_allocatable_bytes=512 * GIB,
-                   assignments=assignments)
+    return GpuNode(
+        name=name, gpus=gpus, cpu_allocatable_milli=64_000, memory_allocatable_bytes=512 * GIB, assignments=assignments
+    )
 
 
 def capture_nodes() -> list[GpuNode]:
@@ -77,23 +86,34 @@ def make_extender(
     nodes: Sequence[GpuNode] | None = None,
     *,
     on_stale: str = "deny",
-    clock: Clock | None = None,
+    clock: Callable[[], float] | None = None,
     binder: Binder | None = None,
     source: Any = None,
     **settings: Any,
-) -> tuple[Extender, StaticSource | Any, Clock]:
+) -> tuple[Extender, Any, Any]:
+    """An extender over ``nodes`` (default: the captures' two nodes) or ``source``; the clock defaults to a
+    :class:`Clock` (pass ``time.time`` with a simulated source, whose telemetry carries real time)."""
     clock = clock or Clock()
-    src = source if source is not None else StaticSource(nodes if nodes is not None else capture_nodes(), clock)
+    if source is not None:
+        src = source
+    else:
+        assert isinstance(clock, Clock)
+        src = StaticSource(nodes if nodes is not None else capture_nodes(), clock)
     policy = PolicyConfig.from_mapping({"telemetry": {"onStale": on_stale, "maxAgeSeconds": 30}})
-    ext = build_extender(Settings(refresh_interval_s=3600, **settings), policy=policy, source=src, binder=binder,
-                         clock=clock)
+    ext = build_extender(
+        Settings(refresh_interval_s=3600, **settings), policy=policy, source=src, binder=binder, clock=clock
+    )
     return ext, src, clock
 
 
 def pod(name: str = "p1", gpus: int = 1, annotations: dict[str, str] | None = None, uid: str = "") -> dict[str, Any]:
     return {
-        "metadata": {"name": name, "namespace": "default", "uid": uid or f"uid-{name}",
-                     "annotations": annotations or {}},
+        "metadata": {
+            "name": name,
+            "namespace": "default",
+            "uid": uid or f"uid-{name}",
+            "annotations": annotations or {},
+        },
         "spec": {"containers": [{"name": "main", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]},
     }
 

@@ -11,13 +11,12 @@ from typing import Any
 
 import numpy as np
 import pytest
+from ext_helpers import load_capture, make_extender
 from fastapi.testclient import TestClient
 
 from scheduler_plugin.extender.app import create_app
 from scheduler_plugin.extender.wire import ExtenderArgs, ExtenderFilterResult, HostPriority
 from scheduler_plugin.model import parse_pod
-
-from ext_helpers import load_capture, make_extender
 
 _SHARED = Path(os.environ.get("KELVIN_SHARED_DIR", Path(__file__).resolve().parents[3] / "shared"))
 CAPTURES = sorted((_SHARED / "fixtures" / "extender").glob("*.json"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from kelvin_operator.pods import format_time
+
 from scheduler_plugin.model import annotations as ann
 from scheduler_plugin.model.gpu import GIB, GpuInfo, GpuNode, GpuProcess, ThrottleReason
 
@@ -31,19 +32,28 @@ def pod(
     if gpu_indices is not None:
         anns[ann.GPU_ASSIGNED] = gpu_indices
     meta: dict[str, Any] = {
-        "name": name, "namespace": ns, "uid": uid or f"uid-{name}", "annotations": anns,
+        "name": name,
+        "namespace": ns,
+        "uid": uid or f"uid-{name}",
+        "annotations": anns,
         "creationTimestamp": format_time(now - age_s),
     }
     if owner:
         meta["ownerReferences"] = [{"kind": owner, "name": f"{name}-owner", "apiVersion": "apps/v1", "uid": "o"}]
     spec: dict[str, Any] = {
-        "nodeName": node, "priority": priority,
+        "nodeName": node,
+        "priority": priority,
         "containers": [{"name": "main", "resources": {"limits": {ann.GPU_RESOURCE: str(gpus)}} if gpus else {}}],
     }
     if priority_class:
         spec["priorityClassName"] = priority_class
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec,
-            "status": {"phase": phase, "startTime": format_time(now - age_s)}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": meta,
+        "spec": spec,
+        "status": {"phase": phase, "startTime": format_time(now - age_s)},
+    }
 
 
 def gpu(
@@ -55,12 +65,19 @@ def gpu(
     util: float = 0.5,
     procs: tuple[GpuProcess, ...] = (),
     total_gib: int = 80,
+    model: str = "H100",
 ) -> GpuInfo:
     return GpuInfo(
-        index=index, uuid=f"GPU-{index}", model="H100", memory_total_bytes=total_gib * GIB,
-        memory_used_bytes=sum(p.used_bytes for p in procs), temperature_celsius=temp,
+        index=index,
+        uuid=f"GPU-{index}",
+        model=model,
+        memory_total_bytes=total_gib * GIB,
+        memory_used_bytes=sum(p.used_bytes for p in procs),
+        temperature_celsius=temp,
         throttle_reasons=int(ThrottleReason.HW_THERMAL_SLOWDOWN) if throttled else 0,
-        temperature_trend_c_per_min=trend, utilization=util, processes=procs,
+        temperature_trend_c_per_min=trend,
+        utilization=util,
+        processes=procs,
     )
 
 
@@ -76,6 +93,9 @@ def node_obj(name: str, *, tainted: bool = False, labels: dict[str, str] | None 
     spec: dict[str, Any] = {}
     if tainted:
         spec["taints"] = [{"key": ann.THERMAL_TAINT_KEY, "value": "hot", "effect": "NoSchedule"}]
-    return {"apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": name, "uid": f"node-{name}", "labels": labels or {}, "resourceVersion": "1"},
-            "spec": spec}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "uid": f"node-{name}", "labels": labels or {}, "resourceVersion": "1"},
+        "spec": spec,
+    }

@@ -5,12 +5,11 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from opkit import gpu, node
 from pydantic import ValidationError
 
 from scheduler_plugin.hotness import HotnessConfig, NodeHotness, Transition, observe, step, trigger_mask
 from scheduler_plugin.model.snapshot import build_arrays
-
-from opkit import gpu, node
 
 CFG = HotnessConfig(hot_celsius=83, cool_celsius=75, hold_s=300, horizon_s=300, slowdown_margin_celsius=2)
 
@@ -73,7 +72,7 @@ def test_prediction_within_horizon() -> None:
 
 def test_slow_noise_trend_never_predicts() -> None:
     cfg = CFG.model_copy(update={"horizon_s": 1e9})
-    st_, tr = step(NodeHotness(), observe(node("n", gpu(0, 70.0, trend=0.2)), cfg), 0.0, cfg)
+    _, tr = step(NodeHotness(), observe(node("n", gpu(0, 70.0, trend=0.2)), cfg), 0.0, cfg)
     assert tr is None
 
 
@@ -94,9 +93,20 @@ def test_config_rejects_inverted_thresholds() -> None:
     trends=st.lists(st.floats(-5, 10), min_size=4, max_size=4),
     throttled=st.lists(st.booleans(), min_size=4, max_size=4),
 )
-def test_vectorised_mask_agrees_with_per_gpu_rule(temps: list[float], trends: list[float], throttled: list[bool]) -> None:
+def test_vectorised_mask_agrees_with_per_gpu_rule(
+    temps: list[float], trends: list[float], throttled: list[bool]
+) -> None:
     gpus = [gpu(i, t, trend=trends[i], throttled=throttled[i]) for i, t in enumerate(temps)]
     nd = node("n", *gpus)
     mask = trigger_mask(build_arrays([nd]), CFG)
     per_gpu = [bool(h.reasons) for h in observe(nd, CFG).gpus]
     assert mask[0, : len(gpus)].tolist() == per_gpu
+
+
+def test_prediction_ignores_cold_start_rise() -> None:
+    # an idle GPU that just got a job: 45 °C rising 20 °C/min would "reach" 88 °C in 2 min, but it is below the
+    # cool threshold, where a straight line through a first-order rise overshoots
+    st_, tr = step(NodeHotness(), observe(node("n", gpu(0, 45.0, trend=20.0)), CFG), 0.0, CFG)
+    assert tr is None and not st_.hot
+    low = CFG.model_copy(update={"predict_min_celsius": 40.0})
+    assert step(NodeHotness(), observe(node("n", gpu(0, 45.0, trend=20.0)), low), 0.0, low)[1] is Transition.ENTERED

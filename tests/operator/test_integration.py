@@ -7,13 +7,13 @@ from typing import Any
 
 import kmock as km
 from conftest import EVENTS, NODES, PODS, evictions_blocked, evictions_succeed
-from opkit import T0, gpu, node, node_obj, pod, proc
-
 from kelvin_operator.config import OperatorConfig
 from kelvin_operator.k8s import OperatorKube
 from kelvin_operator.metrics import OperatorMetrics
 from kelvin_operator.pods import format_time
 from kelvin_operator.reconcile import NodeResult, Reconciler
+from opkit import T0, gpu, node, node_obj, pod, proc
+
 from scheduler_plugin.model import annotations as ann
 from scheduler_plugin.model.gpu import GpuNode
 
@@ -60,21 +60,29 @@ def metric(m: OperatorMetrics, name: str, **labels: str) -> float:
 
 async def test_taint_then_evict_then_untaint(kmock: km.KubernetesEmulator, kube: OperatorKube) -> None:
     evictions_succeed(kmock)
-    seed(kmock, [node_obj("n1")], [pod("a", gpu_indices="0", priority=10), pod("a2", gpu_indices="0"),
-                                    pod("b", gpu_indices="1")])
+    seed(
+        kmock,
+        [node_obj("n1")],
+        [pod("a", gpu_indices="0", priority=10), pod("a2", gpu_indices="0"), pod("b", gpu_indices="1")],
+    )
     rec = Reconciler(CFG, kube)
     res = await cycle(rec, kube, hot_node(), T0)
     assert res.hot and res.taint_changed
     assert taints(kmock, "n1")[0] | {"timeAdded": None} == {
-        "key": "kelvin.dev/thermal", "value": "hot", "effect": "NoSchedule", "timeAdded": None}
+        "key": "kelvin.dev/thermal",
+        "value": "hot",
+        "effect": "NoSchedule",
+        "timeAdded": None,
+    }
     # both a and a2 sit on the hot GPU 0; a2 has the lower priority and goes first; one per node per cycle
     assert [(o.pod, o.result) for o in res.outcomes] == [("ml/a2", "evicted"), ("ml/a", "limited")]
     assert [str(r.url.path) for r in kmock["post", PODS]] == ["/api/v1/namespaces/ml/pods/a2/eviction"]
     assert kmock["post", PODS][0].data["kind"] == "Eviction"
     assert not kmock["delete"]  # never a DELETE
     assert "KelvinNodeHot" in event_reasons(kmock) and "KelvinEvicted" in event_reasons(kmock)
-    assert metric(rec.metrics, "kelvin_operator_evictions_total", reason="thermal", result="evicted",
-                  dry_run="false") == 1
+    assert (
+        metric(rec.metrics, "kelvin_operator_evictions_total", reason="thermal", result="evicted", dry_run="false") == 1
+    )
     assert metric(rec.metrics, "kelvin_operator_taint_transitions_total", transition="added") == 1
     assert metric(rec.metrics, "kelvin_operator_hot_nodes") == 1
 
@@ -105,14 +113,19 @@ async def test_pdb_429_means_try_later(kmock: km.KubernetesEmulator, kube: Opera
     res = await cycle(rec, kube, hot_node(T0 + 30), T0 + 30)
     assert [o.result for o in res.outcomes] == ["pdb_blocked"]
     assert len(kmock["post", PODS]) == 2 and not kmock["delete"]
-    assert metric(rec.metrics, "kelvin_operator_evictions_total", reason="thermal", result="pdb_blocked",
-                  dry_run="false") == 2
+    assert (
+        metric(rec.metrics, "kelvin_operator_evictions_total", reason="thermal", result="pdb_blocked", dry_run="false")
+        == 2
+    )
 
 
 async def test_dry_run_writes_nothing_but_events(kmock: km.KubernetesEmulator, kube: OperatorKube) -> None:
     evictions_succeed(kmock)
-    seed(kmock, [node_obj("n1")], [pod("a", gpu_indices="0"),
-                                    pod("ck", gpu_indices="0", annotations={ann.CHECKPOINT: "true"})])
+    seed(
+        kmock,
+        [node_obj("n1")],
+        [pod("a", gpu_indices="0"), pod("ck", gpu_indices="0", annotations={ann.CHECKPOINT: "true"})],
+    )
     rec = Reconciler(CFG.model_copy(update={"dry_run": True}), kube)
     res = await cycle(rec, kube, hot_node(), T0)
     assert res.hot and not res.taint_changed
@@ -120,16 +133,23 @@ async def test_dry_run_writes_nothing_but_events(kmock: km.KubernetesEmulator, k
     assert writes(kmock) == []  # no taint, no eviction, no annotation: only Events
     assert set(event_reasons(kmock)) == {"KelvinDryRunTaint", "KelvinDryRunEviction"}
     assert taints(kmock, "n1") == []
-    assert metric(rec.metrics, "kelvin_operator_evictions_total", reason="thermal", result="dry_run",
-                  dry_run="true") == 1
+    assert (
+        metric(rec.metrics, "kelvin_operator_evictions_total", reason="thermal", result="dry_run", dry_run="true") == 1
+    )
 
 
 async def test_limits_namespace_and_cluster(kmock: km.KubernetesEmulator, kube: OperatorKube) -> None:
     evictions_succeed(kmock)
-    cfg = CFG.model_copy(update={"limits": CFG.limits.model_copy(update={
-        "max_per_node_per_cycle": 10, "max_per_namespace": 2, "max_total": 3})})
-    pods = [pod(f"a{i}", gpu_indices="0") for i in range(3)] + [pod(f"b{i}", ns="other", gpu_indices="0")
-                                                                   for i in range(3)]
+    cfg = CFG.model_copy(
+        update={
+            "limits": CFG.limits.model_copy(
+                update={"max_per_node_per_cycle": 10, "max_per_namespace": 2, "max_total": 3}
+            )
+        }
+    )
+    pods = [pod(f"a{i}", gpu_indices="0") for i in range(3)] + [
+        pod(f"b{i}", ns="other", gpu_indices="0") for i in range(3)
+    ]
     seed(kmock, [node_obj("n1")], pods)
     rec = Reconciler(cfg, kube)
     res = await cycle(rec, kube, hot_node(), T0)
@@ -144,13 +164,17 @@ async def test_limits_namespace_and_cluster(kmock: km.KubernetesEmulator, kube: 
 
 async def test_protected_pods_are_never_evicted(kmock: km.KubernetesEmulator, kube: OperatorKube) -> None:
     evictions_succeed(kmock)
-    seed(kmock, [node_obj("n1")], [
-        pod("keep", gpu_indices="0", annotations={ann.EVICTABLE: "false"}),
-        pod("ds", gpu_indices="0", owner="DaemonSet"),
-        pod("bare", gpu_indices="0", owner=None),
-        pod("new", gpu_indices="0", age_s=5),
-        pod("crit", gpu_indices="0", priority_class="system-cluster-critical"),
-    ])
+    seed(
+        kmock,
+        [node_obj("n1")],
+        [
+            pod("keep", gpu_indices="0", annotations={ann.EVICTABLE: "false"}),
+            pod("ds", gpu_indices="0", owner="DaemonSet"),
+            pod("bare", gpu_indices="0", owner=None),
+            pod("new", gpu_indices="0", age_s=5),
+            pod("crit", gpu_indices="0", priority_class="system-cluster-critical"),
+        ],
+    )
     rec = Reconciler(CFG, kube)
     res = await cycle(rec, kube, hot_node(), T0)
     assert res.outcomes == [] and len(res.protected) == 5
@@ -182,28 +206,36 @@ async def test_checkpoint_handshake_survives_restart(kmock: km.KubernetesEmulato
     assert [o.result for o in res.outcomes] == ["evicted"]
     assert kmock.objects[PODS, "ml", "train"].deleted
     hist = restarted.metrics.registry.get_sample_value(
-        "kelvin_operator_checkpoint_handshake_duration_seconds_sum", {"outcome": "done"})
+        "kelvin_operator_checkpoint_handshake_duration_seconds_sum", {"outcome": "done"}
+    )
     assert hist == 75.0
 
 
 async def test_checkpoint_timeout(kmock: km.KubernetesEmulator, kube: OperatorKube) -> None:
     evictions_succeed(kmock)
     seed(kmock, [node_obj("n1")], [pod("train", gpu_indices="0", annotations={ann.CHECKPOINT: "true"})])
-    cfg = OperatorConfig.model_validate({**cfg.model_dump(), "checkpoint": {"timeout_s": 120.0}})
+    cfg = OperatorConfig.model_validate({**CFG.model_dump(), "checkpoint": {"timeout_s": 120.0}})
     rec = Reconciler(cfg, kube)
     await cycle(rec, kube, hot_node(), T0)
     res = await cycle(rec, kube, hot_node(T0 + 119), T0 + 119)
     assert [o.result for o in res.outcomes] == ["checkpoint_pending"]
     res = await cycle(rec, kube, hot_node(T0 + 121), T0 + 121)
     assert [o.result for o in res.outcomes] == ["evicted"]
-    assert rec.metrics.registry.get_sample_value(
-        "kelvin_operator_checkpoint_handshake_duration_seconds_count", {"outcome": "timeout"}) == 1
+    assert (
+        rec.metrics.registry.get_sample_value(
+            "kelvin_operator_checkpoint_handshake_duration_seconds_count", {"outcome": "timeout"}
+        )
+        == 1
+    )
 
 
 async def test_memory_pool_warn_and_evict(kmock: km.KubernetesEmulator, kube: OperatorKube) -> None:
     evictions_succeed(kmock)
-    seed(kmock, [node_obj("n1", labels={"kelvin.dev/mps": "true"})],
-         [pod("greedy", gpu_indices="0", annotations={ann.GPU_MEMORY: "10Gi"})])
+    seed(
+        kmock,
+        [node_obj("n1", labels={"kelvin.dev/mps": "true"})],
+        [pod("greedy", gpu_indices="0", annotations={ann.GPU_MEMORY: "10Gi"})],
+    )
     cfg = OperatorConfig.model_validate({**CFG.model_dump(), "pools": {"mode": "evict", "grace_s": 60}})
     rec = Reconciler(cfg, kube)
     cool = node("n1", gpu(0, 50.0, procs=(proc("greedy", 16),)))

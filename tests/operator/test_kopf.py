@@ -9,7 +9,9 @@ import contextlib
 import json
 import socket
 import ssl
+import time
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -19,12 +21,13 @@ import kmock as km
 import kopf
 import pytest
 from conftest import NODES, PODS, evictions_succeed
-from opkit import gpu, node, node_obj, pod, proc
-
 from kelvin_operator.config import OperatorConfig
 from kelvin_operator.handlers import build_registry
 from kelvin_operator.runtime import Runtime
 from kelvin_operator.tls import self_signed
+from kopf._core.engines.peering import Identity  # kopf.operator(identity=...) takes this NewType
+from opkit import gpu, node, node_obj, pod, proc
+
 from scheduler_plugin.kube import KubeConfig
 from scheduler_plugin.model import annotations as ann
 from scheduler_plugin.model.gpu import GpuNode
@@ -39,9 +42,6 @@ class FixedSource:
         self.nodes = list(nodes)
 
     async def fetch(self) -> Sequence[GpuNode]:
-        import time
-        from dataclasses import replace
-
         return [replace(n, observed_at=time.time()) for n in self.nodes]
 
     async def close(self) -> None:
@@ -54,27 +54,47 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def declare(kmock: km.KubernetesEmulator, peering: bool) -> None:
+    info = km.ResourceInfo
+    kmock.resources["v1/pods"] = info(
+        kind="Pod", namespaced=True, verbs=["list", "watch", "get", "patch"], subresources=["eviction"]
+    )
+    kmock.resources["v1/nodes"] = info(kind="Node", namespaced=False, verbs=["list", "watch", "get", "patch"])
+    kmock.resources["v1/events"] = info(kind="Event", namespaced=True, verbs=["create"])
+    # kopf waits for the CRD resource to be discoverable (scanning itself is disabled: nothing is listed)
+    kmock.resources["apiextensions.k8s.io/v1/customresourcedefinitions"] = info(
+        kind="CustomResourceDefinition", namespaced=False, verbs=["list", "watch"]
+    )
+    if peering:
+        kmock.resources["kopf.dev/v1/clusterkopfpeerings"] = info(
+            kind="ClusterKopfPeering", namespaced=False, verbs=["list", "watch", "get", "patch"]
+        )
+
+
 @contextlib.asynccontextmanager
-async def running(kmock: km.KubernetesEmulator, cfg: OperatorConfig, nodes: Sequence[GpuNode]) -> AsyncIterator[None]:
-    kmock.resources["v1/pods"] = km.ResourceInfo(
-        kind="Pod", namespaced=True, verbs=["list", "watch", "get", "patch"], subresources=["eviction"])
-    kmock.resources["v1/nodes"] = km.ResourceInfo(kind="Node", namespaced=False, verbs=["list", "watch", "get", "patch"])
-    kmock.resources["v1/events"] = km.ResourceInfo(kind="Event", namespaced=True, verbs=["create"])
-    kmock.resources["v1/namespaces"] = km.ResourceInfo(kind="Namespace", namespaced=False, verbs=["list", "watch"])
-    kmock.resources["apiextensions.k8s.io/v1/customresourcedefinitions"] = km.ResourceInfo(
-        kind="CustomResourceDefinition", namespaced=False, verbs=["list", "watch"])
+async def running(
+    kmock: km.KubernetesEmulator, cfg: OperatorConfig, nodes: Sequence[GpuNode], *, priority: int = 0, ident: str = "r0"
+) -> AsyncIterator[list[Runtime]]:
+    """One replica of the operator (kopf.operator in this loop); yields a list holding its runtime once started."""
+    declare(kmock, peering=not cfg.standalone)
     kube_config = KubeConfig(server=str(kmock.url))
+    runtimes: list[Runtime] = []
 
     async def start(c: OperatorConfig) -> Runtime:
-        return await Runtime.start(c, kube_config, FixedSource(nodes), refresh_interval_s=0.2)
+        runtimes.append(await Runtime.start(c, kube_config, FixedSource(nodes), refresh_interval_s=0.2))
+        return runtimes[-1]
 
     registry = build_registry(cfg, start, kube_config)
     stop, ready = asyncio.Event(), asyncio.Event()
-    task = asyncio.create_task(kopf.operator(
-        registry=registry, clusterwide=True, standalone=True, stop_flag=stop, ready_flag=ready))
+    peering = {} if cfg.standalone else {"peering_name": cfg.peering, "priority": priority, "identity": Identity(ident)}
+    task = asyncio.create_task(
+        kopf.operator(
+            registry=registry, clusterwide=True, standalone=cfg.standalone, stop_flag=stop, ready_flag=ready, **peering
+        )
+    )
     try:
         await asyncio.wait_for(ready.wait(), 20)
-        yield
+        yield runtimes
     finally:
         stop.set()
         await asyncio.wait_for(task, 20)
@@ -86,11 +106,21 @@ def cert(tmp_path: Path) -> tuple[Path, Path]:
 
 
 def review(obj: dict[str, Any], uid: str = "r1") -> dict[str, Any]:
-    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
-        "uid": uid, "kind": {"group": "", "version": "v1", "kind": "Pod"},
-        "resource": {"group": "", "version": "v1", "resource": "pods"}, "operation": "CREATE",
-        "namespace": obj["metadata"]["namespace"], "name": obj["metadata"]["name"], "object": obj,
-        "userInfo": {"username": "tester"}, "dryRun": False}}
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": uid,
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "operation": "CREATE",
+            "namespace": obj["metadata"]["namespace"],
+            "name": obj["metadata"]["name"],
+            "object": obj,
+            "userInfo": {"username": "tester"},
+            "dryRun": False,
+        },
+    }
 
 
 async def wait_for(cond: Any, timeout: float = 15.0) -> None:
@@ -101,8 +131,12 @@ async def wait_for(cond: Any, timeout: float = 15.0) -> None:
 
 async def test_admission_over_https(kmock: km.KubernetesEmulator, cert: tuple[Path, Path]) -> None:
     port = free_port()
-    cfg = OperatorConfig(standalone=True, metrics_port=0, interval_s=3600, webhook={
-        "addr": "127.0.0.1", "port": port, "host": "localhost", "certfile": cert[0], "pkeyfile": cert[1]})
+    cfg = OperatorConfig(
+        standalone=True,
+        metrics_port=0,
+        interval_s=3600,
+        webhook={"addr": "127.0.0.1", "port": port, "host": "localhost", "certfile": cert[0], "pkeyfile": cert[1]},
+    )
     fleet = [node("n1", gpu(0, total_gib=80), mps=True)]
     ctx = ssl.create_default_context(cafile=str(cert[0]))
     async with running(kmock, cfg, fleet), httpx.AsyncClient(verify=ctx, timeout=10) as http:
@@ -118,8 +152,9 @@ async def test_admission_over_https(kmock: km.KubernetesEmulator, cert: tuple[Pa
 
         bad = pod("bad", annotations={ann.GPU_MEMORY: "twenty gigs"}, gpus=0)
         r = (await http.post(f"{url}/gpu-memory", json=review(bad))).json()
-        assert not r["response"]["allowed"] and "kelvin.dev/gpu-memory='twenty gigs'" in r["response"]["status"][
-            "message"]
+        assert (
+            not r["response"]["allowed"] and "kelvin.dev/gpu-memory='twenty gigs'" in r["response"]["status"]["message"]
+        )
 
         multi = pod("multi", annotations={ann.GPU_MEMORY: "20Gi"}, gpus=2)
         r = (await http.post(f"{url}/gpu-memory", json=review(multi))).json()
@@ -151,17 +186,43 @@ async def test_admission_over_https(kmock: km.KubernetesEmulator, cert: tuple[Pa
 async def test_timer_taints_and_evicts_through_the_index(kmock: km.KubernetesEmulator) -> None:
     evictions_succeed(kmock)
     kmock.objects[NODES, None, "n1"] = node_obj("n1")
-    kmock.objects[PODS, "ml", "hot"] = pod("hot", gpu_indices="0")
-    kmock.objects[PODS, "ml", "cpu"] = pod("cpu", gpus=0)
-    cfg = OperatorConfig(standalone=True, metrics_port=0, interval_s=0.5, webhook={"enabled": False},
-                         protection={"min_pod_age_s": 0})
+    kmock.objects[PODS, "ml", "hot"] = pod("hot", gpu_indices="0", now=time.time())
+    kmock.objects[PODS, "ml", "cpu"] = pod("cpu", gpus=0, now=time.time())
+    cfg = OperatorConfig(
+        standalone=True, metrics_port=0, interval_s=0.5, webhook={"enabled": False}, protection={"min_pod_age_s": 0}
+    )
     fleet = [node("n1", gpu(0, 91.0, procs=(proc("hot", 10),)))]
     async with running(kmock, cfg, fleet):
-        try:
-            await wait_for(lambda: len(kmock["post", PODS, km.subresource("eviction")]) >= 1)
-        finally:
-            print("REQS", [(r.method.value, str(r.url)) for r in kmock])
+        await wait_for(lambda: len(kmock["post", PODS, km.subresource("eviction")]) >= 1)
         taints = kmock.objects[NODES, None, "n1"]["spec"]["taints"]
         assert [t["key"] for t in taints] == ["kelvin.dev/thermal"]
     evicted = [str(r.url.path) for r in kmock["post", PODS, km.subresource("eviction")]]
     assert set(evicted) == {"/api/v1/namespaces/ml/pods/hot/eviction"}
+
+
+async def test_two_replicas_only_the_peering_leader_acts(kmock: km.KubernetesEmulator) -> None:
+    evictions_succeed(kmock)
+    now = time.time()
+    kmock.objects[NODES, None, "n1"] = node_obj("n1")
+    kmock.objects[PODS, "ml", "hot"] = pod("hot", gpu_indices="0", now=now)
+    kmock.objects[km.resource("kopf.dev", "v1", "clusterkopfpeerings"), None, "kelvin"] = {
+        "apiVersion": "kopf.dev/v1",
+        "kind": "ClusterKopfPeering",
+        "metadata": {"name": "kelvin"},
+        "status": {},
+    }
+    cfg = OperatorConfig(metrics_port=0, interval_s=0.3, webhook={"enabled": False}, protection={"min_pod_age_s": 0})
+    fleet = [node("n1", gpu(0, 91.0, procs=(proc("hot", 10),)))]
+    async with running(kmock, cfg, fleet, priority=200, ident="leader") as leader:
+        await wait_for(lambda: bool(leader) and "n1" in leader[0].reconciler.states)
+        async with running(kmock, cfg, fleet, priority=100, ident="follower") as follower:
+            await wait_for(lambda: len(kmock["post", PODS, km.subresource("eviction")]) >= 1)
+            await asyncio.sleep(1.5)  # several timer intervals in which the follower would have acted
+            assert follower[0].reconciler.states == {}
+        status = kmock.objects[km.resource("kopf.dev", "v1", "clusterkopfpeerings"), None, "kelvin"]["status"]
+        assert "leader" in status
+    # (kmock's direct deletion sends no watch event, so the index may still list the pod and the leader may retry
+    # it, getting a 404; what matters is that the follower never acted)
+    assert {str(r.url.path) for r in kmock["post", PODS, km.subresource("eviction")]} == {
+        "/api/v1/namespaces/ml/pods/hot/eviction"
+    }

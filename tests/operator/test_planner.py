@@ -8,7 +8,13 @@ from kelvin_operator.limits import EvictionBudget
 from kelvin_operator.planner import plan, protection, restart_cost_s
 from kelvin_operator.pods import format_time, pod_view
 from kelvin_operator.strategies import (
-    Candidate, Reason, ViolationKind, memory_pools, noisy_neighbours, pod_gpus, thermal,
+    Candidate,
+    Reason,
+    ViolationKind,
+    memory_pools,
+    noisy_neighbours,
+    pod_gpus,
+    thermal,
 )
 from opkit import T0, gpu, node, pod, proc
 
@@ -23,6 +29,7 @@ def cand(p: dict, heat: float = 1.0, reason: Reason = Reason.THERMAL) -> Candida
 
 
 # --- protections -------------------------------------------------------------------------------------------------
+
 
 def test_protections_each_named() -> None:
     cases = {
@@ -50,6 +57,7 @@ def test_evictable_true_is_not_protected() -> None:
 
 
 # --- ranking -----------------------------------------------------------------------------------------------------
+
 
 def test_rank_priority_then_heat_then_restart_cost() -> None:
     hi = cand(pod("hi", priority=100), heat=50)
@@ -82,6 +90,7 @@ def test_plan_sets_protected_aside_with_reason() -> None:
 
 # --- limits ------------------------------------------------------------------------------------------------------
 
+
 def test_limits_per_node_cycle_namespace_total_window() -> None:
     b = EvictionBudget(LimitsConfig(max_per_node_per_cycle=1, max_per_namespace=2, max_total=3, window_s=100))
     b.new_cycle("n1")
@@ -109,6 +118,7 @@ def test_zero_limits_refuse_everything() -> None:
 
 # --- handshake ---------------------------------------------------------------------------------------------------
 
+
 def test_handshake_steps() -> None:
     assert decide({}, T0, 600).step is Step.REQUEST
     req = {ann.CHECKPOINT_REQUESTED: format_time(T0 - 10)}
@@ -125,10 +135,15 @@ def test_handshake_steps() -> None:
 
 # --- strategies --------------------------------------------------------------------------------------------------
 
+
 def test_thermal_candidates_only_on_warm_gpus_heat_weighted() -> None:
     nd = node("n1", gpu(0, 88.0), gpu(1, 60.0), gpu(2, 80.0))
-    pods = [pod_view(pod("on0", gpu_indices="0")), pod_view(pod("on1", gpu_indices="1")),
-            pod_view(pod("on2", gpu_indices="2")), pod_view(pod("cpu", gpus=0))]
+    pods = [
+        pod_view(pod("on0", gpu_indices="0")),
+        pod_view(pod("on1", gpu_indices="1")),
+        pod_view(pod("on2", gpu_indices="2")),
+        pod_view(pod("cpu", gpus=0)),
+    ]
     cfg = HotnessConfig()
     got = {c.pod.name: c.heat for c in thermal(nd, observe(nd, cfg), pods, cfg.cool_celsius)}
     assert set(got) == {"on0", "on2"}
@@ -144,8 +159,10 @@ def test_pod_gpus_from_process_attribution_and_unknown_placement() -> None:
 
 def test_noisy_memory_offender_not_victim() -> None:
     nd = node("n1", gpu(0, procs=(proc("big", 30), proc("small", 5))))
-    pods = [pod_view(pod("big", annotations={ann.GPU_MEMORY: "20Gi"})),
-            pod_view(pod("small", annotations={ann.GPU_MEMORY: "20Gi"}))]
+    pods = [
+        pod_view(pod("big", annotations={ann.GPU_MEMORY: "20Gi"})),
+        pod_view(pod("small", annotations={ann.GPU_MEMORY: "20Gi"})),
+    ]
     got = noisy_neighbours(nd, pods, NoisyConfig())
     assert [c.pod.name for c in got] == ["big"] and got[0].reason is Reason.NOISY_NEIGHBOR
 

@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from scheduler_plugin.exporter.app import Exporter
-from scheduler_plugin.exporter.fake_nvml import FakeNvml, FakeProcess
+from scheduler_plugin.exporter.fake_nvml import FakeNvml
 from scheduler_plugin.model import GIB, MIB, GpuNode, ThrottleReason
 from scheduler_plugin.telemetry.prometheus import PrometheusSource
 from scheduler_plugin.telemetry.source import SourceError, TelemetrySource
@@ -83,9 +83,15 @@ def lab(prometheus_bin: str, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     )
     port = free_port()
     proc = subprocess.Popen(
-        [prometheus_bin, f"--config.file={tmp / 'prometheus.yml'}", f"--storage.tsdb.path={tmp / 'data'}",
-         f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
-        stdout=subprocess.DEVNULL, stderr=(tmp / "prometheus.log").open("w"),
+        [
+            prometheus_bin,
+            f"--config.file={tmp / 'prometheus.yml'}",
+            f"--storage.tsdb.path={tmp / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--log.level=warn",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=(tmp / "prometheus.log").open("w"),
     )
     url = f"http://127.0.0.1:{port}"
 
@@ -102,7 +108,9 @@ def lab(prometheus_bin: str, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         _wait("Prometheus to scrape every target", all_up)
         # an XID after the first scrapes, so that increase() sees the counter go up
         fakes["node-b"].inject_xid(1, 79)
-        _wait("the XID to reach Prometheus", lambda: _has(url, 'increase(kelvin_gpu_xid_errors_total{xid="79"}[1m]) > 0'))
+        _wait(
+            "the XID to reach Prometheus", lambda: _has(url, 'increase(kelvin_gpu_xid_errors_total{xid="79"}[1m]) > 0')
+        )
         yield Lab(url, exporters, fakes)
     finally:
         proc.terminate()
@@ -259,3 +267,43 @@ async def test_stopped_exporter_marks_its_node_stale(lab: Lab) -> None:
     last_seen = stale["node-s"].observed_at
     assert last_seen is not None and last_seen <= (before["node-s"].observed_at or 0) + 2
     assert (stale["node-a"].observed_at or 0) > last_seen
+
+
+async def test_static_signals_are_cached_until_a_new_gpu_appears() -> None:
+    from scheduler_plugin.telemetry.prometheus import KELVIN_QUERIES, KELVIN_STATIC
+
+    now = time.time()
+    gpus = [("n1", "0")]
+    asked: list[str] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        query = request.url.params["query"]
+        asked.append(query)
+        key = next(k for k, q in KELVIN_QUERIES.items() if q.replace("{xid_window}", "10m") == query)
+        result = (
+            [
+                {
+                    "metric": {"node": n, "gpu": g, "uuid": f"GPU-{n}-{g}", "model": "NVIDIA H100 80GB HBM3"},
+                    "value": [now, "1" if key != "seen" else str(now)],
+                }
+                for n, g in gpus
+            ]
+            if key not in ("nvlink", "topology", "procs")
+            else []
+        )
+        return httpx.Response(200, json={"status": "success", "data": {"resultType": "vector", "result": result}})
+
+    source = PrometheusSource("http://prom", metrics="kelvin", transport=httpx.MockTransport(answer))
+    try:
+        assert [n.name for n in await source.fetch()] == ["n1"]
+        assert len(asked) == len(KELVIN_QUERIES)
+        asked.clear()
+        await source.fetch()
+        assert len(asked) == len(KELVIN_QUERIES) - len(KELVIN_STATIC)
+        asked.clear()
+        gpus.append(("n2", "0"))  # a new node: its identity is read at once
+        nodes = await source.fetch()
+        assert [n.name for n in nodes] == ["n1", "n2"] and nodes[1].gpus[0].uuid == "GPU-n2-0"
+        assert len(asked) == len(KELVIN_QUERIES)
+    finally:
+        await source.close()

@@ -116,8 +116,7 @@ def test_bad_fleet_file_names_the_field(tmp_path: Path, text: str, field: str) -
 
 
 def test_same_prefix_keeps_counting() -> None:
-    spec = FleetSpec.parse({"groups": [{"count": 1, "namePrefix": "n-"}, {"count": 1, "namePrefix": "n-"}]},
-                           source="t")
+    spec = FleetSpec.parse({"groups": [{"count": 1, "namePrefix": "n-"}, {"count": 1, "namePrefix": "n-"}]}, source="t")
     assert SimulatedFleetSource(spec).node_names == ["n-1", "n-2"]
 
 
@@ -170,8 +169,13 @@ def test_record_binding_loads_gpus_and_heats_them() -> None:
 
 def test_poor_cooling_nodes_run_hotter() -> None:
     spec = FleetSpec.parse(
-        {"initialLoad": 0.0, "groups": [{"count": 1, "namePrefix": "good-"},
-                                        {"count": 1, "namePrefix": "poor-", "poorCoolingFraction": 1.0}]},
+        {
+            "initialLoad": 0.0,
+            "groups": [
+                {"count": 1, "namePrefix": "good-"},
+                {"count": 1, "namePrefix": "poor-", "poorCoolingFraction": 1.0},
+            ],
+        },
         source="t",
     )
     src = SimulatedFleetSource(spec)

@@ -84,3 +84,13 @@ def test_empty_fleet() -> None:
     assert f.n_nodes == 0
     assert f.gpu_present.shape == (0, 1)
     assert np.isnan(f.observed_at).all()
+
+
+def test_compute_only_share_holds_its_share_of_memory() -> None:
+    from scheduler_plugin.model import GpuAssignment
+
+    share = GpuAssignment(pod_key="default/c", gpu_indices=(0,), milli=250)
+    f = fleet(node("a", [gpu(0)], assignments=[share]))
+    assert f.free_mem[0, 0] == 60 * GIB  # not 0: a 25 % compute share holds 25 % of the memory
+    view = fleet(node("b", [gpu(0)])).with_assumed({"b": [share]})
+    assert view.free_mem[0, 0] == 60 * GIB

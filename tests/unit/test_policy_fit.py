@@ -123,13 +123,15 @@ def test_nvlink_clique_on_wide_node_uses_enumeration() -> None:
         (
             request(4, topology="nvlink-required"),
             pcie_box("a"),
-            "no 4 of the node's 8 usable GPUs are all linked by NVLink; the pod sets kelvin.dev/topology=nvlink-required",
+            "no 4 of the node's 8 usable GPUs are all linked by NVLink; "
+            "the pod sets kelvin.dev/topology=nvlink-required",
             True,
         ),
         (
             request(2, topology="nvlink-required"),
             nvlink_pairs("a", assignments=[whole("x", 0, 2, 4, 6)]),
-            "4 GPUs are free but no 2 of them are all linked by NVLink; the pod sets kelvin.dev/topology=nvlink-required",
+            "4 GPUs are free but no 2 of them are all linked by NVLink; "
+            "the pod sets kelvin.dev/topology=nvlink-required",
             False,
         ),
         (
@@ -201,6 +203,7 @@ def test_telemetry_filter(mode: str, observed: float | None, passes: bool, reaso
         rej = flt.explain(request(1), f, 0, ctx)
         assert rej.reason == reason
         assert rej.unresolvable
+        assert rej.code == "stale_telemetry"
 
 
 def test_pods_without_gpus_pass_everything() -> None:
@@ -219,3 +222,47 @@ def test_gpu_lines_say_why_each_gpu_is_unusable() -> None:
         "not usable now: in use",
         "usable",
     ]
+
+
+@pytest.mark.parametrize(
+    ("req", "n", "code"),
+    [
+        (request(1, memory="20Gi"), node("a", [gpu(0, used_gib=68)]), "gpu_memory"),
+        (request(1, memory="20.05Gi"), node("a", [gpu(0, used_gib=60)]), "gpu_memory"),
+        (request(1, memory="100Gi"), node("a", [gpu(0)]), "gpu_memory"),
+        (request(1, models="H100"), dgx("a"), "gpu_model"),
+        (request(3), node("a", [gpu(0), gpu(1)]), "gpu_count"),
+        (request(2), dgx("a", assignments=[whole("x", *range(7))]), "gpu_count"),
+        (request(1), node("a", [gpu(0, temp=99)]), "thermal"),
+        (request(4, topology="nvlink-required"), pcie_box("a"), "topology"),
+        (request(2, topology="nvlink-required"), nvlink_pairs("a", assignments=[whole("x", 0, 2, 4, 6)]), "topology"),
+    ],
+)
+def test_rejection_codes_match_the_metric_labels(req: GpuRequest, n: object, code: str) -> None:
+    f = fleet(n)  # type: ignore[arg-type]
+    assert FIT.explain(req, f, 0, CycleContext(now=NOW)).code == code
+
+
+def test_memory_short_by_less_than_the_printed_precision() -> None:
+    # 20.0 GiB free, 20.05 GiB needed: the text still says memory, not compute
+    f = fleet(node("a", [gpu(0, used_gib=60)]))
+    rej = FIT.explain(request(1, memory="20.05Gi"), f, 0, CycleContext(now=NOW))
+    assert rej.reason == "gpu 0 has 20.0 GiB free; the pod needs 20.05 GiB on one GPU"
+
+
+def test_cycle_eligibility_cache_for_few_and_many_rows() -> None:
+    from scheduler_plugin.policies.eligibility import cycle_eligible, eligible_gpus
+
+    nodes = [node(f"n{i}", [gpu(0, temp=50 + 5 * i), gpu(1, used_gib=10 * i)]) for i in range(10)]
+    f = fleet(*nodes)
+    req = request(1, memory="20Gi")
+    ctx = CycleContext(now=NOW)
+    few = np.array([7, 2])
+    got = cycle_eligible(req, f, few, ctx)
+    assert got.tolist() == eligible_gpus(req, f, few).tolist()
+    assert cycle_eligible(req, f, few, ctx) is got  # the same rows array: reused
+    other = np.array([8, 1])
+    assert cycle_eligible(req, f, other, ctx).tolist() == eligible_gpus(req, f, other).tolist()
+    many = np.arange(10)[::-1]
+    assert cycle_eligible(req, f, many, ctx).tolist() == eligible_gpus(req, f, many).tolist()
+    assert cycle_eligible(req, f, few, ctx).tolist() == eligible_gpus(req, f, few).tolist()  # from the full mask

@@ -56,7 +56,7 @@ def test_pods_without_gpu_pass_and_score_zero() -> None:
     out = fw.filter(request(0), f, all_rows(f), ctx)
     assert out.passed.tolist() == [0, 1]
     assert out.rejected == {}
-    ints, comb = fw.prioritize(request(0), f, out.passed, ctx)
+    ints, _ = fw.prioritize(request(0), f, out.passed, ctx)
     assert ints.tolist() == [0, 0]
     assert fw.pick(request(0), f, 1, ctx) == ()
 
@@ -74,7 +74,7 @@ def test_weighted_mean_and_rounding() -> None:
 def test_all_weights_zero_scores_zero() -> None:
     fw = framework({"thermal": {"weight": 0}})
     f = fleet(dgx("a"))
-    ints, comb = fw.prioritize(request(1), f, all_rows(f), fw.context(f, NOW))
+    ints, _ = fw.prioritize(request(1), f, all_rows(f), fw.context(f, NOW))
     assert ints.tolist() == [0]
 
 
@@ -143,7 +143,20 @@ def test_prioritize_is_per_row_and_order_independent(n_nodes: int) -> None:
     rows = all_rows(f)
     ints, comb = fw.prioritize(request(1), f, rows, ctx)
     perm = rng.permutation(rows)
-    ints_p, comb_p = fw.prioritize(request(1), f, perm, fw.context(f, NOW))
+    _, comb_p = fw.prioritize(request(1), f, perm, fw.context(f, NOW))
     assert np.allclose(comb_p, comb[perm])
     assert ints.min() >= 0
     assert ints.max() <= 10
+
+
+def test_overlay_is_applied_once_in_explain() -> None:
+    fw = framework({"thermal": {"weight": 1}})
+    f = fleet(node("a", [gpu(0)]))
+    fw.assume("a", request(1, share=300, pod="p1"), [0], NOW)
+    ctx = fw.context(f, NOW + 1)
+    ex = fw.explain(request(1, share=600), f, 0, ctx, candidates=all_rows(f))
+    assert ex.fits  # 700 thousandths are left once; subtracting the assumed pod twice would leave 400
+    assert ex.gpus == [0]
+    assert ex.gpu_details[0].startswith("gpu 0 (A100, 80.0 GiB): 56.0 GiB and 70% free")
+    assert fw.filter(request(1, share=700), f, all_rows(f), ctx).passed.tolist() == [0]
+    assert fw.filter(request(1, share=701), f, all_rows(f), ctx).passed.tolist() == []

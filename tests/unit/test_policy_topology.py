@@ -114,3 +114,83 @@ def test_explain_names_the_slowest_link() -> None:
     assert lines[0] == "best 2 usable GPUs are 0,1: slowest link the same PCIe switch (set quality 0.60 of 1)"
     single = SCORE.explain(request(1), f, 0, CycleContext(now=NOW))
     assert single[0].startswith("best slot for one GPU is gpu 0")
+
+
+def test_pattern_cache_survives_copies_and_notices_rewiring() -> None:
+    score = TopologyScore(TopologyArgs())
+    f = fleet(dgx("a"), pcie_box("b"), dgx("c"))
+    first = score.tables.for_fleet(f)
+    assert first.pid.tolist()[0] == first.pid.tolist()[2] != first.pid.tolist()[1]
+    assert score.tables.for_fleet(f.copy()) is first  # same wiring: no recomputation
+    rewired = f.copy()
+    rewired.nvlink[0] = False
+    again = score.tables.for_fleet(rewired)
+    assert again is not first
+    assert again.pid[0] == again.pid[1]  # node a now looks like the PCIe box
+
+
+def test_framework_shares_one_pattern_cache() -> None:
+    from scheduler_plugin.policies import Framework, PolicyConfig
+
+    fw = Framework.from_config(PolicyConfig.from_mapping({"scoring": {"topology": {}}, "picker": "topology"}))
+    topo = fw.scorers[0].plugin
+    assert fw.fit.tables is topo.tables  # type: ignore[attr-defined]
+    assert fw.picker.tables is topo.tables  # type: ignore[attr-defined]
+    f = fleet(dgx("a"))
+    fw.warm(f)
+    assert topo.tables._fleet is not None  # type: ignore[attr-defined]
+
+
+def test_wide_nodes_single_gpu_score() -> None:
+    # 12 GPUs: evaluated per distinct (pattern, mask) instead of tables; the same preferences hold
+    full, almost = raw(request(1), dgx("a", 12), dgx("b", 12, assignments=[whole("x", *range(11))]))
+    assert almost == 1.0
+    assert 0 < full < almost
+    broken, intact = raw(request(1), nvlink_pairs("c", 12, assignments=[whole("x", 0)]), nvlink_pairs("d", 12))
+    assert broken > intact
+    assert pick(request(1), nvlink_pairs("e", 12, assignments=[whole("x", 0)])) == (1,)
+
+
+@pytest.mark.parametrize("g", [2, 3, 5, 8, 9])
+def test_tables_match_enumeration(g: int) -> None:
+    from scheduler_plugin.policies.topology import Pattern
+
+    rng = np.random.default_rng(g)
+    levels = rng.integers(0, 4, (g, g))
+    levels = np.minimum(levels, levels.T)
+    np.fill_diagonal(levels, 0)
+    weights = np.arange(g + 1) / g
+    weights[:2] = 0
+    lq = TopologyArgs().qualities()[levels]
+    pat = Pattern(g=g, n_present=g, levels=levels.astype(np.int8), lq=lq, nvl=levels == 0, weights=weights)
+    pat.build_tables(0.8)
+    assert pat.qbest is not None and pat.clique is not None and pat.cval is not None
+    for m in range(1 << g):
+        cols = [j for j in range(g) if m >> j & 1]
+        for k in range(1, g + 1):
+            q, _ = best_set(lq, cols, k, 0.8)
+            assert pat.qbest[k, m] == pytest.approx(q) if np.isfinite(q) else pat.qbest[k, m] == -np.inf
+            linked = best_set((levels == 0).astype(np.float64), cols, k, 1.0)[0] >= 1.0
+            assert bool(pat.clique[k, m]) == linked
+        expect_c = sum(weights[k] * max(0.0, best_set(lq, cols, k, 0.8)[0]) for k in range(2, len(cols) + 1))
+        assert pat.cval[m] == pytest.approx(expect_c)
+
+
+def test_nodes_wider_than_the_tables_are_enumerated() -> None:
+    # 18 GPUs: beyond the tables, evaluated per distinct (pattern, mask)
+    assert raw(request(4), dgx("a", 18)) == [1.0]
+    full, almost = raw(request(1), dgx("b", 18), dgx("c", 18, assignments=[whole("x", *range(17))]))
+    assert almost == 1.0
+    assert 0 < full < almost
+    ok = raw(request(2), nvlink_pairs("d", 18, assignments=[whole("x", 0)]))
+    assert ok == [1.0]
+    got_pair = pick(request(2), nvlink_pairs("e", 18, assignments=[whole("x", 0)]))
+    assert got_pair is not None
+    assert got_pair[0] ^ 1 == got_pair[1]  # an NVLink pair
+    from scheduler_plugin.policies.config import FilterPolicy
+    from scheduler_plugin.policies.fit import FitFilter
+
+    f = fleet(dgx("w", 18), nvlink_pairs("p", 18))
+    fit = FitFilter(FilterPolicy())
+    got = fit.filter(request(3, topology="nvlink-required"), f, np.arange(2), CycleContext(now=NOW))
+    assert got.tolist() == [True, False]

@@ -162,3 +162,28 @@ webhook configurations through the top-level context; returns YAML with caCert, 
 cert-manager.io/inject-ca-from: {{ printf "%s/%s" .Release.Namespace (include "kelvin.webhookName" .) }}
 {{- end }}
 {{- end }}
+
+{{/* Telemetry settings (KELVIN_* env) shared by the extender and the operator: both read the same GPU telemetry. */}}
+{{- define "kelvin.telemetryEnv" -}}
+{{- $x := .Values.extender -}}
+- name: KELVIN_POLICY_FILE
+  value: /etc/kelvin/policy.yaml
+- name: KELVIN_SOURCE
+  value: {{ $x.source | quote }}
+- name: KELVIN_REFRESH_INTERVAL_S
+  value: {{ $x.refreshIntervalSeconds | quote }}
+{{- if eq $x.source "prometheus" }}
+- name: KELVIN_PROMETHEUS_URL
+  value: {{ $x.prometheusUrl | quote }}
+- name: KELVIN_PROMETHEUS_METRICS
+  value: {{ $x.prometheusMetrics | quote }}
+{{- end }}
+{{- if eq $x.source "scrape" }}
+- name: KELVIN_SCRAPE_SERVICE
+  value: {{ include "kelvin.exporterName" . | quote }}
+- name: KELVIN_SCRAPE_NAMESPACE
+  value: {{ .Release.Namespace | quote }}
+- name: KELVIN_SCRAPE_PORT
+  value: {{ .Values.exporter.port | quote }}
+{{- end }}
+{{- end }}

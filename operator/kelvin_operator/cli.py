@@ -1,0 +1,88 @@
+"""``kelvin operator``: run the kopf operator. Registered with one line in ``scheduler_plugin/cli.py``.
+
+Configuration errors end the command with exit code 2 and one message naming the field, never a traceback.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, NoReturn
+
+import typer
+
+
+def _fail(message: str, code: int = 2) -> NoReturn:
+    typer.echo(f"kelvin: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def operator(
+    policy_file: Annotated[
+        Path | None, typer.Option(help="Policy YAML; its operator: section (env KELVIN_POLICY_FILE).")
+    ] = None,
+    dry_run: Annotated[
+        bool | None, typer.Option("--dry-run/--no-dry-run", help="Log and emit Events only (default off).")
+    ] = None,
+    interval: Annotated[float | None, typer.Option(help="Seconds between cycles over a node (default 30).")] = None,
+    source: Annotated[
+        str | None, typer.Option(help="Telemetry source: simulated, prometheus or scrape (env KELVIN_SOURCE).")
+    ] = None,
+    kubeconfig: Annotated[str | None, typer.Option(help="kubeconfig path (default: in-cluster).")] = None,
+    kube_server: Annotated[str | None, typer.Option(help="API server URL without credentials (tests).")] = None,
+    standalone: Annotated[
+        bool | None, typer.Option("--standalone/--peering", help="Skip kopf peering (one replica only).")
+    ] = None,
+    peering: Annotated[str | None, typer.Option(help="ClusterKopfPeering name (default kelvin).")] = None,
+    metrics_port: Annotated[int | None, typer.Option(help="/metrics port, 0 to disable (default 8080).")] = None,
+    webhook_port: Annotated[int | None, typer.Option(help="HTTPS admission webhook port (default 9443).")] = None,
+    liveness: Annotated[str, typer.Option(help="kopf liveness endpoint.")] = "http://0.0.0.0:8081/healthz",
+    log_level: Annotated[str, typer.Option(help="Log level.")] = "info",
+) -> None:
+    """Run the operator: taint and drain hot nodes, act on noisy neighbours, enforce GPU memory pools, serve the
+    admission webhooks."""
+    import asyncio
+    import logging
+    import random
+
+    import kopf
+
+    from scheduler_plugin.config import ConfigError, load_settings
+    from scheduler_plugin.kube import KubeConfig, KubeError
+    from scheduler_plugin.telemetry.factory import build_source
+
+    from .config import OperatorConfig, load_operator_config
+    from .handlers import build_registry
+    from .runtime import Runtime
+
+    try:
+        settings = load_settings(source=source, policy_file=policy_file, kubeconfig=kubeconfig, kube_server=kube_server)
+        webhook = {"port": webhook_port} if webhook_port is not None else None
+        cfg = load_operator_config(
+            settings.policy_file,
+            dry_run=dry_run,
+            interval_s=interval,
+            standalone=standalone,
+            peering=peering,
+            metrics_port=metrics_port,
+            webhook=webhook,
+        )
+        kube_config = KubeConfig.load(kubeconfig=settings.kubeconfig, server=settings.kube_server)
+        telemetry = build_source(settings)
+    except (ConfigError, KubeError, ValueError) as exc:
+        _fail(f"configuration error: {exc}")
+
+    async def start(c: OperatorConfig) -> Runtime:
+        return await Runtime.start(c, kube_config, telemetry, refresh_interval_s=settings.refresh_interval_s)
+
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    registry = build_registry(cfg, start, kube_config)
+    asyncio.run(
+        kopf.operator(
+            registry=registry,
+            clusterwide=True,
+            standalone=cfg.standalone,
+            peering_name=cfg.peering,
+            liveness_endpoint=liveness,
+            priority=cfg.peering_priority or random.SystemRandom().randint(1, 2**31 - 1),
+        )
+    )

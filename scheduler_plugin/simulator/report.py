@@ -1,0 +1,105 @@
+"""Outputs of a simulation: the summary table, the curve CSV, the PNG plot and the JSON summary."""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Sequence
+from pathlib import Path
+from statistics import mean
+
+from rich.table import Table
+
+from .engine import CHECKPOINTS, RunResult
+
+CURVE_POINTS = tuple(range(131))
+
+
+def by_policy(results: Sequence[RunResult]) -> dict[str, list[RunResult]]:
+    out: dict[str, list[RunResult]] = {}
+    for r in results:
+        out.setdefault(r.policy, []).append(r)
+    return out
+
+
+def summary_table(results: Sequence[RunResult], title: str = "GPU allocation ratio vs arrived workload") -> Table:
+    """One row per policy (means over seeds): allocation at each checkpoint, GPUs unallocated, first failure."""
+    table = Table(title=title)
+    table.add_column("policy")
+    table.add_column("seeds", justify="right")
+    for p in CHECKPOINTS:
+        table.add_column(f"alloc @{p} %", justify="right")
+    table.add_column("unallocated @100 %", justify="right")
+    table.add_column("first failure (arrived %)", justify="right")
+    table.add_column("s/run", justify="right")
+    for policy, runs in by_policy(results).items():
+        ffs = [ff[1] for r in runs if (ff := r.first_failure) is not None]
+        unalloc = mean(r.unallocated_gpus_at(100) for r in runs)
+        pct = mean(100.0 - r.alloc_at(100) for r in runs)
+        table.add_row(
+            policy,
+            str(len(runs)),
+            *(f"{mean(r.alloc_at(p) for r in runs):.2f}" for p in CHECKPOINTS),
+            f"{unalloc:.0f} GPUs ({pct:.2f} %)",
+            f"{mean(ffs):.2f}" if ffs else "none",
+            f"{mean(r.seconds for r in runs):.1f}",
+        )
+    return table
+
+
+def write_curve_csv(results: Sequence[RunResult], path: Path) -> None:
+    """Allocation ratio (%) at every arrived-workload percentage 0..130, one row per policy and seed (the column
+    layout of the paper's published CSV)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["policy", "seed", "total_gpus", *CURVE_POINTS])
+        for r in results:
+            w.writerow([r.policy, r.seed, r.total_gpus, *(f"{v:.3f}" for v in r.curve(CURVE_POINTS))])
+
+
+def write_plot(results: Sequence[RunResult], path: Path, title: str = "") -> None:
+    """Allocation ratio against arrived workload, mean over seeds per policy (band: min..max)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig, (ax, zoom) = plt.subplots(1, 2, figsize=(12, 4.8), gridspec_kw={"width_ratios": [3, 2]})
+    xs = list(CURVE_POINTS)
+    for policy, runs in by_policy(results).items():
+        curves = [r.curve(CURVE_POINTS) for r in runs]
+        avg = [mean(c[i] for c in curves) for i in range(len(xs))]
+        lo = [min(c[i] for c in curves) for i in range(len(xs))]
+        hi = [max(c[i] for c in curves) for i in range(len(xs))]
+        for a in (ax, zoom):
+            (line,) = a.plot(xs, avg, label=f"{policy} ({avg[100]:.2f} % @100)", linewidth=1.6)
+            if len(runs) > 1:
+                a.fill_between(xs, lo, hi, color=line.get_color(), alpha=0.15, linewidth=0)
+    ax.plot([0, 100, 130], [0, 100, 100], color="grey", linestyle=":", linewidth=1, label="ideal")
+    ax.set_xlabel("arrived workload (% of cluster GPU capacity)")
+    ax.set_ylabel("GPU allocation ratio (%)")
+    ax.set_xlim(0, 130)
+    ax.set_ylim(0, 100)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right", fontsize=8)
+    zoom.set_xlim(85, 130)
+    zoom.set_ylim(84, 100)
+    zoom.set_xlabel("arrived workload (%) - zoom")
+    zoom.grid(alpha=0.3)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def json_summary(results: Sequence[RunResult]) -> dict[str, object]:
+    policies: dict[str, object] = {}
+    for policy, runs in by_policy(results).items():
+        policies[policy] = {
+            "mean_alloc_pct": {str(p): round(mean(r.alloc_at(p) for r in runs), 3) for p in CHECKPOINTS},
+            "mean_unallocated_pct_at_100": round(mean(100.0 - r.alloc_at(100) for r in runs), 3),
+            "runs": [r.summary() for r in runs],
+        }
+    return {"total_gpus": results[0].total_gpus if results else 0, "policies": policies}

@@ -1,0 +1,133 @@
+"""Bind against a fake Kubernetes API server (kmock, real HTTP on loopback): annotation first, then the Binding."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import kmock
+import pytest
+from ext_helpers import args, make_extender, pod
+
+from scheduler_plugin.extender.app import create_app
+from scheduler_plugin.extender.binder import KubeBinder
+from scheduler_plugin.kube import KubeClient, KubeConfig
+from scheduler_plugin.telemetry.assignments import assignment_of_pod, list_assigned_pods
+
+pytestmark = pytest.mark.kmock(cls=kmock.RawHandler)
+
+POD = "/api/v1/namespaces/default/pods/p1"
+
+
+def _client(k: kmock.RawHandler) -> KubeClient:
+    return KubeClient(KubeConfig.load(server=str(k.url)))
+
+
+async def _asgi(ext: Any) -> httpx.AsyncClient:
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(ext)), base_url="http://kelvin")
+
+
+def _requests(k: kmock.RawHandler) -> list[Any]:
+    return list(k)
+
+
+async def test_bind_patches_annotations_then_creates_binding(kmock: kmock.RawHandler) -> None:
+    kmock[f"patch {POD}"] << {"kind": "Pod", "metadata": {"name": "p1"}}
+    kmock[f"post {POD}/binding"] << 201 << {"kind": "Status", "status": "Success"}
+    ext, _, _ = make_extender(binder=KubeBinder(_client(kmock)))
+    await ext.cache.refresh_once()
+    async with await _asgi(ext) as c:
+        await c.post("/filter", content=args(pod(gpus=2)))
+        r = await c.post(
+            "/bind", json={"PodName": "p1", "PodNamespace": "default", "PodUID": "uid-p1", "Node": "gpu-node-2"}
+        )
+    assert r.status_code == 200 and r.json() == {"Error": ""}
+    reqs = _requests(kmock)
+    assert [str(q.method).upper().split(".")[-1] for q in reqs] == ["PATCH", "POST"]
+    patch, binding = reqs
+    assert patch.headers["Content-Type"] == "application/merge-patch+json"
+    annotations = patch.data["metadata"]["annotations"]
+    gpus = ext.ledger.entries(ext.clock())["gpu-node-2"][0].gpu_indices
+    assert len(gpus) == 2 and 0 not in gpus  # gpu 0 of gpu-node-2 is busy
+    assert annotations == {
+        "kelvin.dev/gpu-assigned": ",".join(map(str, gpus)),
+        "kelvin.dev/gpu-assigned-node": "gpu-node-2",
+    }
+    assert patch.data["metadata"]["uid"] == "uid-p1"
+    assert binding.url.path == f"{POD}/binding"
+    assert binding.data["kind"] == "Binding" and binding.data["metadata"]["name"] == "p1"
+    assert binding.data["target"] == {"apiVersion": "v1", "kind": "Node", "name": "gpu-node-2"}
+    await ext.binder.close()
+
+
+async def test_failed_binding_removes_annotations_and_forgets(kmock: kmock.RawHandler) -> None:
+    kmock[f"patch {POD}"] << {"kind": "Pod"}
+    kmock[f"post {POD}/binding"] << 409 << {"kind": "Status", "message": "pod p1 is already assigned to node x"}
+    ext, _, _ = make_extender(binder=KubeBinder(_client(kmock)))
+    await ext.cache.refresh_once()
+    async with await _asgi(ext) as c:
+        await c.post("/filter", content=args(pod()))
+        r = await c.post(
+            "/bind", json={"PodName": "p1", "PodNamespace": "default", "PodUID": "uid-p1", "Node": "gpu-node-2"}
+        )
+    err = r.json()["Error"]
+    assert "HTTP 409" in err and "already assigned" in err
+    reqs = _requests(kmock)
+    assert len(reqs) == 3
+    undo = reqs[2]
+    assert undo.data == {
+        "metadata": {"annotations": {"kelvin.dev/gpu-assigned": None, "kelvin.dev/gpu-assigned-node": None}}
+    }
+    assert len(ext.ledger) == 0
+    await ext.binder.close()
+
+
+async def test_failed_annotation_does_not_bind(kmock: kmock.RawHandler) -> None:
+    kmock[f"patch {POD}"] << 404 << {"kind": "Status", "message": 'pods "p1" not found'}
+    ext, _, _ = make_extender(binder=KubeBinder(_client(kmock)))
+    await ext.cache.refresh_once()
+    async with await _asgi(ext) as c:
+        await c.post("/filter", content=args(pod()))
+        r = await c.post("/bind", json={"PodName": "p1", "PodNamespace": "default", "PodUID": "", "Node": "gpu-node-1"})
+    assert "cannot record GPUs" in r.json()["Error"] and "not found" in r.json()["Error"]
+    assert len(_requests(kmock)) == 1
+    await ext.binder.close()
+
+
+async def test_bind_reads_the_pod_when_filter_was_not_seen(kmock: kmock.RawHandler) -> None:
+    kmock[f"get {POD}"] << pod("p1", gpus=1, annotations={"kelvin.dev/gpu-memory": "20Gi"})
+    kmock[f"patch {POD}"] << {"kind": "Pod"}
+    kmock[f"post {POD}/binding"] << 201 << {"kind": "Status"}
+    ext, _, _ = make_extender(binder=KubeBinder(_client(kmock)))
+    await ext.cache.refresh_once()
+    async with await _asgi(ext) as c:
+        r = await c.post(
+            "/bind", json={"PodName": "p1", "PodNamespace": "default", "PodUID": "uid-p1", "Node": "gpu-node-1"}
+        )
+    assert r.json() == {"Error": ""}
+    a = ext.ledger.entries(ext.clock())["gpu-node-1"][0]
+    assert a.memory_bytes == 20 * 2**30 and a.milli == 250 and len(a.gpu_indices) == 1
+    await ext.binder.close()
+
+
+async def test_assignments_are_listed_from_pod_annotations(kmock: kmock.RawHandler) -> None:
+    bound = pod("a", gpus=2, annotations={"kelvin.dev/gpu-assigned": "0,1", "kelvin.dev/gpu-assigned-node": "n1"})
+    bound["spec"]["nodeName"] = "n1"
+    shared = pod("b", gpus=1, annotations={"kelvin.dev/gpu-assigned": "3", "kelvin.dev/gpu-memory": "10Gi"})
+    shared["spec"]["nodeName"] = "n1"
+    done = pod("c", gpus=1, annotations={"kelvin.dev/gpu-assigned": "4"})
+    done["spec"]["nodeName"] = "n1"
+    done["status"] = {"phase": "Succeeded"}
+    moved = pod("d", annotations={"kelvin.dev/gpu-assigned": "5", "kelvin.dev/gpu-assigned-node": "n2"})
+    moved["spec"]["nodeName"] = "n1"
+    plain = pod("e")
+    kmock["get /api/v1/pods"] << {"kind": "PodList", "metadata": {}, "items": [bound, shared, done, moved, plain]}
+    client = _client(kmock)
+    record = await list_assigned_pods(client)
+    await client.close()
+    assert list(record) == ["n1"]
+    by_key = {a.pod_key: a for a in record["n1"]}
+    assert set(by_key) == {"default/a", "default/b"}
+    assert by_key["default/a"].gpu_indices == (0, 1) and by_key["default/a"].milli == 1000
+    assert by_key["default/b"].memory_bytes == 10 * 2**30
+    assert assignment_of_pod({"metadata": {"annotations": {"kelvin.dev/gpu-assigned": "x"}}}) is None

@@ -1,0 +1,56 @@
+"""Pure admission decisions: validation messages and the injected environment."""
+
+from __future__ import annotations
+
+from kelvin_operator.webhooks import GpuSizes, mutate, runs_mps, validate
+from opkit import gpu, node, pod
+
+from scheduler_plugin.model import annotations as ann
+from scheduler_plugin.model.snapshot import Snapshot
+
+SNAP = Snapshot(nodes=(node("a", gpu(0, total_gib=80)), node("b", gpu(0, total_gib=40, model="A100-40GB"))), taken_at=0.0)
+SIZES = GpuSizes.of(SNAP)
+
+
+def env_of(containers: list[dict] | None) -> dict[str, str]:
+    assert containers is not None
+    return {e["name"]: e["value"] for e in containers[0]["env"]}
+
+
+def test_validate() -> None:
+    assert validate(pod("ok", gpus=0, annotations={ann.GPU_MEMORY: "40Gi"}), SIZES) is None
+    msg = validate(pod("big", gpus=0, annotations={ann.GPU_MEMORY: "81Gi"}), SIZES)
+    assert msg is not None and "largest GPU in the cluster (H100, 80.0 GiB)" in msg
+    # no telemetry yet: the size cannot be judged, the quantity still is
+    assert validate(pod("big", gpus=0, annotations={ann.GPU_MEMORY: "81Gi"}), GpuSizes.of(None)) is None
+    assert "must be more than zero" in (validate(pod("z", gpus=0, annotations={ann.GPU_MEMORY: "0"}), SIZES) or "")
+    unknown = pod("m", gpus=0, annotations={ann.GPU_MEMORY: "8Gi", ann.GPU_MODELS: "B200"})
+    assert "no GPU of the models B200" in (validate(unknown, SIZES) or "")
+    assert validate(pod("whole", gpus=4), SIZES) is None
+
+
+def test_mutate_without_mps_and_two_gpu_sizes() -> None:
+    p = pod("p", gpus=0, annotations={ann.GPU_MEMORY: "20Gi"})
+    env = env_of(mutate(p, snapshot=SNAP, mps_label="kelvin.dev/mps", framework_env=True))
+    assert "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT" not in env  # no MPS pool
+    assert env["KELVIN_GPU_MEMORY_LIMIT_BYTES"] == str(20 * 2**30)
+    assert env["TF_FORCE_GPU_ALLOW_GROWTH"] == "true"
+    assert "XLA_PYTHON_CLIENT_MEM_FRACTION" not in env  # 40 and 80 GiB GPUs: no single exact fraction
+    assert mutate(p, snapshot=SNAP, mps_label="kelvin.dev/mps", framework_env=False) is not None
+
+
+def test_mutate_mps_by_node_selector_keeps_user_env() -> None:
+    p = pod("p", gpus=0, annotations={ann.GPU_MEMORY: "10Gi", ann.GPU_SHARE: "300"})
+    p["spec"]["nodeSelector"] = {"kelvin.dev/mps": "true"}
+    p["spec"]["containers"][0]["env"] = [{"name": "TF_FORCE_GPU_ALLOW_GROWTH", "value": "false"}]
+    assert runs_mps(p, "kelvin.dev/mps", SNAP)
+    env = env_of(mutate(p, snapshot=SNAP, mps_label="kelvin.dev/mps", framework_env=True))
+    assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=10240M"
+    assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "30"
+    assert env["TF_FORCE_GPU_ALLOW_GROWTH"] == "false"  # the pod's own value wins
+
+
+def test_mutate_leaves_whole_gpu_and_invalid_pods() -> None:
+    assert mutate(pod("w", gpus=2), snapshot=SNAP, mps_label="kelvin.dev/mps", framework_env=True) is None
+    bad = pod("b", gpus=0, annotations={ann.GPU_MEMORY: "lots"})
+    assert mutate(bad, snapshot=SNAP, mps_label="kelvin.dev/mps", framework_env=True) is None

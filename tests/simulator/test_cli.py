@@ -1,0 +1,45 @@
+"""``kelvin simulate`` end to end on a small trace: table, CSV, PNG, --json, and readable errors."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from scheduler_plugin.cli import app
+
+runner = CliRunner()
+
+
+def test_simulate_writes_table_curve_plot_and_json(small_trace: tuple[Path, Path], tmp_path: Path) -> None:
+    nodes, pods = small_trace
+    out = tmp_path / "out"
+    res = runner.invoke(
+        app,
+        ["simulate", "--nodes", str(nodes), "--pods", str(pods), "--policy", "fgd", "--policy", "best-fit",
+         "--seed", "1", "--seed", "2", "--out", str(out), "--json", "--no-progress"],
+    )
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert set(doc["policies"]) == {"fgd", "best-fit"}
+    runs = doc["policies"]["fgd"]["runs"]
+    assert [r["seed"] for r in runs] == [1, 2]
+    assert set(runs[0]["alloc_pct"]) == {"100", "110", "120", "130"}
+    assert "unallocated_gpus_at_100" in runs[0] and "first_failure" in runs[0]
+    rows = list(csv.reader((out / "curve.csv").open()))
+    assert rows[0][:4] == ["policy", "seed", "total_gpus", "0"] and len(rows) == 5 and len(rows[1]) == 134
+    assert (out / "curve.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_simulate_reports_bad_input_without_a_traceback(small_trace: tuple[Path, Path], tmp_path: Path) -> None:
+    nodes, _ = small_trace
+    pods = tmp_path / "bad.csv"
+    pods.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\np,1000,1,x,1000,\n")
+    res = runner.invoke(app, ["simulate", "--nodes", str(nodes), "--pods", str(pods), "--no-progress"])
+    assert res.exit_code == 2
+    assert "row 2, column 'num_gpu'" in res.output
+    assert "Traceback" not in res.output
+    res = runner.invoke(app, ["simulate", "--nodes", str(nodes), "--pods", str(nodes), "--policy", "nope"])
+    assert res.exit_code == 2 and "unknown policy 'nope'" in res.output

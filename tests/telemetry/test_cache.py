@@ -1,0 +1,201 @@
+"""The snapshot cache: refresh, trend, staleness, last-good-snapshot on failure, ledger reconcile, metrics."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import replace
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from scheduler_plugin.model import GIB, GpuAssignment, GpuInfo, GpuNode
+from scheduler_plugin.telemetry.cache import SnapshotCache, TelemetryMetrics
+from scheduler_plugin.telemetry.ledger import AssumedLedger
+from scheduler_plugin.telemetry.source import SourceError
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1_800_000_000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def node(
+    name: str,
+    temps: Sequence[float],
+    used_gib: Sequence[float] = (),
+    trend: float = 0.0,
+    assignments: tuple[GpuAssignment, ...] = (),
+) -> GpuNode:
+    gpus = tuple(
+        GpuInfo(
+            index=i,
+            uuid=f"{name}-{i}",
+            model="H100",
+            memory_total_bytes=80 * GIB,
+            memory_used_bytes=int((used_gib[i] if i < len(used_gib) else 0.5) * GIB),
+            temperature_celsius=t,
+            temperature_trend_c_per_min=trend,
+        )
+        for i, t in enumerate(temps)
+    )
+    return GpuNode(name=name, gpus=gpus, assignments=assignments)
+
+
+class Source:
+    name = "fake"
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+        self.nodes: list[GpuNode] = []
+        self.fail = False
+
+    async def fetch(self) -> Sequence[GpuNode]:
+        if self.fail:
+            raise SourceError("boom")
+        return [replace(n, observed_at=self.clock()) for n in self.nodes]
+
+    async def close(self) -> None:
+        return None
+
+
+@pytest.fixture
+def setup() -> tuple[SnapshotCache, Source, Clock, CollectorRegistry]:
+    clock = Clock()
+    src = Source(clock)
+    reg = CollectorRegistry()
+    cache = SnapshotCache(
+        src,
+        refresh_interval_s=5,
+        max_age_s=30,
+        clock=clock,
+        metrics=TelemetryMetrics(reg, "fake"),
+        ledger=AssumedLedger(60),
+    )
+    return cache, src, clock, reg
+
+
+def _m(reg: CollectorRegistry, name: str, **labels: str) -> float | None:
+    return reg.get_sample_value(name, labels)
+
+
+async def test_refresh_publishes_a_new_immutable_snapshot(setup: tuple) -> None:  # type: ignore[type-arg]
+    cache, src, clock, reg = setup
+    assert not cache.readiness().ready and cache.snapshot.nodes == ()
+    src.nodes = [node("a", [40, 50])]
+    assert await cache.refresh_once()
+    first = cache.snapshot
+    assert [n.name for n in first.nodes] == ["a"] and first.taken_at == clock.t and first.source == "fake"
+    clock.t += 5
+    src.nodes = [node("a", [40, 50]), node("b", [30])]
+    assert await cache.refresh_once()
+    assert cache.snapshot is not first and len(first.nodes) == 1  # the old one is untouched
+    assert _m(reg, "kelvin_telemetry_refresh_total", source="fake", result="ok") == 2
+    assert _m(reg, "kelvin_telemetry_nodes", source="fake", state="fresh") == 2
+    assert cache.readiness().ready
+
+
+async def test_trend_from_history(setup: tuple) -> None:  # type: ignore[type-arg]
+    cache, src, clock, _ = setup
+    src.nodes = [node("a", [40, 60]), node("b", [50], trend=3.0)]
+    await cache.refresh_once()
+    assert (cache.snapshot.arrays.trend[0] == 0).all()  # no history yet
+    clock.t += 60
+    src.nodes = [node("b", [50], trend=3.0), node("a", [50, 57])]  # reordered: rows are aligned by name
+    await cache.refresh_once()
+    a = cache.snapshot.arrays
+    ra, rb = a.index["a"], a.index["b"]
+    assert a.trend[ra, 0] == pytest.approx(10.0) and a.trend[ra, 1] == pytest.approx(-3.0)
+    assert a.trend[rb, 0] == pytest.approx(3.0)  # the source's own trend wins
+    clock.t += 5  # too close to the previous sample? the oldest within the window is used
+    src.nodes = [node("a", [51, 57]), node("b", [50])]
+    await cache.refresh_once()
+    assert cache.snapshot.arrays.trend[cache.snapshot.arrays.index["a"], 0] == pytest.approx(11 / (65 / 60))
+
+
+async def test_failure_keeps_the_last_good_snapshot(setup: tuple) -> None:  # type: ignore[type-arg]
+    cache, src, clock, reg = setup
+    src.nodes = [node("a", [40])]
+    await cache.refresh_once()
+    good = cache.snapshot
+    src.fail = True
+    clock.t += 10
+    assert not await cache.refresh_once()
+    assert cache.snapshot is good and not cache.healthy and "boom" in (cache.last_error or "")
+    r = cache.readiness()
+    assert not r.ready and "failing" in r.reason
+    assert _m(reg, "kelvin_telemetry_refresh_total", source="fake", result="error") == 1
+    assert _m(reg, "kelvin_telemetry_snapshot_age_seconds", source="fake") == 10
+    src.fail = False
+    assert await cache.refresh_once() and cache.readiness().ready
+
+
+async def test_staleness_and_age(setup: tuple) -> None:  # type: ignore[type-arg]
+    cache, src, clock, reg = setup
+    src.nodes = [node("a", [40]), node("b", [40])]
+    await cache.refresh_once()
+    clock.t += 31
+    r = cache.readiness()
+    assert not r.ready and "31s old" in r.reason
+    cache.update_metrics()
+    assert _m(reg, "kelvin_telemetry_nodes", source="fake", state="stale") == 2
+    assert _m(reg, "kelvin_telemetry_snapshot_age_seconds", source="fake") == 31
+
+
+async def test_reconciles_the_ledger(setup: tuple) -> None:  # type: ignore[type-arg]
+    cache, src, clock, _ = setup
+    assert cache.ledger is not None
+    a = GpuAssignment(pod_key="ns/p", gpu_indices=(0,), pod_uid="u1")
+    cache.ledger.assume("a", a, clock.t)
+    src.nodes = [node("a", [40, 40])]
+    await cache.refresh_once()
+    assert len(cache.ledger) == 1  # telemetry does not show it yet
+    src.nodes = [node("a", [40, 40], assignments=(a,))]
+    await cache.refresh_once()
+    assert len(cache.ledger) == 0
+
+
+async def test_stranded_memory(setup: tuple) -> None:  # type: ignore[type-arg]
+    cache, src, _, reg = setup
+    # 80 GiB GPUs: 76 GiB used leaves 4 GiB (stranded); 40 GiB used leaves 40 GiB (usable); idle is not stranded
+    src.nodes = [node("a", [40, 40, 40], used_gib=[76, 40, 0.5])]
+    await cache.refresh_once()
+    assert _m(reg, "kelvin_fleet_stranded_gpu_memory_bytes") == 4 * GIB
+
+
+async def test_background_refresh_runs_and_stops() -> None:
+    clock = Clock()
+    src = Source(clock)
+    src.nodes = [node("a", [40])]
+    cache = SnapshotCache(src, refresh_interval_s=0.01, clock=clock)
+    await cache.start()
+    assert cache.refreshes == 1
+    for _ in range(500):  # bounded wait for two more refreshes
+        if cache.refreshes >= 3:
+            break
+        await asyncio.sleep(0.01)
+    assert cache.refreshes >= 3 and not cache.refresher_stopped
+    await cache.stop()
+    n = cache.refreshes
+    await asyncio.sleep(0.05)
+    assert cache.refreshes == n
+
+
+async def test_unexpected_errors_are_contained() -> None:
+    clock = Clock()
+
+    class Broken(Source):
+        async def fetch(self) -> Sequence[GpuNode]:
+            raise ValueError("garbage from the source")
+
+    cache = SnapshotCache(Broken(clock), clock=clock)
+    assert not await cache.refresh_once()
+    assert "garbage" in (cache.last_error or "") and "no telemetry snapshot yet" in cache.readiness().reason
+
+
+def test_rejects_bad_interval() -> None:
+    with pytest.raises(ValueError, match="refresh_interval_s"):
+        SnapshotCache(Source(Clock()), refresh_interval_s=0)

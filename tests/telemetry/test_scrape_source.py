@@ -1,0 +1,181 @@
+"""ScrapeSource over real HTTP: a loopback stand-in for the API server's EndpointSlice list, and kelvin exporters
+on the fake NVML backend."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+import pytest
+
+from scheduler_plugin.exporter.app import Exporter
+from scheduler_plugin.exporter.fake_nvml import FakeNvml
+from scheduler_plugin.kube import KubeClient, KubeConfig
+from scheduler_plugin.telemetry.scrape import ScrapeSource, targets_from_slices
+from scheduler_plugin.telemetry.source import SourceError, TelemetrySource
+
+SLICES_PATH = "/apis/discovery.k8s.io/v1/namespaces/kelvin-system/endpointslices"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def endpoint_slice(name: str, port: int, endpoints: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {
+            "name": name,
+            "namespace": "kelvin-system",
+            "labels": {"kubernetes.io/service-name": "kelvin-exporter"},
+        },
+        "addressType": "IPv4",
+        "ports": [{"name": "metrics", "port": port, "protocol": "TCP"}],
+        "endpoints": endpoints,
+    }
+
+
+def endpoint(ip: str, node: str, ready: bool = True) -> dict[str, Any]:
+    return {
+        "addresses": [ip],
+        "conditions": {"ready": ready, "serving": ready, "terminating": False},
+        "nodeName": node,
+        "targetRef": {"kind": "Pod", "namespace": "kelvin-system", "name": f"exp-{node}"},
+    }
+
+
+class FakeApi:
+    """Serves one EndpointSliceList (or an error status) for the kelvin-exporter service."""
+
+    def __init__(self) -> None:
+        self.slices: list[dict[str, Any]] = []
+        self.status = 200
+        api = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                url = urlparse(self.path)
+                selector = parse_qs(url.query).get("labelSelector", [""])[0]
+                if api.status != 200:
+                    code, body = api.status, {"kind": "Status", "message": "endpointslices is forbidden", "code": 403}
+                elif url.path == SLICES_PATH and selector == "kubernetes.io/service-name=kelvin-exporter":
+                    code, body = (
+                        200,
+                        {"kind": "EndpointSliceList", "apiVersion": "discovery.k8s.io/v1", "items": api.slices},
+                    )
+                else:
+                    code, body = 404, {"kind": "Status", "message": f"unexpected {self.path}", "code": 404}
+                data = json.dumps(body).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_port}"
+
+
+@pytest.fixture
+def api() -> Iterator[FakeApi]:
+    fake = FakeApi()
+    yield fake
+    fake.server.shutdown()
+
+
+@pytest.fixture
+def exporters(tmp_path: Path) -> Iterator[dict[str, tuple[Exporter, int]]]:
+    out = {}
+    for i, name in enumerate(["gpu-1", "gpu-2"]):
+        exp = Exporter(FakeNvml(4, "A100-SXM-80GB", seed=i), name, proc_root=tmp_path, watch_xid=False)
+        out[name] = (exp, exp.start("127.0.0.1", 0))
+    yield out
+    for exp, _ in out.values():
+        exp.stop()
+
+
+def source_for(api: FakeApi) -> ScrapeSource:
+    return ScrapeSource(KubeClient(KubeConfig.load(server=api.url)), timeout_s=2)
+
+
+async def test_scrapes_every_exporter_of_the_service(api: FakeApi, exporters: dict[str, tuple[Exporter, int]]) -> None:
+    dead_port = free_port()
+    api.slices = [
+        endpoint_slice(f"kelvin-exporter-{n}", port, [endpoint("127.0.0.1", n)]) for n, (_, port) in exporters.items()
+    ]
+    api.slices.append(endpoint_slice("kelvin-exporter-x", dead_port, [endpoint("127.0.0.1", "gpu-never", False)]))
+    source = source_for(api)
+    assert isinstance(source, TelemetrySource)
+    try:
+        nodes = {n.name: n for n in await source.fetch()}
+    finally:
+        await source.close()
+    assert set(nodes) == {"gpu-1", "gpu-2"}  # the dead exporter's node was never seen: nothing to report
+    assert [g.model for g in nodes["gpu-1"].gpus] == ["NVIDIA A100-SXM4-80GB"] * 4
+    assert nodes["gpu-1"].gpu(0).uuid != nodes["gpu-2"].gpu(0).uuid
+    assert len(source.failed_targets) == 1 and str(dead_port) in source.failed_targets[0]
+
+
+async def test_unreachable_exporter_leaves_its_node_stale(
+    api: FakeApi, exporters: dict[str, tuple[Exporter, int]]
+) -> None:
+    api.slices = [endpoint_slice(f"s-{n}", port, [endpoint("127.0.0.1", n)]) for n, (_, port) in exporters.items()]
+    source = source_for(api)
+    try:
+        first = {n.name: n for n in await source.fetch()}
+        exporters["gpu-2"][0].stop()
+        time.sleep(0.05)
+        second = {n.name: n for n in await source.fetch()}
+    finally:
+        await source.close()
+    assert second["gpu-2"].observed_at == first["gpu-2"].observed_at  # kept, with its old observation time
+    assert (second["gpu-1"].observed_at or 0) > (first["gpu-1"].observed_at or 0)
+    assert len(source.failed_targets) == 1
+
+
+async def test_api_error_fails_the_refresh(api: FakeApi) -> None:
+    api.status = 403
+    source = source_for(api)
+    with pytest.raises(SourceError, match=r"kelvin-system/kelvin-exporter.*403"):
+        await source.fetch()
+    await source.close()
+
+
+def test_targets_from_slices() -> None:
+    slices = {
+        "items": [
+            {
+                "ports": [{"name": "metrics", "port": 9400}, {"name": "debug", "port": 6060}],
+                "endpoints": [
+                    endpoint("10.0.0.5", "a"),
+                    {"addresses": ["10.0.0.6"], "conditions": {"terminating": True}, "nodeName": "b"},
+                ],
+            },
+            {
+                "addressType": "IPv6",
+                "ports": [{"name": "http", "port": 9401}],
+                "endpoints": [{"addresses": ["fd00::7"], "conditions": {"ready": True}, "nodeName": "c"}],
+            },
+            {"ports": None, "endpoints": [{"addresses": ["10.0.0.8"], "conditions": {}}]},
+        ]
+    }
+    targets = targets_from_slices(slices, default_port=9400)
+    assert [(t.url, t.node) for t in targets] == [
+        ("http://10.0.0.5:9400", "a"),
+        ("http://[fd00::7]:9401", "c"),
+        ("http://10.0.0.8:9400", None),
+    ]

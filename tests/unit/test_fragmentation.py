@@ -1,0 +1,168 @@
+"""The fragmentation maths (FGD definitions), the learned workload, and the plugins' contracts."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from scheduler_plugin.model import GIB, GpuInfo, GpuNode, GpuRequest, build_arrays
+from scheduler_plugin.policies import baselines, fragmentation  # noqa: F401  (registration)
+from scheduler_plugin.policies.base import CycleContext
+from scheduler_plugin.policies.fragmentation import (
+    WORKLOAD_KEY,
+    FgdPolicy,
+    FragmentationPolicy,
+    PodShape,
+    Workload,
+    WorkloadEstimator,
+    best_per_row,
+    fgd_value,
+    node_fragmentation,
+    placements,
+    shape_of,
+)
+from scheduler_plugin.policies.registry import PolicyConfigError, build
+
+
+def node(name: str, used: list[int], cpu: int = 32_000, model: str = "A100") -> GpuNode:
+    """A node whose GPU j already has used[j] thousandths assigned."""
+    from scheduler_plugin.model import GpuAssignment
+
+    gpus = tuple(
+        GpuInfo(index=j, uuid=f"{name}-{j}", model=model, memory_total_bytes=80 * GIB) for j in range(len(used))
+    )
+    assigned = tuple(GpuAssignment(f"ns/p{j}", (j,), milli=u) for j, u in enumerate(used) if u)
+    return GpuNode(name, gpus, cpu_allocatable_milli=cpu, memory_allocatable_bytes=256 * GIB, assignments=assigned)
+
+
+def wl(*shapes: tuple[PodShape, float]) -> Workload:
+    return Workload.from_counts(dict(shapes), coverage=1.0)
+
+
+WHOLE = PodShape(4000, 1000, 1, None)
+HALF = PodShape(2000, 500, 1, None)
+CPU_ONLY = PodShape(8000, 0, 0, None)
+
+
+def test_workload_keeps_most_frequent_shapes_up_to_coverage() -> None:
+    w = Workload.from_counts({WHOLE: 5, HALF: 3, CPU_ONLY: 1, PodShape(1, 100, 1, None): 1}, coverage=0.8)
+    assert len(w) == 2
+    assert w.prob.tolist() == pytest.approx([5 / 8, 3 / 8])
+    assert w.milli.tolist() == [1000, 500]
+
+
+@pytest.mark.parametrize(
+    ("free", "cpu", "expected"),
+    [
+        # whole shape: the 300 GPU is a fragment; half shape: 300 too small; CPU-only: everything is idle.
+        ([1000, 300], 32_000, 0.5 * 300 + 0.25 * 300 + 0.25 * 1300),
+        # not enough CPU for either GPU shape: every free share counts.
+        ([1000, 300], 1000, 1.0 * 1300),
+        # a 600 GPU serves the half shape.
+        ([600, 0], 32_000, 0.5 * 600 + 0.25 * 0 + 0.25 * 600),
+        # nothing free: no fragmentation.
+        ([0, 0], 32_000, 0.0),
+    ],
+)
+def test_node_fragmentation_follows_the_paper(free: list[int], cpu: int, expected: float) -> None:
+    w = wl((WHOLE, 2), (HALF, 1), (CPU_ONLY, 1))
+    got = node_fragmentation(
+        np.array([free], dtype=np.int32), np.array([cpu], dtype=np.int64), np.ones((1, 3), dtype=np.bool_), w
+    )
+    assert got[0] == pytest.approx(expected)
+
+
+def test_model_constrained_shape_counts_everything_on_other_models() -> None:
+    a100_only = PodShape(1000, 500, 1, frozenset({"A100"}))
+    fleet = build_arrays([node("t4", [0, 0], model="T4"), node("a100", [0, 0])])
+    w = wl((a100_only, 1))
+    pl = placements(GpuRequest(count=1, milli=1000), fleet, np.array([0, 1]), w)
+    # On the T4 node all free GPU is a fragment for this workload: taking a GPU lowers it by 1000.
+    assert pl.delta.tolist() == pytest.approx([-1000.0, 0.0])
+
+
+def test_shared_pod_alternatives_are_deduplicated_and_scored() -> None:
+    fleet = build_arrays([node("n", [0, 0, 500, 500])])
+    w = wl((HALF, 1))
+    pl = placements(GpuRequest(count=1, milli=500), fleet, np.array([0]), w)
+    # Two distinct alternatives: a fresh GPU (slot 0) or a half-used one (slot 2).
+    assert [int(np.flatnonzero(t)[0]) for t in pl.taken] == [0, 2]
+    # Filling a half-used GPU creates no fragment; splitting a fresh one leaves 500 still usable: both 0.
+    assert pl.delta.tolist() == pytest.approx([0.0, 0.0])
+    assert pl.slot_left.tolist() == [500, 0]
+
+
+def test_best_per_row_takes_the_first_maximum() -> None:
+    best, which = best_per_row(np.array([1.0, 3.0, 3.0, 2.0]), np.array([0, 0, 0, 2]), 3)
+    assert best.tolist() == [3.0, -np.inf, 2.0]
+    assert which.tolist() == [1, -1, 3]
+
+
+def test_fgd_value_is_the_truncated_sigmoid() -> None:
+    assert fgd_value(np.array([0.0, -1000.0, 1000.0, -1e9])).tolist() == [50.0, 73.0, 26.0, 100.0]
+
+
+def test_kelvin_picks_the_gpu_that_avoids_a_sliver() -> None:
+    # GPU 0 is free, GPU 1 has 190 free after an 810 pod... and GPU 2 has 400 free. A 400 pod fits GPU 2 exactly.
+    fleet = build_arrays([node("n", [0, 810, 600])])
+    w = wl((PodShape(1000, 400, 1, None), 1), (WHOLE, 1))
+    req = GpuRequest(count=1, milli=400, cpu_milli=1000)
+    for policy in (
+        FragmentationPolicy.create(fragmentation.FragmentationArgs()),
+        FgdPolicy.create(fragmentation.FragmentationArgs()),
+    ):
+        ctx = CycleContext(now=0.0, extras={WORKLOAD_KEY: w})
+        assert policy.pick(req, fleet, 0, ctx) == (2,)
+
+
+def test_score_prefers_the_node_where_the_pod_fills_a_hole() -> None:
+    fleet = build_arrays([node("fresh", [0, 0]), node("holey", [0, 500])])
+    ctx = CycleContext(now=0.0, extras={WORKLOAD_KEY: wl((WHOLE, 1), (HALF, 1))})
+    req = GpuRequest(count=1, milli=500, cpu_milli=1000)
+    for name in ("fragmentation", "fgd"):
+        plugin = build("score", name, {}, "t")
+        raw = plugin.score(req, fleet, np.array([0, 1]), ctx)
+        assert raw[1] > raw[0], name
+        norm = plugin.normalize(raw)
+        assert ((norm >= 0) & (norm <= 10)).all()
+
+
+def test_estimator_learns_counts_each_pod_once_and_forgets() -> None:
+    est = WorkloadEstimator(half_life_pods=10, prior={WHOLE: 1.0}, prior_weight=1.0, coverage=1.0)
+    assert est.workload().milli.tolist() == [1000]
+    for i in range(50):
+        req = GpuRequest(count=1, milli=250, cpu_milli=2000, pod_key=f"ns/p{i}")
+        est.observe(req)
+        est.observe(req)  # a retry of the same pod is not counted again
+    assert est.observed == 50
+    shapes = dict(est.workload().shapes())
+    assert shapes[PodShape(2000, 250, 1, None)] > 0.99
+
+
+def test_shape_of_memory_pool_uses_the_reference_gpu() -> None:
+    req = GpuRequest(count=1, milli=None, memory_bytes=20 * GIB)
+    assert shape_of(req, reference_gpu_memory=80 * GIB).milli == 250
+
+
+def test_learned_workload_is_used_without_a_trace() -> None:
+    fleet = build_arrays([node("n", [0, 0])])
+    plugin = build("score", "fragmentation", {"prior_weight": 1}, "t")
+    ctx = CycleContext(now=0.0)
+    plugin.score(GpuRequest(count=1, milli=300, pod_key="a/b"), fleet, np.array([0]), ctx)
+    assert isinstance(ctx.extras[WORKLOAD_KEY], Workload)
+    assert plugin.estimator.observed == 1
+
+
+def test_bad_args_name_the_field() -> None:
+    with pytest.raises(PolicyConfigError, match=r"policies\.fragmentation\.bin_milli"):
+        build("score", "fragmentation", {"bin_milli": -1}, "policies.fragmentation")
+
+
+def test_explain_gives_the_change_in_fragmentation() -> None:
+    fleet = build_arrays([node("n", [0, 500])])
+    plugin = build("score", "fragmentation", {}, "t")
+    lines = plugin.explain(
+        GpuRequest(count=1, milli=500), fleet, 0, CycleContext(now=0.0, extras={WORKLOAD_KEY: wl((HALF, 1))})
+    )
+    assert "fragmentation now" in lines[0]
+    assert "GPU 1" in lines[1]
