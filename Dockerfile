@@ -44,9 +44,11 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
     pip install --no-index --find-links=/wheels "kelvin==${VERSION}" \
  && groupadd --system --gid 10001 kelvin \
- && useradd --system --uid 10001 --gid kelvin --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin kelvin
-# The policy file is mounted here by the Helm chart (read-only root filesystem; /tmp is an emptyDir).
-WORKDIR /etc/kelvin
+ && useradd --system --uid 10001 --gid kelvin --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin kelvin \
+ && install -d -o 10001 -g 10001 -m 0750 /var/lib/kelvin
+# The chart mounts the policy file at /etc/kelvin/policy.yaml and runs with a read-only root filesystem (/tmp is an
+# emptyDir); /var/lib/kelvin is the working directory for `docker run` use (simulator output, fleet files).
+WORKDIR /var/lib/kelvin
 USER 10001:10001
 # extender 8888, exporter 9400, operator metrics 8080 / health 8081 / webhook 9443
 EXPOSE 8888 9400 8080 8081 9443

@@ -31,6 +31,9 @@ def _series(nodes: int, gpus: int, now: float) -> dict[str, list[dict[str, Any]]
     per_key: dict[str, list[dict[str, Any]]] = {k: [] for k in KELVIN_QUERIES}
     for n in range(nodes):
         node = f"gpu-node-{n:05d}"
+        per_key["seen"].append({"metric": {"node": node}, "value": [now, repr(now - n % 5)]})
+        if n % 1000 == 0:  # a few GPUs with recent XIDs (the query returns only those)
+            per_key["xid"].append({"metric": {"node": node, "gpu": "0"}, "value": [now, "1"]})
         for g in range(gpus):
             base = {
                 "node": node,
@@ -56,19 +59,18 @@ def _series(nodes: int, gpus: int, now: float) -> dict[str, list[dict[str, Any]]
 
             add("total", 85520809984)
             add("used", 17716740096 if busy else 536870912)
-            add("seen", now - (n % 5))
             add("temp", 62.0 if busy else 38.0)
             add("mem_temp", 70.0 if busy else 45.0)
             add("slowdown", 90.0)
             add("shutdown", 92.0)
-            add("reasons", 0 if busy else 1)
+            if not busy:
+                add("reasons", 1)  # GPU_IDLE; the query returns only GPUs with a reason set
             add("clock", 1.755e9 if busy else 3.45e8)
             add("clock_max", 1.98e9)
             add("util", 0.85 if busy else 0.0)
             add("mem_util", 0.4 if busy else 0.0)
             add("power", 520.0 if busy else 72.0)
             add("numa", float(g // (gpus // 2 or 1)))
-            per_key["xid"].append({"metric": {"node": node, "gpu": str(g)}, "value": [now, "0"]})
             add("nvlink", 1.0, {"peer_gpu": "nvswitch"})
             add("topology", 20.0, {"peer_gpu": str(g ^ 1)})
             if busy:

@@ -43,19 +43,21 @@ def _per_gpu(metric: str) -> str:
 KELVIN_QUERIES: dict[str, str] = {
     "total": "max by (node, gpu, uuid, model) (kelvin_gpu_memory_total_bytes)",
     "used": _per_gpu("kelvin_gpu_memory_used_bytes"),
-    "seen": _per_gpu("timestamp(kelvin_gpu_memory_used_bytes)"),
+    # freshness is per node: the newest sample time of the node's GPUs
+    "seen": "max by (node) (timestamp(kelvin_gpu_memory_used_bytes))",
     "temp": _per_gpu("kelvin_gpu_temperature_celsius"),
     "mem_temp": _per_gpu("kelvin_gpu_memory_temperature_celsius"),
     "slowdown": _per_gpu("kelvin_gpu_slowdown_temperature_celsius"),
     "shutdown": _per_gpu("kelvin_gpu_shutdown_temperature_celsius"),
-    "reasons": _per_gpu("kelvin_gpu_clocks_event_reasons"),
+    # sparse: only GPUs with a reason set come back (absent = no reason)
+    "reasons": _per_gpu("kelvin_gpu_clocks_event_reasons") + " > 0",
     "clock": _per_gpu("kelvin_gpu_sm_clock_hertz"),
     "clock_max": _per_gpu("kelvin_gpu_sm_clock_max_hertz"),
     "util": _per_gpu("kelvin_gpu_utilization_ratio"),
     "mem_util": _per_gpu("kelvin_gpu_memory_utilization_ratio"),
     "power": _per_gpu("kelvin_gpu_power_watts"),
     "numa": _per_gpu("kelvin_gpu_numa_node"),
-    "xid": "sum by (node, gpu) (increase(kelvin_gpu_xid_errors_total[{xid_window}]))",
+    "xid": "sum by (node, gpu) (increase(kelvin_gpu_xid_errors_total[{xid_window}])) > 0",
     # one series per (GPU, peer) instead of one per link; only same-switch pairs matter for PCIe grouping
     "nvlink": "max by (node, gpu, peer_gpu) (kelvin_gpu_nvlink_link_up) == 1",
     "topology": "max by (node, gpu, peer_gpu) (kelvin_gpu_topology_level) <= 20",
@@ -224,7 +226,11 @@ class PrometheusSource:
                     template.topology,
                 )
                 gpu.values["used"] = value
-        for signal in ("seen", "temp", "mem_temp", "reasons", "clock", "util", "mem_util", "power", "xid"):
+        node_seen = {labels.get("node"): value for labels, value in answers["seen"]}
+        for key, gpu in gpus.items():
+            if key[0] in node_seen:
+                gpu.values["seen"] = node_seen[key[0]]
+        for signal in ("temp", "mem_temp", "reasons", "clock", "util", "mem_util", "power", "xid"):
             for labels, value in answers[signal]:
                 found = gpus.get(_kelvin_key(labels))  # type: ignore[arg-type]
                 if found is not None:

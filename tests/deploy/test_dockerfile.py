@@ -57,3 +57,10 @@ def test_dockerignore_sends_only_the_sources() -> None:
     copied = set(re.findall(r"^COPY (?!--)(.+) \S+$", DOCKERFILE.read_text(), re.M))
     sources = {p.rstrip("/") for c in copied for p in c.split()}
     assert sources <= allowed
+
+
+def test_healthcheck_needs_no_extra_tools() -> None:
+    runtime = DOCKERFILE.read_text().split("AS runtime", 1)[1]
+    (check,) = re.findall(r"^HEALTHCHECK .*(?:\n  .*)*", runtime, re.M)
+    assert "urllib.request" in check and "curl" not in check and "wget" not in check
+    assert re.search(r"^ENV HEALTHCHECK_URL=http://127\.0\.0\.1:8888/healthz$", runtime, re.M)
