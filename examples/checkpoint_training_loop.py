@@ -170,6 +170,7 @@ def main() -> None:
     p.add_argument("--checkpoint", type=Path, default=Path("/ckpt/state.json"))
     p.add_argument("--annotations", type=Path, default=Path("/etc/podinfo/annotations"))
     p.add_argument("--step-seconds", type=float, default=0.01)
+    p.add_argument("--every", type=int, default=500, help="checkpoint every this many steps anyway")
     a = p.parse_args()
     host, port = os.environ.get("KUBERNETES_SERVICE_HOST"), os.environ.get("KUBERNETES_SERVICE_PORT", "443")
     api = os.environ.get("KUBE_API_URL") or f"https://{host}:{port}"
@@ -186,6 +187,7 @@ def main() -> None:
         token=token,
         ca=ca,
         step_s=a.step_seconds,
+        every=a.every,
     )
     print(f"stopped at step {int(state['step'])}: w={state['w']:.3f} b={state['b']:.3f}", flush=True)
 

@@ -7,7 +7,8 @@ with every node name, ``POST /prioritize`` with the survivors when two or more r
 broken at random, seeded), then ``POST /bind``. Bound pods load the simulated GPUs; some finish later and free them.
 
 At the end it prints a summary: pods placed and failed (with the most common reasons), GPUs stranded (free capacity
-too small for the smallest pod of the mix), placements on hot GPUs, and GPUs throttling now.
+too small for the smallest pod of the mix), placements on hot nodes, and pods and GPUs throttling at the end; by
+default the same pods are then run through a GPU-blind baseline (random placement, no thermal limits) for comparison.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from .policies import baselines as _baselines  # noqa: F401  (registers the comp
 from .policies.config import PolicyConfig
 from .telemetry.simulated import FleetSpec, SimulatedFleetSource
 
-#: GPUs within this many degrees of their slowdown threshold count as hot.
+#: A node with a GPU within this many degrees of its slowdown threshold counts as hot.
 HOT_MARGIN_C = 10.0
 #: The smallest GPU memory any pod of the mix asks for; free capacity below it is stranded.
 SMALLEST_REQUEST_BYTES = 10 * GIB
@@ -118,6 +119,7 @@ class DemoSummary:
     stranded_bytes: int
     free_whole_gpus: int
     throttling_gpus: int
+    pods_throttled: int
     finished: int
     elapsed_s: float
     p50_ms: float
@@ -145,6 +147,16 @@ def fleet_state(snap: Snapshot) -> tuple[int, int, int, int]:
     whole = a.gpu_present & (a.free_milli >= MILLI_PER_GPU)
     throttling = a.gpu_present & ((a.throttle & 0x60) != 0)
     return int(stranded.sum()), int(a.free_mem[stranded].sum()), int(whole.sum()), int(throttling.sum())
+
+
+def pods_throttled(snap: Snapshot) -> int:
+    """Pods (of any origin) with at least one GPU thermally throttling: the jobs running slower right now."""
+    n = 0
+    for nd in snap.nodes:
+        hot = {g.index for g in nd.gpus if g.throttle_reasons & 0x60}
+        if hot:
+            n += sum(1 for a in nd.assignments if hot.intersection(a.gpu_indices))
+    return n
 
 
 class Demo:
@@ -222,10 +234,9 @@ class Demo:
                 gpus = placed[1].gpu_indices if placed else ()
                 row.gpus = ",".join(map(str, gpus))
                 nd = snap.node(node)
-                if nd is not None and gpus:
-                    temps = [(nd.gpu(i).temperature_celsius, nd.gpu(i).slowdown_celsius) for i in gpus]
-                    row.temp = max(t for t, _ in temps)
-                    row.hot = any(t >= s - HOT_MARGIN_C for t, s in temps)
+                if nd is not None and nd.gpus:  # the node's hottest GPU when the pod was placed
+                    row.temp = max(g.temperature_celsius for g in nd.gpus)
+                    row.hot = any(g.temperature_celsius >= g.slowdown_celsius - HOT_MARGIN_C for g in nd.gpus)
                 life = max(1, int(self.rng.expovariate(1.0 / self.mean_lifetime)))
                 self.finish_at.append((n + life, f"demo/{name}"))
         row.ms = (time.perf_counter() - t0) * 1000
@@ -247,7 +258,7 @@ class Demo:
         stranded, _, whole, thr = fleet_state(self.ext.cache.snapshot)
         head = (
             f"[b]{len(self.rows)}/{self.pods}[/b] pods  placed [green]{placed}[/]  failed [red]{failed}[/]  "
-            f"on hot GPUs [yellow]{hot}[/]  finished {self.finished}   fleet: {whole} whole GPUs free, "
+            f"on hot nodes [yellow]{hot}[/]  finished {self.finished}   fleet: {whole} whole GPUs free, "
             f"{stranded} stranded, {thr} throttling   {elapsed:.1f}s"
         )
         t = Table(expand=True, show_edge=False, pad_edge=False)
@@ -308,6 +319,7 @@ class Demo:
             stranded_bytes=stranded_bytes,
             free_whole_gpus=whole,
             throttling_gpus=thr,
+            pods_throttled=pods_throttled(snap),
             finished=self.finished,
             elapsed_s=time.perf_counter() - started,
             p50_ms=float(np.percentile(lat, 50)),
@@ -321,7 +333,8 @@ def _summary_rows(s: DemoSummary) -> list[tuple[str, str]]:
         ("pods streamed", str(s.pods)),
         ("placed", f"[green]{s.placed}[/]"),
         ("failed (no feasible node)", f"[red]{s.failed}[/]"),
-        ("placements on hot GPUs (within 10 °C of slowdown)", f"[yellow]{s.hot_placements}[/]"),
+        ("placements on hot nodes (a GPU within 10 °C of slowdown)", f"[yellow]{s.hot_placements}[/]"),
+        ("pods on thermally throttling GPUs at the end", f"[yellow]{s.pods_throttled}[/]"),
         ("GPUs stranded (free capacity < 10 GiB)", f"{s.stranded_gpus} ({s.stranded_bytes / GIB:.0f} GiB)"),
         ("whole GPUs free at the end", str(s.free_whole_gpus)),
         ("GPUs thermally throttling at the end", str(s.throttling_gpus)),
@@ -336,13 +349,15 @@ def print_summary(s: DemoSummary, console: Console, baseline: DemoSummary | None
     t.add_column("")
     t.add_column("kelvin", justify="right")
     if baseline is not None:
-        t.add_column("baseline: random, no thermal limits", justify="right")
+        t.add_column("GPU-blind baseline", justify="right")
         for (what, mine), (_, theirs) in zip(_summary_rows(s), _summary_rows(baseline), strict=True):
             t.add_row(what, mine, theirs)
     else:
         for what, mine in _summary_rows(s):
             t.add_row(what, mine)
     console.print(t)
+    if baseline is not None:
+        console.print("baseline: the same pods and fleet, random feasible node and GPUs, no thermal limits")
     if s.failure_reasons:
         console.print("[b]why pods failed under kelvin[/b] (most common rejection per pod):")
         for reason, n in s.failure_reasons.most_common(5):

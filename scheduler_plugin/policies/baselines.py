@@ -22,10 +22,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from ..model import MILLI_PER_GPU, FleetArrays, GpuRequest
-from .base import CycleContext, FloatA, IntA
+from .base import BoolA, CycleContext, FloatA, IntA
+from .config import CamelModel
 from .fragmentation import eligible_gpus
 from .normalize import minmax
 from .registry import register
@@ -35,18 +36,17 @@ MAX_SPEC_GPU_MILLI = 8 * MILLI_PER_GPU
 MAX_NODE_SCORE = 100
 
 
-class NoArgs(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class NoArgs(CamelModel):
+    """The baselines take no arguments."""
 
 
-class RandomArgs(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class RandomArgs(CamelModel):
     seed: int = Field(0, description="seed of the random scores")
 
 
-def _tightest_pick(req: GpuRequest, fleet: FleetArrays, row: int) -> tuple[int, ...] | None:
+def _tightest_pick(req: GpuRequest, fleet: FleetArrays, row: int, ctx: CycleContext) -> tuple[int, ...] | None:
     """The ``count`` eligible GPUs with the least free share (stable: lower slot first)."""
-    elig, _ = eligible_gpus(req, fleet, np.array([row], dtype=np.int64))
+    elig, _ = eligible_gpus(req, fleet, np.array([row], dtype=np.int64), ctx)
     cols = np.flatnonzero(elig[0])
     if len(cols) < max(req.count, 0):
         return None
@@ -56,11 +56,11 @@ def _tightest_pick(req: GpuRequest, fleet: FleetArrays, row: int) -> tuple[int, 
     return tuple(int(fleet.gpu_index[row, c]) for c in order[: req.count])
 
 
-def _gpu_demand_total(req: GpuRequest, fleet: FleetArrays, idx: IntA) -> IntA:
+def _gpu_demand_total(req: GpuRequest, fleet: FleetArrays, idx: IntA, ctx: CycleContext) -> IntA:
     """(len(idx),) thousandths of GPU the pod takes on each node (per-slot demand of the first eligible GPU)."""
     if not req.wants_gpu:
         return np.zeros(len(idx), dtype=np.int64)
-    elig, demand = eligible_gpus(req, fleet, idx)
+    elig, demand = eligible_gpus(req, fleet, idx, ctx)
     first = np.argmax(elig, axis=1)
     return np.asarray(demand[np.arange(len(idx)), first] * req.count, dtype=np.int64)
 
@@ -80,7 +80,7 @@ class _Baseline:
         raise NotImplementedError
 
     def pick(self, req: GpuRequest, fleet: FleetArrays, row: int, ctx: CycleContext) -> tuple[int, ...] | None:
-        return _tightest_pick(req, fleet, row)
+        return _tightest_pick(req, fleet, row, ctx)
 
     def explain(self, req: GpuRequest, fleet: FleetArrays, row: int, ctx: CycleContext) -> list[str]:
         return _explain_raw(self.name, self.score(req, fleet, np.array([row], dtype=np.int64), ctx))
@@ -94,7 +94,7 @@ class RandomPolicy(_Baseline):
         return self.rng.random(len(idx))
 
     def pick(self, req: GpuRequest, fleet: FleetArrays, row: int, ctx: CycleContext) -> tuple[int, ...] | None:
-        elig, _ = eligible_gpus(req, fleet, np.array([row], dtype=np.int64))
+        elig, _ = eligible_gpus(req, fleet, np.array([row], dtype=np.int64), ctx)
         cols = np.flatnonzero(elig[0])
         if len(cols) < req.count:
             return None
@@ -106,7 +106,7 @@ class RandomPolicy(_Baseline):
 class BestFitPolicy(_Baseline):
     def score(self, req: GpuRequest, fleet: FleetArrays, idx: IntA, ctx: CycleContext) -> FloatA:
         cpu_after = fleet.cpu_free[idx] - req.cpu_milli
-        gpu_after = fleet.free_milli[idx].sum(axis=1) - _gpu_demand_total(req, fleet, idx)
+        gpu_after = fleet.free_milli[idx].sum(axis=1) - _gpu_demand_total(req, fleet, idx, ctx)
         left = 0.5 * cpu_after / MAX_SPEC_CPU_MILLI + 0.5 * gpu_after / MAX_SPEC_GPU_MILLI
         raw = np.trunc((1.0 - left) * MAX_NODE_SCORE).astype(np.int64)
         lo, hi = int(raw.min(initial=0)), int(raw.max(initial=0))
@@ -117,11 +117,13 @@ class BestFitPolicy(_Baseline):
 
 @dataclass(slots=True)
 class DotProductPolicy(_Baseline):
-    def _alternatives(self, req: GpuRequest, fleet: FleetArrays, idx: IntA) -> tuple[FloatA, IntA]:
+    def _alternatives(
+        self, req: GpuRequest, fleet: FleetArrays, idx: IntA, ctx: CycleContext
+    ) -> tuple[FloatA, BoolA]:
         """(len(idx), G) score of each GPU alternative (-inf where the GPU cannot take the pod), eligible mask."""
         cpu_node = fleet.cpu_free[idx] / MAX_SPEC_CPU_MILLI
         cpu_pod = req.cpu_milli / MAX_SPEC_CPU_MILLI
-        elig, demand = eligible_gpus(req, fleet, idx)
+        elig, demand = eligible_gpus(req, fleet, idx, ctx)
         if req.shared:
             dot = cpu_node[:, None] * cpu_pod + (fleet.free_milli[idx] / MILLI_PER_GPU) * (demand / MILLI_PER_GPU)
             return np.where(elig, 1.0 - dot / 2.0, -np.inf), elig
@@ -132,13 +134,13 @@ class DotProductPolicy(_Baseline):
         return np.repeat((1.0 - dot / dims)[:, None], elig.shape[1], axis=1), elig
 
     def score(self, req: GpuRequest, fleet: FleetArrays, idx: IntA, ctx: CycleContext) -> FloatA:
-        alt, _ = self._alternatives(req, fleet, idx)
+        alt, _ = self._alternatives(req, fleet, idx, ctx)
         return np.trunc(alt.max(axis=1) * MAX_NODE_SCORE)
 
     def pick(self, req: GpuRequest, fleet: FleetArrays, row: int, ctx: CycleContext) -> tuple[int, ...] | None:
         if not req.shared:
-            return _tightest_pick(req, fleet, row)
-        alt, elig = self._alternatives(req, fleet, np.array([row], dtype=np.int64))
+            return _tightest_pick(req, fleet, row, ctx)
+        alt, elig = self._alternatives(req, fleet, np.array([row], dtype=np.int64), ctx)
         if not elig[0].any():
             return None
         return (int(fleet.gpu_index[row, int(np.argmax(alt[0]))]),)
@@ -156,7 +158,7 @@ class GpuPackingPolicy(_Baseline):
             return out
         idle = fully_free == n_gpus
         out[idle] = np.maximum(MAX_NODE_SCORE // 3 - fully_free[idle], fully_free[idle])
-        elig, _ = eligible_gpus(req, fleet, idx)
+        elig, _ = eligible_gpus(req, fleet, idx, ctx)
         # The pod's GPUs, tightest first: a shared pod takes its tightest eligible GPU; whole pods take free GPUs.
         tight = np.where(elig, free, MILLI_PER_GPU + 1).min(axis=1)
         uses_free = req.whole | (tight >= MILLI_PER_GPU)
@@ -195,7 +197,7 @@ class GpuClusteringPolicy(_Baseline):
         return np.asarray(band * (MAX_NODE_SCORE // 4) + fill, dtype=np.float64)
 
     def pick(self, req: GpuRequest, fleet: FleetArrays, row: int, ctx: CycleContext) -> tuple[int, ...] | None:
-        chosen = _tightest_pick(req, fleet, row)
+        chosen = _tightest_pick(req, fleet, row, ctx)
         if chosen is not None and req.wants_gpu:
             self.classes.setdefault(fleet.names[row], set()).add(self.request_class(req))
         return chosen

@@ -89,6 +89,8 @@ class Workload:
     count: IntA
     models: tuple[frozenset[str] | None, ...]
     prob: FloatA
+    host_memory: IntA | None = None
+    """(M,) mean host memory (bytes) of each shape's pods; used by memory-aware scoring (zeros when unknown)."""
     thresholds: IntA = field(init=False, repr=False, compare=False)
     """Distinct per-GPU shares of the GPU shapes (ascending)."""
     tix: IntA = field(init=False, repr=False, compare=False)
@@ -96,6 +98,8 @@ class Workload:
     gpu_shapes: BoolA = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        if self.host_memory is None:
+            object.__setattr__(self, "host_memory", np.zeros(len(self.prob), dtype=np.int64))
         gpu = self.count > 0
         fill = self.milli[gpu][0] if gpu.any() else 1
         th, tix = np.unique(np.where(gpu, self.milli, fill), return_inverse=True)
@@ -104,8 +108,15 @@ class Workload:
         object.__setattr__(self, "gpu_shapes", gpu)
 
     @classmethod
-    def from_counts(cls, counts: Mapping[PodShape, float], coverage: float = DEFAULT_COVERAGE) -> Workload:
-        """Keep the most frequent shapes until they cover ``coverage`` of the weight; renormalise."""
+    def from_counts(
+        cls,
+        counts: Mapping[PodShape, float],
+        coverage: float = DEFAULT_COVERAGE,
+        host_memory: Mapping[PodShape, float] | None = None,
+    ) -> Workload:
+        """Keep the most frequent shapes until they cover ``coverage`` of the weight; renormalise.
+
+        ``host_memory`` gives each shape's mean host memory in bytes (memory is not part of the shape key)."""
         items = sorted(((w, s) for s, w in counts.items() if w > 0), key=lambda x: (-x[0], x[1][:3]))
         if not items:
             raise ValueError("a workload needs at least one pod shape with positive weight")
@@ -124,11 +135,18 @@ class Workload:
             count=np.array([s.count for _, s in kept], dtype=np.int64),
             models=tuple(s.models for _, s in kept),
             prob=ws / ws.sum(),
+            host_memory=np.array([int((host_memory or {}).get(s, 0)) for _, s in kept], dtype=np.int64),
         )
 
     @classmethod
     def from_requests(cls, reqs: Iterable[GpuRequest], coverage: float = DEFAULT_COVERAGE) -> Workload:
-        return cls.from_counts(Counter(shape_of(r) for r in reqs), coverage)
+        counts: Counter[PodShape] = Counter()
+        mem: dict[PodShape, float] = {}
+        for r in reqs:
+            s = shape_of(r)
+            counts[s] += 1
+            mem[s] = mem.get(s, 0.0) + r.host_memory_bytes
+        return cls.from_counts(counts, coverage, {s: mem[s] / counts[s] for s in counts})
 
     def __len__(self) -> int:
         return len(self.prob)
@@ -176,6 +194,7 @@ class WorkloadEstimator:
         base = prior if prior is not None else DEFAULT_SHAPES
         total = sum(base.values()) or 1.0
         self._weights: dict[PodShape, float] = {s: prior_weight * w / total for s, w in base.items()}
+        self._memory: dict[PodShape, float] = {}
         self._seen: OrderedDict[str, None] = OrderedDict()
         self._cached: Workload | None = None
         self.observed = 0
@@ -193,18 +212,22 @@ class WorkloadEstimator:
         self._inc *= self._growth
         s = shape_of(req, self._ref_mem)
         self._weights[s] = self._weights.get(s, 0.0) + self._inc
+        self._memory[s] = self._memory.get(s, 0.0) + self._inc * req.host_memory_bytes
         if self._inc > 1e12:
             self._weights = {k: v / self._inc for k, v in self._weights.items()}
+            self._memory = {k: v / self._inc for k, v in self._memory.items()}
             self._inc = 1.0
         if len(self._weights) > self._max_shapes:
             floor = sorted(self._weights.values())[-self._max_shapes]
             self._weights = {k: v for k, v in self._weights.items() if v >= floor}
+            self._memory = {k: v for k, v in self._memory.items() if k in self._weights}
         self.observed += 1
         self._cached = None
 
     def workload(self) -> Workload:
         if self._cached is None:
-            self._cached = Workload.from_counts(self._weights, self._coverage)
+            mem = {k: v / self._weights[k] for k, v in self._memory.items() if self._weights.get(k, 0) > 0}
+            self._cached = Workload.from_counts(self._weights, self._coverage, mem)
         return self._cached
 
 
@@ -236,8 +259,11 @@ def _accessible(w: Workload, fleet: FleetArrays, rows: IntA) -> BoolA:
     return acc
 
 
-def node_fragmentation(free: I32A, cpu: IntA, acc: BoolA, w: Workload) -> FloatA:
-    """F_n(M) for each row of ``free`` ((P, G) thousandths free per GPU slot, 0 for padding) and ``cpu`` ((P,))."""
+def node_fragmentation(free: I32A, cpu: IntA, acc: BoolA, w: Workload, mem: IntA | None = None) -> FloatA:
+    """F_n(M) for each row of ``free`` ((P, G) thousandths free per GPU slot, 0 for padding) and ``cpu`` ((P,)).
+
+    With ``mem`` (host memory free per row, bytes) a shape also needs its mean host memory to fit (kelvin's
+    extension; the paper checks CPU only)."""
     total = free.sum(axis=1, dtype=np.int64)
     if not w.gpu_shapes.any():
         return np.asarray(total * float(w.prob.sum()), dtype=np.float64)
@@ -245,6 +271,8 @@ def node_fragmentation(free: I32A, cpu: IntA, acc: BoolA, w: Workload) -> FloatA
     cnt = ge.sum(axis=1, dtype=np.int32)  # (P, T)
     small = total[:, None] - (free[:, :, None] * ge).sum(axis=1, dtype=np.int64)  # (P, T)
     ok = acc & w.gpu_shapes[None, :] & (cpu[:, None] >= w.cpu_milli[None, :]) & (cnt[:, w.tix] >= w.count[None, :])
+    if mem is not None and w.host_memory is not None:
+        ok &= mem[:, None] >= w.host_memory[None, :]
     frag = np.where(ok, small[:, w.tix], total[:, None])
     return np.asarray(frag @ w.prob, dtype=np.float64)
 
@@ -271,7 +299,13 @@ class Placements:
 
 
 def placements(
-    req: GpuRequest, fleet: FleetArrays, rows: IntA, w: Workload, ctx: CycleContext | None = None
+    req: GpuRequest,
+    fleet: FleetArrays,
+    rows: IntA,
+    w: Workload,
+    ctx: CycleContext | None = None,
+    *,
+    memory_aware: bool = False,
 ) -> Placements:
     """Every distinct way of placing ``req`` on each of ``rows`` and its change in fragmentation.
 
@@ -284,10 +318,12 @@ def placements(
     free = fleet.free_milli[rows]
     cpu = fleet.cpu_free[rows]
     acc = _accessible(w, fleet, rows)
-    before = node_fragmentation(free, cpu, acc, w)
+    mem = fleet.mem_free_host[rows] if memory_aware else None
+    new_mem = mem - req.host_memory_bytes if mem is not None else None
+    before = node_fragmentation(free, cpu, acc, w, mem)
     new_cpu_all = cpu - req.cpu_milli
     if not req.wants_gpu:
-        after = node_fragmentation(free, new_cpu_all, acc, w)
+        after = node_fragmentation(free, new_cpu_all, acc, w, new_mem)
         return Placements(
             np.arange(k), np.zeros(free.shape, dtype=np.bool_), after - before, free.sum(axis=1, dtype=np.int64),
             np.zeros(k, dtype=np.int64), new_cpu_all,
@@ -303,7 +339,7 @@ def placements(
         new_free = free[pos]
         d = demand[pos, col].astype(np.int32)
         new_free[np.arange(p), col] -= d
-        after = node_fragmentation(new_free, new_cpu_all[pos], acc[pos], w)
+        after = node_fragmentation(new_free, new_cpu_all[pos], acc[pos], w, None if new_mem is None else new_mem[pos])
         taken = np.zeros((p, g), dtype=np.bool_)
         taken[np.arange(p), col] = True
         return Placements(
@@ -314,7 +350,7 @@ def placements(
     pos = np.nonzero(take.sum(axis=1) == req.count)[0]
     take = take[pos]
     new_free = np.where(take, free[pos] - demand[pos].astype(np.int32), free[pos])
-    after = node_fragmentation(new_free, new_cpu_all[pos], acc[pos], w)
+    after = node_fragmentation(new_free, new_cpu_all[pos], acc[pos], w, None if new_mem is None else new_mem[pos])
     return Placements(
         pos, take, after - before[pos], new_free.sum(axis=1, dtype=np.int64), np.zeros(len(pos), dtype=np.int64),
         new_cpu_all[pos],
@@ -363,11 +399,12 @@ class FragmentationArgs(CamelModel):
     prior_weight: float = Field(DEFAULT_PRIOR_WEIGHT, ge=0, description="pseudo-pods of the default workload")
     coverage: float = Field(DEFAULT_COVERAGE, gt=0, le=1, description="share of pods the workload's shapes cover")
     reference_gpu_memory_gib: float = Field(80, gt=0, description="GPU size for converting memory pools to shares")
-    sigmoid: bool = False
+    sigmoid: bool = True
+    memory_aware: bool = True
     levels: float = 100.0
     pick_fine: bool = False
-    node_fit: float = 1.0
-    slot_fit: float = 1.0
+    node_fit: float = 0.0
+    slot_fit: float = 0.0
 
 
 @dataclass(slots=True)
@@ -384,6 +421,10 @@ class _Base:
         )
         return cls(args, est)
 
+    @property
+    def memory_aware(self) -> bool:
+        return self.args.memory_aware
+
     def workload(self, req: GpuRequest, ctx: CycleContext, *, learn: bool) -> Workload:
         given = ctx.extras.get(WORKLOAD_KEY)
         if isinstance(given, Workload):
@@ -399,7 +440,7 @@ class _Base:
 
     def score(self, req: GpuRequest, fleet: FleetArrays, idx: IntA, ctx: CycleContext) -> FloatA:
         w = self.workload(req, ctx, learn=True)
-        pl = placements(req, fleet, idx, w, ctx)
+        pl = placements(req, fleet, idx, w, ctx, memory_aware=self.memory_aware)
         best, _ = best_per_row(self._values(req, fleet, pl), pl.pos, len(idx))
         return best
 
@@ -409,7 +450,7 @@ class _Base:
     def pick(self, req: GpuRequest, fleet: FleetArrays, row: int, ctx: CycleContext) -> tuple[int, ...] | None:
         w = self.workload(req, ctx, learn=False)
         rows = np.array([row], dtype=np.int64)
-        pl = placements(req, fleet, rows, w, ctx)
+        pl = placements(req, fleet, rows, w, ctx, memory_aware=self.memory_aware)
         _, which = best_per_row(self._values(req, fleet, pl, True), pl.pos, 1)
         if which[0] < 0:
             return None
@@ -419,8 +460,9 @@ class _Base:
         w = self.workload(req, ctx, learn=False)
         rows = np.array([row], dtype=np.int64)
         acc = _accessible(w, fleet, rows)
-        before = float(node_fragmentation(fleet.free_milli[rows], fleet.cpu_free[rows], acc, w)[0])
-        pl = placements(req, fleet, rows, w, ctx)
+        mem = fleet.mem_free_host[rows] if self.memory_aware else None
+        before = float(node_fragmentation(fleet.free_milli[rows], fleet.cpu_free[rows], acc, w, mem)[0])
+        pl = placements(req, fleet, rows, w, ctx, memory_aware=self.memory_aware)
         lines = [f"fragmentation now {before / MILLI_PER_GPU:.2f} GPU (against {len(w)} typical pod shapes)"]
         if len(pl.pos) == 0:
             return [*lines, "the pod does not fit on any GPU of this node"]
@@ -455,6 +497,10 @@ class FragmentationPolicy(_Base):
 
 class FgdPolicy(_Base):
     """The FGD paper's score, exactly: int(100 * sigmoid(-dF/1000)); inside the node, the first best GPU."""
+
+    @property
+    def memory_aware(self) -> bool:
+        return False
 
     def _values(self, req: GpuRequest, fleet: FleetArrays, pl: Placements, for_pick: bool = False) -> FloatA:
         return fgd_value(pl.delta)

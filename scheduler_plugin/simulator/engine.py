@@ -166,7 +166,7 @@ def run(
         pod = prep.trace.pods[int(p)]
         names.append(pod.name)
         demand_so_far += pod.gpu_demand_milli
-        ctx = CycleContext(now=float(i), extras={WORKLOAD_KEY: w})
+        ctx = CycleContext(now=0.0, extras={WORKLOAD_KEY: w})
         cand = policy.feasible(req, fleet, all_rows, ctx)
         gpus: tuple[int, ...] | None = None
         row = -1

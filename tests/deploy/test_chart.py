@@ -14,7 +14,7 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
-import jsonschema
+import jsonschema  # type: ignore[import-untyped]
 import kubernetes_validate
 import pytest
 import yaml
@@ -229,7 +229,9 @@ def test_validation_catches_a_bad_object() -> None:
 
 
 def test_expected_objects_per_configuration(render: Render) -> None:
-    kinds = lambda docs: sorted({d["kind"] for d in docs})  # noqa: E731
+    def kinds(docs: list[Doc]) -> list[str]:
+        return sorted({d["kind"] for d in docs})
+
     default = render(CHART / "ci" / "default-values.yaml")
     assert {
         "Deployment",
@@ -364,6 +366,8 @@ def test_exporter_daemonset_targets_gpu_nodes(render: Render) -> None:
     assert "runtimeClassName" not in spec and "hostPID" not in spec
     attributed = pod_spec(one(render(CHART / "ci" / "exporter-attribution-values.yaml"), "DaemonSet"))
     assert attributed["runtimeClassName"] == "nvidia" and attributed["hostPID"] is True
+    assert attributed["securityContext"]["supplementalGroups"] == [44]
+    assert "supplementalGroups" not in spec["securityContext"]
 
 
 def test_webhooks_never_see_kube_system_and_share_the_ca(render: Render) -> None:

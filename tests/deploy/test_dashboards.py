@@ -36,6 +36,8 @@ METRICS_DOC = ROOT / "docs" / "metrics.md"
 NODE = "gpu-node-1"  # the exporter's node name; the $node variable is set to it
 VARIABLES = {"$__rate_interval": "1m", "$__range": "1m", "${node}": NODE, "$node": NODE}
 CLI = "from scheduler_plugin.cli import app; app()"
+# panel plugins that ship with Grafana (no plugin installation needed)
+GRAFANA_CORE_PANELS = {"timeseries", "stat", "gauge", "bargauge", "heatmap", "piechart", "table", "text"}
 # the dashboards whose panels must show numbers, not only NaN (their processes served real requests)
 MUST_BE_FINITE = {"kelvin-fleet.json", "kelvin-scheduling.json"}
 
@@ -94,6 +96,7 @@ def test_dashboards_are_sidecar_ready_with_a_datasource_variable() -> None:
         assert len(panels) >= 4, path.name
         assert len({p["id"] for p in d["panels"]}) == len(d["panels"])
         for p in panels:
+            assert p["type"] in GRAFANA_CORE_PANELS, (path.name, p["title"], p["type"])
             assert p["datasource"] == {"type": "prometheus", "uid": "${datasource}"}, (path.name, p["title"])
             assert p["targets"], (path.name, p["title"])
             for t in p["targets"]:
@@ -140,7 +143,7 @@ def _wait_http(url: str, proc: subprocess.Popen[bytes] | None, timeout_s: float 
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
             out = proc.stdout.read().decode() if proc.stdout else ""
-            pytest.fail(f"{proc.args} exited with {proc.returncode} before {url} answered:\n{out[-3000:]}")
+            pytest.fail(f"{proc.args!r} exited with {proc.returncode} before {url} answered:\n{out[-3000:]}")
         try:
             if httpx.get(url, timeout=2.0).status_code == 200:
                 return

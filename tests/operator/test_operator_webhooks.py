@@ -8,7 +8,9 @@ from opkit import gpu, node, pod
 from scheduler_plugin.model import annotations as ann
 from scheduler_plugin.model.snapshot import Snapshot
 
-SNAP = Snapshot(nodes=(node("a", gpu(0, total_gib=80)), node("b", gpu(0, total_gib=40, model="A100-40GB"))), taken_at=0.0)
+SNAP = Snapshot(
+    nodes=(node("a", gpu(0, total_gib=80)), node("b", gpu(0, total_gib=40, model="A100-40GB"))), taken_at=0.0
+)
 SIZES = GpuSizes.of(SNAP)
 
 

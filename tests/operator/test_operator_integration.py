@@ -6,13 +6,13 @@ from __future__ import annotations
 from typing import Any
 
 import kmock as km
-from conftest import EVENTS, NODES, PODS, evictions_blocked, evictions_succeed
 from kelvin_operator.config import OperatorConfig
 from kelvin_operator.k8s import OperatorKube
 from kelvin_operator.metrics import OperatorMetrics
 from kelvin_operator.pods import format_time
 from kelvin_operator.reconcile import NodeResult, Reconciler
 from opkit import T0, gpu, node, node_obj, pod, proc
+from opkube import EVENTS, NODES, PODS, evictions_blocked, evictions_succeed
 
 from scheduler_plugin.model import annotations as ann
 from scheduler_plugin.model.gpu import GpuNode

@@ -20,13 +20,13 @@ import jsonpatch  # type: ignore[import-untyped]
 import kmock as km
 import kopf
 import pytest
-from conftest import NODES, PODS, evictions_succeed
 from kelvin_operator.config import OperatorConfig
 from kelvin_operator.handlers import build_registry
 from kelvin_operator.runtime import Runtime
 from kelvin_operator.tls import self_signed
 from kopf._core.engines.peering import Identity  # kopf.operator(identity=...) takes this NewType
 from opkit import gpu, node, node_obj, pod, proc
+from opkube import NODES, PODS, evictions_succeed
 
 from scheduler_plugin.kube import KubeConfig
 from scheduler_plugin.model import annotations as ann
@@ -61,7 +61,8 @@ def declare(kmock: km.KubernetesEmulator, peering: bool) -> None:
     )
     kmock.resources["v1/nodes"] = info(kind="Node", namespaced=False, verbs=["list", "watch", "get", "patch"])
     kmock.resources["v1/events"] = info(kind="Event", namespaced=True, verbs=["create"])
-    # kopf waits for the CRD resource to be discoverable (scanning itself is disabled: nothing is listed)
+    # kopf waits for namespaces and CRDs to be discoverable (clusterwide, scanning disabled: neither is listed)
+    kmock.resources["v1/namespaces"] = info(kind="Namespace", namespaced=False, verbs=["list", "watch"])
     kmock.resources["apiextensions.k8s.io/v1/customresourcedefinitions"] = info(
         kind="CustomResourceDefinition", namespaced=False, verbs=["list", "watch"]
     )
