@@ -182,6 +182,7 @@ def in_process(args: argparse.Namespace, pod_list: list[dict[str, Any]]) -> None
     """The same requests without HTTP: the extender's own service time (parse, framework, reply)."""
     import asyncio
 
+    sys.path[:0] = [str(ROOT), str(ROOT / "operator")]
     from scheduler_plugin.config import Settings
     from scheduler_plugin.extender.app import build_extender
     from scheduler_plugin.extender.wire import dumps

@@ -66,7 +66,10 @@ def extender(
         ext = build_extender(settings)
     except (ConfigError, StartupError) as exc:
         _fail(f"configuration error: {exc}")
-    ext.cache.freeze_gc = True  # a long-lived server: keep snapshots out of the cyclic collector's scans
+    # A long-lived server: keep snapshots out of the cyclic collector's scans, and let the event loop take the GIL
+    # back from the refresh thread every 0.5 ms instead of every 5 ms while a 40,000-GPU snapshot is being built.
+    ext.cache.freeze_gc = True
+    sys.setswitchinterval(0.0005)
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     uvicorn.run(create_app(ext), host=settings.host, port=settings.port, log_level=log_level.lower(), access_log=False)
 

@@ -15,6 +15,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
+from ..hotness import HotnessConfig
 from .registry import PolicyConfigError
 
 DEFAULT_MAX_AGE_S = 30.0
@@ -77,6 +78,11 @@ class PolicyConfig(CamelModel):
     """The GPU picker that chooses GPUs inside the chosen node (a registered picker name)."""
     picker_args: dict[str, Any] = Field(default_factory=dict)
     ledger: LedgerPolicy = Field(default_factory=LedgerPolicy)
+    hotness: HotnessConfig = Field(default_factory=HotnessConfig)
+    """Hot-node thresholds, shared with the operator (``scheduler_plugin.hotness``); validated here too."""
+    operator: dict[str, Any] = Field(default_factory=dict)
+    """The operator's section of the shared policy file. The operator validates it (``kelvin_operator.config``);
+    the extender only carries it, so one file serves both."""
 
     @classmethod
     def from_mapping(cls, data: Any, *, source: str = "policy config") -> PolicyConfig:

@@ -136,6 +136,9 @@ class SnapshotCache:
         """Fetch and publish one snapshot. Never raises (except cancellation); returns whether it succeeded."""
         async with self._refresh_lock:
             started = time.perf_counter()
+            paused_gc = self.freeze_gc and gc.isenabled()
+            if paused_gc:  # no full collection over the half-built snapshot while requests wait for the GIL
+                gc.disable()
             try:
                 nodes = await self.source.fetch()
                 now = self.clock()
@@ -155,6 +158,9 @@ class SnapshotCache:
                     self.metrics.refresh.labels(self.source.name, "error").inc()
                 self._update_age()
                 return False
+            finally:
+                if paused_gc:
+                    gc.enable()
             self.snapshot = snap
             if self.freeze_gc:
                 gc.freeze()

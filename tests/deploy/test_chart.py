@@ -212,6 +212,19 @@ def test_every_rendered_object_validates(render: Render, values: Path) -> None:
         validate_object(doc)
 
 
+def test_defaults_validate_on_the_oldest_supported_kubernetes(render: Render) -> None:
+    """Chart.yaml says kubeVersion >=1.28: nothing rendered may need a newer API."""
+    oldest = yaml.safe_load((CHART / "Chart.yaml").read_text())["kubeVersion"].removeprefix(">=").split("-")[0]
+    assert oldest == "1.28.0"
+    for doc in render(crds=True):
+        if doc["kind"] in SHIPPED_CRD_SCHEMAS or doc["kind"] in CUSTOM_SCHEMAS:
+            continue
+        try:
+            kubernetes_validate.validate(doc, oldest, strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            pytest.fail(f"{doc['kind']}/{doc['metadata']['name']} on Kubernetes {oldest}: {exc.message}")
+
+
 def test_validation_catches_a_bad_object() -> None:
     """The validators used above do reject what the API server would reject (a misspelt field, a bad CR)."""
     bad = {

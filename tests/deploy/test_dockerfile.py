@@ -64,3 +64,15 @@ def test_healthcheck_needs_no_extra_tools() -> None:
     (check,) = re.findall(r"^HEALTHCHECK .*(?:\n  .*)*", runtime, re.M)
     assert "urllib.request" in check and "curl" not in check and "wget" not in check
     assert re.search(r"^ENV HEALTHCHECK_URL=http://127\.0\.0\.1:8888/healthz$", runtime, re.M)
+
+
+def test_versions_agree() -> None:
+    """The image installs `kelvin==$VERSION` and the chart runs tag appVersion: both must be the package version."""
+    import tomllib
+
+    import yaml
+
+    package = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    (image,) = re.findall(r"^ARG VERSION=(\S+)$", DOCKERFILE.read_text(), re.M)
+    chart = yaml.safe_load((ROOT / "helm" / "kelvin" / "Chart.yaml").read_text())["appVersion"]
+    assert image == package == chart

@@ -134,11 +134,6 @@ def test_policy_in_the_chart_is_accepted_by_the_extender_and_the_operator(render
 
 
 @pytest.mark.helm
-@pytest.mark.xfail(
-    strict=True,
-    reason="scheduler_plugin/policies/config.py PolicyConfig forbids the top-level `operator:` section that "
-    "kelvin_operator/config.py reads from the same shared policy file; remove this mark once the extender ignores it",
-)
 def test_shared_policy_with_an_operator_section_loads_in_both(render: Render, tmp_path: Path) -> None:
     from kelvin_operator.config import load_operator_config
 

@@ -227,3 +227,73 @@ async def test_two_replicas_only_the_peering_leader_acts(kmock: km.KubernetesEmu
     assert {str(r.url.path) for r in kmock["post", PODS, km.subresource("eviction")]} == {
         "/api/v1/namespaces/ml/pods/hot/eviction"
     }
+
+
+async def test_cli_runs_the_operator(kmock: km.KubernetesEmulator) -> None:
+    """``kelvin operator`` as a process: kopf starts, watches nodes and pods, serves /metrics and the webhooks, and
+    stops cleanly on SIGTERM."""
+    import os
+    import signal
+    import sys
+
+    declare(kmock, peering=False)
+    kmock.objects[NODES, None, "gpu-node-1"] = node_obj("gpu-node-1")
+    root = Path(__file__).resolve().parents[2]
+    metrics_port, webhook_port, live_port = free_port(), free_port(), free_port()
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(root), str(root / "operator"), os.environ.get("PYTHONPATH", "")]),
+        "KELVIN_SOURCE": "simulated",
+        "KELVIN_FLEET_NODES": "1",
+        "KELVIN_OPERATOR_INTERVAL_S": "1",
+        "KELVIN_OPERATOR_WEBHOOK__ADDR": "127.0.0.1",
+    }
+    code = "from scheduler_plugin.cli import app; app()"
+    args = [
+        "operator",
+        "--standalone",
+        "--kube-server",
+        str(kmock.url).rstrip("/"),
+        "--metrics-port",
+        str(metrics_port),
+        "--webhook-port",
+        str(webhook_port),
+        "--liveness",
+        f"http://127.0.0.1:{live_port}/healthz",
+        "--log-level",
+        "warning",
+    ]
+    proc_ = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        code,
+        *args,
+        env=env,
+        cwd=root,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    try:
+        async with httpx.AsyncClient(timeout=2) as http:
+            text = ""
+            async with asyncio.timeout(30):
+                while "kelvin_operator_hot_nodes" not in text or not kmock["get", NODES]:
+                    await asyncio.sleep(0.2)
+                    with contextlib.suppress(httpx.HTTPError):
+                        text = (await http.get(f"http://127.0.0.1:{metrics_port}/metrics")).text
+            assert 'kelvin_operator_evictions_total{dry_run="false",reason="thermal",result="evicted"} 0.0' in text
+            assert "kelvin_telemetry_nodes" in text
+            async with asyncio.timeout(15):
+                while True:
+                    with contextlib.suppress(httpx.HTTPError):
+                        if (await http.get(f"http://127.0.0.1:{live_port}/healthz")).status_code == 200:
+                            break
+                    await asyncio.sleep(0.2)
+            with contextlib.suppress(httpx.HTTPError):  # TLS only: the self-signed cert is not trusted here
+                await http.post(f"http://127.0.0.1:{webhook_port}/gpu-memory", json={})
+                raise AssertionError("the webhook answered plain HTTP")
+    finally:
+        if proc_.returncode is None:
+            proc_.send_signal(signal.SIGTERM)
+        out, _ = await asyncio.wait_for(proc_.communicate(), 30)
+    assert proc_.returncode == 0, out.decode()[-3000:]

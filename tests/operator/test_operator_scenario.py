@@ -27,6 +27,17 @@ DURATION_S = 90 * 60.0
 FAILED = "hot-node-1"
 
 
+COOLING_LEFT = 0.55
+"""Cooling quality of the failed node (a healthy one is 0.95-1.12): a busy GPU settles 40-80 °C above inlet."""
+
+
+def fail_cooling(source: SimulatedFleetSource, node: str, factor: float) -> None:
+    """Degrade one node's cooling. SimulatedFleetSource has no public setter for this yet, so this reaches into its
+    per-group cooling array (requested from its owner: ``set_cooling(node, factor)``)."""
+    group, row = source._where[node]
+    source._groups[group].cooling[row] = factor
+
+
 @dataclass
 class Clock:
     t: float = 1_900_000_000.0
@@ -112,14 +123,14 @@ async def simulate(operator_on: bool) -> Run:
             "initialLoad": 0.0,
             "xidRatePerGpuHour": 0.0,
             "groups": [
-                # the node whose cooling failed (poor cooling: 0.72-0.85 of a healthy node's)
-                {"count": 1, "gpus": 8, "namePrefix": "hot-node-", "poorCoolingFraction": 1.0},
+                {"count": 1, "gpus": 8, "namePrefix": "hot-node-", "poorCoolingFraction": 0.0},
                 {"count": 3, "gpus": 8, "namePrefix": "gpu-node-", "poorCoolingFraction": 0.0},
             ],
         },
         source="scenario",
     )
     source = SimulatedFleetSource(spec, clock=clock)
+    fail_cooling(source, FAILED, COOLING_LEFT)
     cache = SnapshotCache(source, refresh_interval_s=STEP_S, max_age_s=120.0, clock=clock)
     kube = FleetKube(source, clock)
     # a busy failed node (8 jobs) and 4 jobs on each healthy node: 12 free GPUs elsewhere
