@@ -20,9 +20,9 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from ..config import Settings
-from ..model import MILLI_PER_GPU, GpuAssignment, GpuRequest, RequestError, parse_pod
+from ..model import GpuAssignment, GpuRequest, RequestError, parse_pod
 from ..policies.config import PolicyConfig
-from ..policies.framework import Framework
+from ..policies.framework import Framework, assignment_for
 from ..telemetry.cache import SnapshotCache
 from ..telemetry.ledger import AssumedLedger
 from ..telemetry.source import TelemetrySource
@@ -129,7 +129,7 @@ class Extender:
             for p, r in zip(pos_known[~ok_known].tolist(), rows[pos_known[~ok_known]].tolist(), strict=True):
                 rej = outcome.rejected[r]
                 (unresolvable if rej.unresolvable else failed)[names[p]] = rej.reason
-                code = rejection_code(rej.reason)
+                code = rej.code or rejection_code(rej.reason)
                 counts[code] = counts.get(code, 0) + 1
             n_unknown = len(names) - len(pos_known)
             if n_unknown:
@@ -236,18 +236,7 @@ class Extender:
         fleet: Any,
         row: int | None,
     ) -> GpuAssignment:
-        milli = MILLI_PER_GPU
-        if req.shared and row is not None:
-            col = int(np.nonzero(fleet.gpu_index[row] == gpus[0])[0][0])
-            milli = int(req.demand_milli(fleet.mem_total[row, col : col + 1])[0])
-        return GpuAssignment(
-            pod_key=key,
-            gpu_indices=gpus,
-            milli=milli,
-            memory_bytes=req.memory_bytes if req.shared else None,
-            pod_uid=uid or req.pod_uid or None,
-            priority=req.priority,
-        )
+        return assignment_for(req, gpus, fleet, row, pod_key=key, pod_uid=uid or None)
 
     def _bind_error(self, key: str, message: str) -> dict[str, str]:
         log.warning("bind of %s failed: %s", key, message)

@@ -117,9 +117,7 @@ class BestFitPolicy(_Baseline):
 
 @dataclass(slots=True)
 class DotProductPolicy(_Baseline):
-    def _alternatives(
-        self, req: GpuRequest, fleet: FleetArrays, idx: IntA, ctx: CycleContext
-    ) -> tuple[FloatA, BoolA]:
+    def _alternatives(self, req: GpuRequest, fleet: FleetArrays, idx: IntA, ctx: CycleContext) -> tuple[FloatA, BoolA]:
         """(len(idx), G) score of each GPU alternative (-inf where the GPU cannot take the pod), eligible mask."""
         cpu_node = fleet.cpu_free[idx] / MAX_SPEC_CPU_MILLI
         cpu_pod = req.cpu_milli / MAX_SPEC_CPU_MILLI

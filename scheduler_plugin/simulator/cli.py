@@ -1,4 +1,5 @@
-"""``kelvin simulate``: replay a cluster trace through kelvin's policies and the FGD paper's baselines."""
+"""``kelvin simulate``: replay a cluster trace through kelvin's policies and the FGD paper's baselines, or run the
+time-stepped thermal scenario (``--thermal``)."""
 
 from __future__ import annotations
 
@@ -10,33 +11,91 @@ from typing import Annotated
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
 
 from ..policies.registry import PolicyConfigError
 from .engine import RunResult, prepare, run
 from .policies import POLICIES, build_policy
 from .report import json_summary, summary_table, write_curve_csv, write_plot
+from .thermal import THERMAL_POLICIES, ThermalResult, ThermalScenario, run_thermal
 from .trace import TraceError, load_trace
 
 
+def _progress(err: Console, enabled: bool) -> Progress:
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        disable=not enabled,
+    )
+
+
+def _thermal(err: Console, seeds: list[int], hours: float, json_out: bool, progress: bool) -> None:
+    results: list[tuple[int, ThermalResult]] = []
+    with _progress(err, progress) as bar:
+        for s in seeds:
+            sc = ThermalScenario(seed=s, hours=hours)
+            for p in THERMAL_POLICIES:
+                task = bar.add_task(f"thermal {p} seed {s}", total=None)
+
+                def tick(done: int, total: int, task_id: int = task) -> None:
+                    bar.update(task_id, completed=done, total=total)
+
+                results.append((s, run_thermal(sc, p, progress=tick)))
+    table = Table(title=f"Thermal scenario ({hours:g} h per seed)")
+    for col in ("seed", "policy", "throttled GPU-min", "vs default", "placements", "on hot nodes", "mean wait s"):
+        table.add_column(col, justify="left" if col == "policy" else "right")
+    base: dict[int, float] = {}
+    for s, r in results:
+        base.setdefault(s, r.throttled_gpu_minutes)
+        b = base[s]
+        rel = f"{100 * (r.throttled_gpu_minutes - b) / b:+.0f} %" if b else "-"
+        table.add_row(
+            str(s),
+            r.policy,
+            f"{r.throttled_gpu_minutes:.1f}",
+            rel,
+            str(r.placements),
+            str(r.placements_on_hot_nodes),
+            f"{r.mean_wait_s:.0f}",
+        )
+    (err if json_out else Console()).print(table)
+    if json_out:
+        sys.stdout.write(json.dumps({"thermal": [dict(seed=s, **r.as_dict()) for s, r in results]}, indent=2) + "\n")
+
+
 def simulate(
-    nodes: Annotated[Path, typer.Option(help="node list: openb CSV (sn,cpu_milli,memory_mib,gpu,model) or kelvin YAML/CSV")],
-    pods: Annotated[Path, typer.Option(help="pod list: openb CSV (name,cpu_milli,...,gpu_spec) or kelvin YAML/CSV")],
-    policy: Annotated[
-        list[str] | None, typer.Option(help=f"policy to run (repeatable): {', '.join(POLICIES)}")
+    nodes: Annotated[
+        Path | None, typer.Option(help="node list: openb CSV (sn,cpu_milli,memory_mib,gpu,model) or kelvin YAML/CSV")
     ] = None,
+    pods: Annotated[
+        Path | None, typer.Option(help="pod list: openb CSV (name,cpu_milli,...,gpu_spec) or kelvin YAML/CSV")
+    ] = None,
+    policy: Annotated[list[str] | None, typer.Option(help=f"policy (repeatable): {', '.join(POLICIES)}")] = None,
     seed: Annotated[list[int] | None, typer.Option(help="seed (repeatable); default 42")] = None,
     target: Annotated[float, typer.Option(help="inflate arrivals to this % of cluster GPU capacity", min=1)] = 130.0,
+    policy_file: Annotated[Path | None, typer.Option(help="kelvin policy YAML for the 'kelvin' policy")] = None,
     out: Annotated[Path, typer.Option(help="folder for curve.csv and curve.png")] = Path("simulate-out"),
     json_out: Annotated[bool, typer.Option("--json", help="print a machine-readable summary to stdout")] = False,
     progress: Annotated[bool, typer.Option(help="show a progress bar")] = True,
+    thermal: Annotated[bool, typer.Option(help="run the time-stepped thermal scenario instead of a trace")] = False,
+    hours: Annotated[float, typer.Option(help="simulated hours of the thermal scenario", min=0.01)] = 4.0,
 ) -> None:
     """Replay a trace with the FGD paper's protocol (seeded shuffle, inflation to --target %) and compare policies."""
-    policies = policy or ["kelvin"]
-    seeds = seed or [42]
     err = Console(stderr=True)
+    seeds = seed or [42]
+    if thermal:
+        _thermal(err, seeds, hours, json_out, progress)
+        return
+    if nodes is None or pods is None:
+        err.print("[red]error:[/red] --nodes and --pods are required (or use --thermal)")
+        raise typer.Exit(2)
+    policies = policy or ["kelvin"]
     try:
         for p in policies:
-            build_policy(p, 0)
+            build_policy(p, 0, policy_file=policy_file)
         prep = prepare(load_trace(nodes, pods))
     except (TraceError, PolicyConfigError) as exc:
         err.print(f"[red]error:[/red] {exc}")
@@ -49,10 +108,7 @@ def simulate(
         f"target workload: {len(prep.workload)} pod shapes; arrivals up to {target:g} % of GPU capacity"
     )
     results: list[RunResult] = []
-    with Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        console=err, disable=not progress, transient=False,
-    ) as bar:
+    with _progress(err, progress) as bar:
         for p in policies:
             for s in seeds:
                 task = bar.add_task(f"{p} seed {s}", total=None)
@@ -61,7 +117,8 @@ def simulate(
                     if done % 200 == 0 or done == total:
                         bar.update(task_id, completed=done, total=total)
 
-                results.append(run(prep, build_policy(p, s), s, target=target / 100.0, progress=tick))
+                pol = build_policy(p, s, policy_file=policy_file)
+                results.append(run(prep, pol, s, target=target / 100.0, progress=tick))
     write_curve_csv(results, out / "curve.csv")
     write_plot(results, out / "curve.png", title=f"{nodes.name} / {pods.name}")
     human = err if json_out else Console()

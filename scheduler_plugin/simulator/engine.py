@@ -106,7 +106,8 @@ class RunResult:
             "unallocated_gpus_at_100": round(self.unallocated_gpus_at(100), 1),
             "unallocated_pct_at_100": round(100.0 - self.alloc_at(100), 3),
             "unallocated_gpus_at_end": round(self.total_gpus * (100.0 - float(self.alloc_pct[-1])) / 100.0, 1)
-            if len(self.alloc_pct) else float(self.total_gpus),
+            if len(self.alloc_pct)
+            else float(self.total_gpus),
             "arrivals": len(self.arrived_pct),
             "failed": int(self.failed.sum()),
             "first_failure": None if ff is None else {"arrival": ff[0], "arrived_pct": round(ff[1], 3), "pod": ff[2]},
@@ -186,7 +187,14 @@ def run(
         if progress is not None:
             progress(i + 1, len(order))
     return RunResult(
-        policy=policy.name, seed=seed, total_gpus=cap // MILLI_PER_GPU, arrived_pct=arrived, alloc_pct=alloc,
-        failed=failed, pod_names=tuple(names), seconds=time.perf_counter() - started, placements=placed,
+        policy=policy.name,
+        seed=seed,
+        total_gpus=cap // MILLI_PER_GPU,
+        arrived_pct=arrived,
+        alloc_pct=alloc,
+        failed=failed,
+        pod_names=tuple(names),
+        seconds=time.perf_counter() - started,
+        placements=placed,
         fleet=fleet,
     )

@@ -11,8 +11,19 @@ from .trace import TraceNode
 
 #: GPU memory per model when the input does not give it (openb's models, plus common data-centre GPUs).
 GPU_MEMORY_GIB: dict[str, float] = {
-    "t4": 16, "p100": 16, "v100m16": 16, "v100m32": 32, "v100": 32, "a10": 24, "g2": 32, "g3": 32,
-    "a100": 80, "h100": 80, "h200": 141, "l40s": 48, "l4": 24,
+    "t4": 16,
+    "p100": 16,
+    "v100m16": 16,
+    "v100m32": 32,
+    "v100": 32,
+    "a10": 24,
+    "g2": 32,
+    "g3": 32,
+    "a100": 80,
+    "h100": 80,
+    "h200": 141,
+    "l40s": 48,
+    "l4": 24,
 }
 DEFAULT_GPU_MEMORY_GIB = 32.0
 
@@ -33,7 +44,10 @@ def to_gpu_nodes(nodes: Sequence[TraceNode]) -> list[GpuNode]:
         )
         out.append(
             GpuNode(
-                name=n.name, gpus=gpus, cpu_allocatable_milli=n.cpu_milli, memory_allocatable_bytes=n.memory_bytes,
+                name=n.name,
+                gpus=gpus,
+                cpu_allocatable_milli=n.cpu_milli,
+                memory_allocatable_bytes=n.memory_bytes,
                 observed_at=0.0,
             )
         )

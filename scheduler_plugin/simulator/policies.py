@@ -26,7 +26,9 @@ from .engine import SimPolicy
 from .kube import NodeResourcesFit
 
 BASELINES = ("random", "dotproduct", "gpu-clustering", "gpu-packing", "best-fit", "fgd")
-POLICIES = ("kelvin", *BASELINES)
+POLICIES = ("kelvin", "kelvin-fragmentation", *BASELINES)
+#: kelvin's framework with only its fragmentation score (what kelvin does on a fleet without telemetry or topology).
+FRAGMENTATION_ONLY = {"scoring": {"fragmentation": {"weight": 1.0}}}
 
 
 class FrameworkFilter:
@@ -69,6 +71,8 @@ def build_policy(name: str, seed: int = 0, *, policy_file: Path | None = None) -
     """A fresh policy instance (policies may keep state, e.g. gpu-clustering's classes per node)."""
     if name == "kelvin":
         return kelvin_policy(PolicyConfig.from_yaml(policy_file) if policy_file is not None else None)
+    if name == "kelvin-fragmentation":
+        return kelvin_policy(PolicyConfig.from_mapping(FRAGMENTATION_ONLY), name)
     if name not in BASELINES:
         raise PolicyConfigError(f"unknown policy {name!r} (known: {', '.join(POLICIES)})")
     args: dict[str, Any] = {"seed": seed} if name == "random" else {}

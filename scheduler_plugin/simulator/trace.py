@@ -69,8 +69,13 @@ class TracePod:
         if shared and self.gpu_memory_bytes is not None and self.gpu_milli >= MILLI_PER_GPU:
             milli = None
         return GpuRequest(
-            count=self.num_gpu, milli=milli, memory_bytes=self.gpu_memory_bytes if shared else None,
-            models=self.gpu_spec, cpu_milli=self.cpu_milli, host_memory_bytes=self.memory_bytes, pod_key=self.name,
+            count=self.num_gpu,
+            milli=milli,
+            memory_bytes=self.gpu_memory_bytes if shared else None,
+            models=self.gpu_spec,
+            cpu_milli=self.cpu_milli,
+            host_memory_bytes=self.memory_bytes,
+            pod_key=self.name,
         )
 
     @property
@@ -197,7 +202,9 @@ def read_openb_pods(path: Path) -> list[TracePod]:
         elif milli == 0:
             raise TraceError(f"{_where(path, row, 'gpu_milli')}: a pod with num_gpu={num} needs gpu_milli 1..1000")
         elif num > 1 and milli != MILLI_PER_GPU:
-            raise TraceError(f"{_where(path, row, 'gpu_milli')}: {milli} with num_gpu={num}; only one GPU can be shared")
+            raise TraceError(
+                f"{_where(path, row, 'gpu_milli')}: {milli} with num_gpu={num}; only one GPU can be shared"
+            )
         out.append(
             TracePod(
                 name=rec["name"].strip(),

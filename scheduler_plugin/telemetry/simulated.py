@@ -175,6 +175,8 @@ class _Group:
     switch: list[str]
     mem_total: int
     assignments: list[list[GpuAssignment]] = field(default_factory=list)
+    uuids: list[list[str]] = field(default_factory=list)
+    labels: dict[str, str] = field(default_factory=dict)
 
 
 class SimulatedFleetSource:
@@ -232,6 +234,8 @@ class SimulatedFleetSource:
                     switch=[f"pcie-sw{i * g.pcie_switches // g.gpus}" for i in range(g.gpus)],
                     mem_total=g.gpu_memory_bytes(),
                     assignments=[[] for _ in range(g.count)],
+                    uuids=[[f"GPU-{name}-{j}" for j in range(g.gpus)] for name in names],
+                    labels={"nvidia.com/gpu.product": g.model, "kelvin.dev/simulated": "true"},
                 )
             )
         self._place_initial_load()
@@ -371,7 +375,7 @@ class SimulatedFleetSource:
             gpus = tuple(
                 GpuInfo(
                     index=j,
-                    uuid=f"GPU-{name}-{j}",
+                    uuid=grp.uuids[r][j],
                     model=g.model,
                     memory_total_bytes=grp.mem_total,
                     memory_used_bytes=mem_l[r][j],
@@ -402,7 +406,7 @@ class SimulatedFleetSource:
                     cpu_requested_milli=min(cpu_milli, busy * 8000),
                     memory_requested_bytes=min(host_mem, busy * 64 * GIB),
                     assignments=assigned,
-                    labels={"nvidia.com/gpu.product": g.model, "kelvin.dev/simulated": "true"},
+                    labels=grp.labels,  # shared by the group's nodes, never mutated
                     observed_at=at,
                 )
             )

@@ -131,3 +131,23 @@ async def test_assignments_are_listed_from_pod_annotations(kmock: kmock.RawHandl
     assert by_key["default/a"].gpu_indices == (0, 1) and by_key["default/a"].milli == 1000
     assert by_key["default/b"].memory_bytes == 10 * 2**30
     assert assignment_of_pod({"metadata": {"annotations": {"kelvin.dev/gpu-assigned": "x"}}}) is None
+
+
+async def test_assigned_source_merges_pod_records_into_telemetry(kmock: kmock.RawHandler) -> None:
+    from ext_helpers import Clock, StaticSource, gpu_node
+
+    from scheduler_plugin.telemetry.assignments import AssignedSource
+
+    notes = {"kelvin.dev/gpu-assigned": "6,7", "kelvin.dev/gpu-assigned-node": "gpu-node-2"}
+    bound = pod("a", gpus=2, annotations=notes)
+    bound["spec"]["nodeName"] = "gpu-node-2"
+    kmock["get /api/v1/pods"] << {"kind": "PodList", "metadata": {}, "items": [bound]}
+    client = _client(kmock)
+    src = AssignedSource(StaticSource([gpu_node("gpu-node-1"), gpu_node("gpu-node-2", busy=[0])], Clock()), client)
+    nodes = {n.name: n for n in await src.fetch()}
+    assert [a.pod_key for a in nodes["gpu-node-2"].assignments] == ["other/gpu-node-2-0", "default/a"]
+    assert nodes["gpu-node-1"].assignments == ()
+    await src.fetch()  # within the list interval: no second list
+    assert len(list(kmock)) == 1
+    await src.close()
+    await client.close()

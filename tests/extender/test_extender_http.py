@@ -138,6 +138,8 @@ def test_stale_telemetry(on_stale: str) -> None:
             assert body["NodeNames"] == ["gpu-node-1", "gpu-node-2"]
         m = c.get("/metrics").text
         assert 'kelvin_telemetry_nodes{source="static",state="stale"} 2.0' in m
+        stale_rejections = "2.0" if on_stale == "deny" else "0.0"
+        assert f'kelvin_extender_rejections_total{{reason="stale_telemetry"}} {stale_rejections}' in m
 
 
 def test_readyz_fails_when_snapshot_is_old_or_source_fails() -> None:
@@ -320,3 +322,25 @@ def test_a_real_source_without_an_api_server_refuses_to_bind(monkeypatch: pytest
     assert isinstance(ext.binder, NoApiBinder)
     with pytest.raises(BindError, match="no Kubernetes API configured"):
         asyncio.run(ext.binder.bind("default", "p1", "uid", "gpu-node-1", (0,)))
+
+
+@pytest.mark.parametrize(
+    ("annotations", "gpus", "node", "code"),
+    [
+        ({"kelvin.dev/gpu-models": "A100-SXM4-80GB"}, 1, "gpu-node-2", "gpu_model"),
+        ({"kelvin.dev/gpu-memory": "20Gi"}, 1, "gpu-node-1", "gpu_memory"),
+        ({"kelvin.dev/topology": "nvlink-required"}, 4, "gpu-node-2", "topology"),
+        ({}, 4, "gpu-node-2", "gpu_count"),
+    ],
+)
+def test_rejections_are_counted_by_reason(annotations: dict[str, str], gpus: int, node: str, code: str) -> None:
+    from dataclasses import replace
+
+    full = gpu_node("gpu-node-1", busy=range(8))  # every GPU taken, 10 GiB of memory left on each
+    pcie = gpu_node("gpu-node-2", busy=range(5))  # 3 free GPUs, no NVLink
+    pcie = replace(pcie, gpus=tuple(replace(g, nvlink_peers=frozenset()) for g in pcie.gpus))
+    ext, _, _ = make_extender([full, pcie])
+    with TestClient(create_app(ext)) as c:
+        body = c.post("/filter", content=args(pod(gpus=gpus, annotations=annotations), [node])).json()
+        assert body["NodeNames"] == [], body
+        assert f'kelvin_extender_rejections_total{{reason="{code}"}} 1.0' in c.get("/metrics").text

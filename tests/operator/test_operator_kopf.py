@@ -63,6 +63,12 @@ def declare(kmock: km.KubernetesEmulator, peering: bool) -> None:
     kmock.resources["v1/events"] = info(kind="Event", namespaced=True, verbs=["create"])
     # kopf waits for namespaces and CRDs to be discoverable (clusterwide, scanning disabled: neither is listed)
     kmock.resources["v1/namespaces"] = info(kind="Namespace", namespaced=False, verbs=["list", "watch"])
+    # and, with admission handlers, for the webhook configuration resources (listed only when kopf manages them)
+    for plural, kind in (
+        ("validatingwebhookconfigurations", "ValidatingWebhookConfiguration"),
+        ("mutatingwebhookconfigurations", "MutatingWebhookConfiguration"),
+    ):
+        kmock.resources[f"admissionregistration.k8s.io/v1/{plural}"] = info(kind=kind, namespaced=False, verbs=["list"])
     kmock.resources["apiextensions.k8s.io/v1/customresourcedefinitions"] = info(
         kind="CustomResourceDefinition", namespaced=False, verbs=["list", "watch"]
     )

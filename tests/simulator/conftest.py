@@ -10,7 +10,8 @@ n1,32000,131072,2,T4
 n2,64000,262144,4,V100M32
 """
 
-PODS_CSV = """name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time
+PODS_CSV = """name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,\
+scheduled_time
 p0,4000,8192,1,1000,,LS,Running,0,10,0
 p1,2000,4096,1,500,,LS,Running,0,10,0
 p2,2000,4096,1,500,,LS,Running,0,10,0

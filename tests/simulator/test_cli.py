@@ -18,8 +18,25 @@ def test_simulate_writes_table_curve_plot_and_json(small_trace: tuple[Path, Path
     out = tmp_path / "out"
     res = runner.invoke(
         app,
-        ["simulate", "--nodes", str(nodes), "--pods", str(pods), "--policy", "fgd", "--policy", "best-fit",
-         "--seed", "1", "--seed", "2", "--out", str(out), "--json", "--no-progress"],
+        [
+            "simulate",
+            "--nodes",
+            str(nodes),
+            "--pods",
+            str(pods),
+            "--policy",
+            "fgd",
+            "--policy",
+            "best-fit",
+            "--seed",
+            "1",
+            "--seed",
+            "2",
+            "--out",
+            str(out),
+            "--json",
+            "--no-progress",
+        ],
     )
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)

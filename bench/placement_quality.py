@@ -1,0 +1,229 @@
+"""Placement quality on the Alibaba GPU trace (openb, FGD paper, USENIX ATC '23).
+
+1. Validation: our ``best-fit`` and ``fgd`` (and, loosely, the other baselines) against the paper's published curves
+   (``fgd_published_alloc_default.csv``), averaged over seeds 42-51, at 100 % and 130 % arrived workload.
+2. kelvin vs FGD: GPUs left unallocated at 100 % arrived workload.
+3. ``--variants``: the same policies on workload variants built from the trace (multi-GPU heavy, sharing heavy,
+   model constrained, CPU heavy), to check generality.
+4. ``--thermal``: the time-stepped thermal scenario (throttled GPU-minutes, placements on hot nodes).
+
+Usage::
+
+    python bench/placement_quality.py                       # validation + kelvin vs FGD, seeds 42-51
+    python bench/placement_quality.py --seeds 42-43 --variants --thermal --jobs 2
+    python bench/placement_quality.py --plot docs/img/placement_quality.png
+
+The trace is read from ../shared/traces/openb (``--traces``); it is public (alibaba/clusterdata,
+cluster-trace-gpu-v2023).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import platform
+import sys
+import time
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from statistics import mean
+
+from rich.console import Console
+from rich.table import Table
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from scheduler_plugin.simulator.engine import Prepared, RunResult, prepare, run  # noqa: E402
+from scheduler_plugin.simulator.policies import build_policy  # noqa: E402
+from scheduler_plugin.simulator.report import write_curve_csv, write_plot  # noqa: E402
+from scheduler_plugin.simulator.thermal import THERMAL_POLICIES, ThermalScenario, run_thermal  # noqa: E402
+from scheduler_plugin.simulator.trace import Trace, load_trace  # noqa: E402
+from scheduler_plugin.simulator.variants import VARIANTS, describe, variant  # noqa: E402
+
+PUBLISHED_NAMES = {
+    "01-Random": "random",
+    "02-DotProd": "dotproduct",
+    "03-GpuClustering": "gpu-clustering",
+    "04-GpuPacking": "gpu-packing",
+    "05-BestFit": "best-fit",
+    "06-FGD": "fgd",
+}
+VALIDATED = ("best-fit", "fgd")
+TOLERANCE_PP = 0.5
+DEFAULT_POLICIES = ("kelvin", "kelvin-fragmentation", "fgd", "best-fit")
+
+
+def parse_seeds(text: str) -> list[int]:
+    out: list[int] = []
+    for part in text.split(","):
+        if "-" in part:
+            a, b = part.split("-", 1)
+            out.extend(range(int(a), int(b) + 1))
+        else:
+            out.append(int(part))
+    return out
+
+
+def published(path: Path) -> dict[str, tuple[float, float]]:
+    """Policy -> (mean allocation % at 100 % arrived, at 130 %), over the published seeds."""
+    rows: dict[str, list[tuple[float, float]]] = {}
+    with path.open(newline="") as fh:
+        for rec in csv.DictReader(fh):
+            name = PUBLISHED_NAMES.get(rec["sc_policy"])
+            if name is not None:
+                rows.setdefault(name, []).append((float(rec["100"]), float(rec["130"])))
+    return {k: (mean(a for a, _ in v), mean(b for _, b in v)) for k, v in rows.items()}
+
+
+_PREP: dict[str, Prepared] = {}
+
+
+def _job(args: tuple[str, Trace, str, int]) -> RunResult:
+    key, trace, policy, seed = args
+    prep = _PREP.get(key)
+    if prep is None:
+        prep = _PREP[key] = prepare(trace)
+    r = run(prep, build_policy(policy, seed), seed)
+    r.fleet = None  # keep the result small across processes
+    return r
+
+
+def run_all(key: str, trace: Trace, policies: Sequence[str], seeds: Sequence[int], jobs: int) -> list[RunResult]:
+    work = [(key, trace, p, s) for p in policies for s in seeds]
+    if jobs <= 1:
+        return [_job(w) for w in work]
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        return list(pool.map(_job, work))
+
+
+def machine() -> str:
+    return f"{platform.machine()} {os.cpu_count()} CPUs, {platform.system()} {platform.release()}, " + (
+        f"Python {platform.python_version()}"
+    )
+
+
+def quality_table(title: str, results: Sequence[RunResult], pub: dict[str, tuple[float, float]]) -> Table:
+    t = Table(title=title)
+    for col in (
+        "policy",
+        "seeds",
+        "alloc @100 %",
+        "published",
+        "Δ pp",
+        "alloc @130 %",
+        "published",
+        "Δ pp",
+        "unallocated @100 %",
+        "s/run",
+        "check",
+    ):
+        t.add_column(col, justify="left" if col in {"policy", "check"} else "right")
+    by: dict[str, list[RunResult]] = {}
+    for r in results:
+        by.setdefault(r.policy, []).append(r)
+    for policy, runs in by.items():
+        a100 = mean(r.alloc_at(100) for r in runs)
+        a130 = mean(r.alloc_at(130) for r in runs)
+        p = pub.get(policy)
+        unalloc = mean(r.unallocated_gpus_at(100) for r in runs)
+        check = ""
+        if p is not None and policy in VALIDATED:
+            ok = abs(a100 - p[0]) <= TOLERANCE_PP and abs(a130 - p[1]) <= TOLERANCE_PP
+            check = "[green]within 0.5 pp[/green]" if ok else "[red]OFF[/red]"
+        t.add_row(
+            policy,
+            str(len(runs)),
+            f"{a100:.2f}",
+            f"{p[0]:.2f}" if p else "-",
+            f"{a100 - p[0]:+.2f}" if p else "-",
+            f"{a130:.2f}",
+            f"{p[1]:.2f}" if p else "-",
+            f"{a130 - p[1]:+.2f}" if p else "-",
+            f"{unalloc:.0f} GPUs ({100 - a100:.2f} %)",
+            f"{mean(r.seconds for r in runs):.1f}",
+            check,
+        )
+    return t
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--traces", type=Path, default=ROOT.parent / "shared" / "traces" / "openb")
+    ap.add_argument("--seeds", default="42-51")
+    ap.add_argument("--policies", default=",".join(DEFAULT_POLICIES))
+    ap.add_argument("--variants", action="store_true", help="also run the workload variants")
+    ap.add_argument("--variant-seeds", default="42-43")
+    ap.add_argument("--thermal", action="store_true", help="also run the thermal scenario")
+    ap.add_argument("--jobs", type=int, default=1, help="parallel runs (processes)")
+    ap.add_argument("--plot", type=Path, default=None, help="write the allocation curves as PNG")
+    ap.add_argument("--csv", type=Path, default=None, help="write the curves (per policy and seed) as CSV")
+    args = ap.parse_args(argv)
+    con = Console()
+    seeds = parse_seeds(args.seeds)
+    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    trace = load_trace(args.traces / "openb_node_list_gpu_node.csv", args.traces / "openb_pod_list_default.csv")
+    pub = published(args.traces / "fgd_published_alloc_default.csv")
+    con.print(f"machine: {machine()}; jobs: {args.jobs}")
+    con.print(
+        f"workload: openb default trace, {len(trace.nodes)} nodes, {trace.total_gpus} GPUs, {describe(trace)}; "
+        f"seeded shuffle + inflation to 130 % of GPU capacity; seeds {args.seeds}"
+    )
+    started = time.perf_counter()
+    results = run_all("default", trace, policies, seeds, args.jobs)
+    con.print(quality_table("Default trace: ours vs the FGD paper's published means", results, pub))
+    by = {p: [r for r in results if r.policy == p] for p in policies}
+    if by.get("fgd"):
+        fgd_un = mean(100 - r.alloc_at(100) for r in by["fgd"])
+        for p in policies:
+            if p.startswith("kelvin") and by[p]:
+                k_un = mean(100 - r.alloc_at(100) for r in by[p])
+                con.print(
+                    f"{p}: {k_un:.2f} % of GPUs unallocated at 100 % arrived vs fgd {fgd_un:.2f} % "
+                    f"({fgd_un - k_un:+.2f} pp; target <= 3.80 %)"
+                )
+    if args.plot:
+        write_plot(results, args.plot, title="openb default trace, seeds " + args.seeds)
+        con.print(f"plot: {args.plot}")
+    if args.csv:
+        write_curve_csv(results, args.csv)
+        con.print(f"curves: {args.csv}")
+    if args.variants:
+        vseeds = parse_seeds(args.variant_seeds)
+        for name in VARIANTS:
+            vt = variant(trace, name, seed=0)
+            con.print(f"variant {name}: {describe(vt)}")
+            vres = run_all(name, vt, policies, vseeds, args.jobs)
+            con.print(quality_table(f"Variant {name} (seeds {args.variant_seeds})", vres, {}))
+    if args.thermal:
+        sc = ThermalScenario()
+        con.print(
+            f"thermal scenario: {sc.nodes} nodes x {sc.gpus_per_node} {sc.model}, {sc.poor_cooling_fraction:.0%} of "
+            f"nodes with poor cooling, ambient {sc.ambient_c:g} C, {sc.hours:g} h in {sc.step_s:g} s steps, "
+            f"target load {sc.target_load:.0%}, mean pod duration {sc.mean_duration_min:g} min"
+        )
+        t = Table(title="Thermal scenario")
+        for col in ("policy", "throttled GPU-min", "vs default", "placements", "on hot nodes", "mean wait s"):
+            t.add_column(col, justify="left" if col == "policy" else "right")
+        base = None
+        for p in THERMAL_POLICIES:
+            r = run_thermal(sc, p)
+            base = r.throttled_gpu_minutes if base is None else base
+            rel = f"{100 * (r.throttled_gpu_minutes - base) / base:+.0f} %" if base else "-"
+            t.add_row(
+                p,
+                f"{r.throttled_gpu_minutes:.1f}",
+                rel,
+                str(r.placements),
+                str(r.placements_on_hot_nodes),
+                f"{r.mean_wait_s:.0f}",
+            )
+        con.print(t)
+    con.print(f"total {time.perf_counter() - started:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
