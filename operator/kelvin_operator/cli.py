@@ -6,7 +6,7 @@ Configuration errors end the command with exit code 2 and one message naming the
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated, Any, NoReturn
 
 import typer
 
@@ -76,13 +76,11 @@ def operator(
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     registry = build_registry(cfg, start, kube_config)
+    # kopf waits for the peering resource whenever a peering name is given, even when standalone
+    priority = cfg.peering_priority or random.SystemRandom().randint(1, 2**31 - 1)
+    peer_args: dict[str, Any] = {} if cfg.standalone else {"peering_name": cfg.peering, "priority": priority}
     asyncio.run(
         kopf.operator(
-            registry=registry,
-            clusterwide=True,
-            standalone=cfg.standalone,
-            peering_name=cfg.peering,
-            liveness_endpoint=liveness,
-            priority=cfg.peering_priority or random.SystemRandom().randint(1, 2**31 - 1),
+            registry=registry, clusterwide=True, standalone=cfg.standalone, liveness_endpoint=liveness, **peer_args
         )
     )

@@ -107,6 +107,7 @@ class OperatorConfig(BaseSettings):
     pools: PoolConfig = PoolConfig()
     webhook: WebhookConfig = WebhookConfig()
     metrics_port: int = Field(8080, ge=0, le=65535, description="0 disables the /metrics server")
+    metrics_addr: str = Field("0.0.0.0", description="address the /metrics server listens on")
     peering: str = Field("kelvin", description="kopf peering name (a ClusterKopfPeering object of that name)")
     peering_priority: int | None = Field(
         None,

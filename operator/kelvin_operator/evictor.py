@@ -7,6 +7,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from scheduler_plugin.kube import KubeError
 from scheduler_plugin.model import annotations as ann
 
 from .config import OperatorConfig
@@ -66,7 +67,11 @@ class Evictor:
             step = d
             if d.step is Step.REQUEST and not self.cfg.dry_run:
                 stamp = format_time(now)
-                await self.kube.annotate_pod(pod.namespace, pod.name, {ann.CHECKPOINT_REQUESTED: stamp})
+                try:
+                    await self.kube.annotate_pod(pod.namespace, pod.name, {ann.CHECKPOINT_REQUESTED: stamp})
+                except KubeError as exc:
+                    log.warning("could not request a checkpoint from %s: %s", pod.key, exc)
+                    return Outcome(pod.key, reason, "error", str(exc))
                 await self.kube.event(
                     pod_ref(pod),
                     "CheckpointRequested",

@@ -39,6 +39,15 @@ def _gpu_pod(spec: kopf.Spec, annotations: kopf.Annotations, **_: Any) -> bool:
     return False
 
 
+def _gpu_node(body: kopf.Body, **_: Any) -> bool:
+    """Nodes worth a cycle: they have GPUs (capacity), or still carry kelvin's thermal taint."""
+    capacity = (body.get("status") or {}).get("capacity") or {}
+    if str(capacity.get(ann.GPU_RESOURCE, "0")) not in ("", "0"):
+        return True
+    taints = (body.get("spec") or {}).get("taints") or []
+    return any(t.get("key") == ann.THERMAL_TAINT_KEY for t in taints)
+
+
 def build_registry(
     cfg: OperatorConfig, start_runtime: RuntimeFactory, kube_config: KubeConfig
 ) -> kopf.OperatorRegistry:
@@ -92,7 +101,7 @@ def build_registry(
     def pods_by_node(spec: kopf.Spec, body: kopf.Body, **_: Any) -> dict[str, dict[str, Any]]:
         return {str(spec["nodeName"]): dict(body)}
 
-    @kopf.timer("nodes", id="node_cycle", registry=registry, interval=cfg.interval_s)
+    @kopf.timer("nodes", id="node_cycle", registry=registry, interval=cfg.interval_s, when=_gpu_node)
     async def node_cycle(name: str, body: kopf.Body, memo: kopf.Memo, **kwargs: Any) -> None:
         rt: Runtime = memo.runtime
         index: kopf.Index[str, Any] = kwargs["pods_by_node"]

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from scheduler_plugin import hotness
+from scheduler_plugin.kube import KubeError
 from scheduler_plugin.model import annotations as ann
 from scheduler_plugin.model.gpu import GpuNode
 
@@ -125,9 +126,13 @@ class Reconciler:
             if transition is not None:
                 await self.kube.event(ref, "KelvinDryRunTaint", f"dry run: would {verb} {name}: {st.reason}")
             return False
-        changed = await self.kube.set_taint(
-            name, ann.THERMAL_TAINT_KEY, ann.THERMAL_TAINT_VALUE, self.cfg.taint_effect, present=st.hot
-        )
+        try:
+            changed = await self.kube.set_taint(
+                name, ann.THERMAL_TAINT_KEY, ann.THERMAL_TAINT_VALUE, self.cfg.taint_effect, present=st.hot
+            )
+        except KubeError as exc:  # a conflict or an outage: the next cycle tries again; evictions still go ahead
+            log.warning("could not %s node %s: %s", verb, name, exc)
+            return False
         if changed:
             self.metrics.taint_transitions.labels("added" if st.hot else "removed").inc()
             if st.hot:

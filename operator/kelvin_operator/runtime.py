@@ -54,7 +54,7 @@ class Runtime:
         await cache.start()
         rt = cls(cfg, client, cache, metrics, Reconciler(cfg, OperatorKube(client, cfg.events_namespace), metrics))
         if cfg.metrics_port:
-            server, _thread = start_http_server(cfg.metrics_port, registry=metrics.registry)
+            server, _thread = start_http_server(cfg.metrics_port, addr=cfg.metrics_addr, registry=metrics.registry)
             rt.servers.append(server)
             log.info("metrics on :%d/metrics", cfg.metrics_port)
         return rt

@@ -133,7 +133,7 @@ class DotProductPolicy(_Baseline):
 
     def score(self, req: GpuRequest, fleet: FleetArrays, idx: IntA, ctx: CycleContext) -> FloatA:
         alt, _ = self._alternatives(req, fleet, idx, ctx)
-        return np.trunc(alt.max(axis=1) * MAX_NODE_SCORE)
+        return np.asarray(np.trunc(alt.max(axis=1) * MAX_NODE_SCORE), dtype=np.float64)
 
     def pick(self, req: GpuRequest, fleet: FleetArrays, row: int, ctx: CycleContext) -> tuple[int, ...] | None:
         if not req.shared:

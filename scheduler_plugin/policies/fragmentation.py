@@ -64,7 +64,7 @@ class PodShape(NamedTuple):
     cpu_milli: int
     milli: int
     """Per-GPU thousandths (0 for a pod without GPUs)."""
-    count: int
+    gpus: int
     models: frozenset[str] | None
 
 
@@ -132,7 +132,7 @@ class Workload:
         return cls(
             cpu_milli=np.array([s.cpu_milli for _, s in kept], dtype=np.int64),
             milli=np.array([s.milli for _, s in kept], dtype=np.int64),
-            count=np.array([s.count for _, s in kept], dtype=np.int64),
+            count=np.array([s.gpus for _, s in kept], dtype=np.int64),
             models=tuple(s.models for _, s in kept),
             prob=ws / ws.sum(),
             host_memory=np.array([int((host_memory or {}).get(s, 0)) for _, s in kept], dtype=np.int64),
@@ -150,14 +150,6 @@ class Workload:
 
     def __len__(self) -> int:
         return len(self.prob)
-
-    def by_demand(self) -> Workload:
-        """The same shapes weighted by the GPU share they ask for (p_m * milli_m * count_m), CPU-only shapes by a
-        token weight: fragmentation then counts what would fail in GPUs, not in pods."""
-        demand = self.milli * self.count
-        floor = 0.05 * float(demand[demand > 0].mean()) if (demand > 0).any() else 1.0
-        w = self.prob * np.maximum(demand, floor)
-        return Workload(self.cpu_milli, self.milli, self.count, self.models, w / w.sum(), self.host_memory)
 
     def shapes(self) -> list[tuple[PodShape, float]]:
         return [
@@ -427,7 +419,6 @@ class FragmentationArgs(CamelModel):
 
     levels: int = Field(DEFAULT_LEVELS, ge=2, le=100_000, description="steps of the quantised score (FGD: 100)")
     memory_aware: bool = Field(True, description="typical pods must also fit the node's free host memory")
-    by_demand: bool = Field(False, description="weight typical pods by their GPU demand instead of their count")
     half_life_pods: float = Field(DEFAULT_HALF_LIFE_PODS, gt=0, description="decay of the learned workload, in pods")
     prior_weight: float = Field(DEFAULT_PRIOR_WEIGHT, ge=0, description="pseudo-pods of the default workload")
     coverage: float = Field(DEFAULT_COVERAGE, gt=0, le=1, description="share of pods the workload's shapes cover")
@@ -439,7 +430,6 @@ class _Base:
     args: FragmentationArgs
     estimator: WorkloadEstimator
     name: str = "fragmentation"
-    cache: dict[int, tuple[Workload, Workload]] = field(default_factory=dict)
 
     @classmethod
     def create(cls, args: FragmentationArgs) -> Any:
@@ -458,22 +448,12 @@ class _Base:
     def workload(self, req: GpuRequest, ctx: CycleContext, *, learn: bool) -> Workload:
         given = ctx.extras.get(WORKLOAD_KEY)
         if isinstance(given, Workload):
-            return self._weighted(given)
+            return given
         if learn:
             self.estimator.observe(req)
         w = self.estimator.workload()
         ctx.extras[WORKLOAD_KEY] = w
-        return self._weighted(w)
-
-    def _weighted(self, w: Workload) -> Workload:
-        if not getattr(self.args, "by_demand", False):
-            return w
-        cached = self.cache.get(id(w))
-        if cached is None or cached[0] is not w:
-            cached = (w, w.by_demand())
-            self.cache.clear()
-            self.cache[id(w)] = cached
-        return cached[1]
+        return w
 
     def _values(self, req: GpuRequest, fleet: FleetArrays, pl: Placements, for_pick: bool = False) -> FloatA:
         raise NotImplementedError
@@ -538,9 +518,6 @@ class FgdPolicy(_Base):
     @property
     def memory_aware(self) -> bool:
         return False
-
-    def _weighted(self, w: Workload) -> Workload:
-        return w
 
     def _values(self, req: GpuRequest, fleet: FleetArrays, pl: Placements, for_pick: bool = False) -> FloatA:
         return fgd_value(pl.delta)

@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from ..policies.registry import PolicyConfigError
@@ -40,7 +40,7 @@ def _thermal(err: Console, seeds: list[int], hours: float, json_out: bool, progr
             for p in THERMAL_POLICIES:
                 task = bar.add_task(f"thermal {p} seed {s}", total=None)
 
-                def tick(done: int, total: int, task_id: int = task) -> None:
+                def tick(done: int, total: int, task_id: TaskID = task) -> None:
                     bar.update(task_id, completed=done, total=total)
 
                 results.append((s, run_thermal(sc, p, progress=tick)))
@@ -113,7 +113,7 @@ def simulate(
             for s in seeds:
                 task = bar.add_task(f"{p} seed {s}", total=None)
 
-                def tick(done: int, total: int, task_id: int = task) -> None:
+                def tick(done: int, total: int, task_id: TaskID = task) -> None:
                     if done % 200 == 0 or done == total:
                         bar.update(task_id, completed=done, total=total)
 

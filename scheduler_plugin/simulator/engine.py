@@ -38,6 +38,11 @@ class SimPolicy:
     scorers: Sequence[tuple[ScorePlugin, float]]
     picker: GpuPicker
     rank_fn: Callable[[GpuRequest, FleetArrays, IntA, CycleContext], FloatA] | None = None
+    context_fn: Callable[[FleetArrays, float], CycleContext] | None = None
+    """Builds each cycle's context (the framework's: staleness, limits, ledger); default: a bare one."""
+
+    def context(self, fleet: FleetArrays, now: float) -> CycleContext:
+        return self.context_fn(fleet, now) if self.context_fn is not None else CycleContext(now=now)
 
     def feasible(self, req: GpuRequest, fleet: FleetArrays, idx: IntA, ctx: CycleContext) -> IntA:
         for f in self.filters:
@@ -167,7 +172,8 @@ def run(
         pod = prep.trace.pods[int(p)]
         names.append(pod.name)
         demand_so_far += pod.gpu_demand_milli
-        ctx = CycleContext(now=0.0, extras={WORKLOAD_KEY: w})
+        ctx = policy.context(fleet, 0.0)
+        ctx.extras[WORKLOAD_KEY] = w
         cand = policy.feasible(req, fleet, all_rows, ctx)
         gpus: tuple[int, ...] | None = None
         row = -1

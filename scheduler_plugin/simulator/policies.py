@@ -40,12 +40,30 @@ class FrameworkFilter:
         self.fw = fw
 
     def filter(self, req: GpuRequest, fleet: FleetArrays, idx: IntA, ctx: CycleContext) -> BoolA:
-        passed = self.fw.filter(req, fleet, idx, ctx).passed
-        return np.asarray(np.isin(idx, passed), dtype=np.bool_)
+        # The framework's own filters, without wording a reason for every rejected node (the simulator needs none).
+        ok = np.ones(len(idx), dtype=np.bool_)
+        for f in self.fw.filters:
+            sel = np.flatnonzero(ok)
+            if sel.size == 0:
+                break
+            ok[sel] = f.filter(req, fleet, idx[sel], ctx)
+        return ok
 
     def explain(self, req: GpuRequest, fleet: FleetArrays, row: int, ctx: CycleContext) -> Rejection:
         rejected = self.fw.filter(req, fleet, np.array([row], dtype=np.int64), ctx).rejected
         return rejected.get(row, Rejection("fits"))
+
+
+class FrameworkPicker:
+    """The framework's pick (filters re-checked on the node, then its configured picker)."""
+
+    name = "kelvin"
+
+    def __init__(self, fw: Framework) -> None:
+        self.fw = fw
+
+    def pick(self, req: GpuRequest, fleet: FleetArrays, row: int, ctx: CycleContext) -> tuple[int, ...] | None:
+        return self.fw.pick(req, fleet, row, ctx)
 
 
 def kelvin_policy(config: PolicyConfig | None = None, name: str = "kelvin") -> SimPolicy:
@@ -58,11 +76,15 @@ def kelvin_policy(config: PolicyConfig | None = None, name: str = "kelvin") -> S
         _, combined = fw.prioritize(req, fleet, idx, ctx)
         return combined
 
+    def context(fleet: FleetArrays, now: float) -> CycleContext:
+        return fw.context(fleet, now)
+
     return SimPolicy(
         name=name,
+        context_fn=context,
         filters=[NodeResourcesFit(), FrameworkFilter(fw)],
         scorers=[(ws.plugin, ws.weight) for ws in fw.scorers],
-        picker=fw,
+        picker=FrameworkPicker(fw),
         rank_fn=rank,
     )
 

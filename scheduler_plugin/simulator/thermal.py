@@ -26,7 +26,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..model import GIB, THERMAL_THROTTLE_MASK, FleetArrays, GpuAssignment, GpuRequest, build_arrays
-from ..policies.base import CycleContext
 from ..policies.config import FilterPolicy, PolicyConfig, ScorerConfig
 from ..policies.registry import build
 from ..telemetry.simulated import FleetSpec, SimulatedFleetSource
@@ -46,7 +45,7 @@ class ThermalScenario:
     gpus_per_node: int = 8
     model: str = "H100-SXM-80GB"
     poor_cooling_fraction: float = 0.15
-    ambient_c: float = 30.0
+    ambient_c: float = 28.0
     hours: float = 4.0
     step_s: float = 30.0
     target_load: float = 0.7
@@ -193,7 +192,7 @@ def run_thermal(
                 pod_key=pod.key,
                 pod_uid=pod.key,
             )
-            ctx = CycleContext(now=t)
+            ctx = policy.context(fleet, t)
             cand = policy.feasible(req, fleet, rows, ctx)
             gpus: tuple[int, ...] | None = None
             if len(cand):

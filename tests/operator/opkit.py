@@ -89,7 +89,9 @@ def proc(pod_name: str, gib: float, sm: float | None = None, pid: int = 1) -> Gp
     return GpuProcess(pid=pid, used_bytes=int(gib * GIB), pod_uid=f"uid-{pod_name}", sm_utilization=sm)
 
 
-def node_obj(name: str, *, tainted: bool = False, labels: dict[str, str] | None = None) -> dict[str, Any]:
+def node_obj(
+    name: str, *, tainted: bool = False, labels: dict[str, str] | None = None, gpus: int = 8
+) -> dict[str, Any]:
     spec: dict[str, Any] = {}
     if tainted:
         spec["taints"] = [{"key": ann.THERMAL_TAINT_KEY, "value": "hot", "effect": "NoSchedule"}]
@@ -98,4 +100,5 @@ def node_obj(name: str, *, tainted: bool = False, labels: dict[str, str] | None 
         "kind": "Node",
         "metadata": {"name": name, "uid": f"node-{name}", "labels": labels or {}, "resourceVersion": "1"},
         "spec": spec,
+        "status": {"capacity": {ann.GPU_RESOURCE: str(gpus)}},
     }

@@ -246,3 +246,18 @@ async def test_memory_pool_warn_and_evict(kmock: km.KubernetesEmulator, kube: Op
     res = await cycle(rec, kube, node("n1", gpu(0, 50.0, procs=(proc("greedy", 16),)), now=T0 + 61), T0 + 61)
     assert [(o.reason, o.result) for o in res.outcomes] == [("memory_pool", "evicted")]
     assert metric(rec.metrics, "kelvin_operator_pool_violations_total", mode="evict", kind="failed_open") == 1
+
+
+async def test_taint_conflict_does_not_stop_evictions(kmock: km.KubernetesEmulator, kube: OperatorKube) -> None:
+    evictions_succeed(kmock)
+    (
+        kmock["patch", NODES]
+        << 409
+        << {"kind": "Status", "code": 409, "reason": "Conflict", "message": "the object has been modified"}
+    )
+    seed(kmock, [node_obj("n1")], [pod("a", gpu_indices="0")])
+    rec = Reconciler(CFG, kube)
+    res = await cycle(rec, kube, hot_node(), T0)  # the 409 is logged, not raised
+    assert res.hot and not res.taint_changed
+    assert metric(rec.metrics, "kelvin_operator_taint_transitions_total", transition="added") == 0
+    assert [o.result for o in res.outcomes] == ["evicted"]

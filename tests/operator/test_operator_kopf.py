@@ -253,6 +253,7 @@ async def test_cli_runs_the_operator(kmock: km.KubernetesEmulator) -> None:
         "KELVIN_FLEET_NODES": "1",
         "KELVIN_OPERATOR_INTERVAL_S": "1",
         "KELVIN_OPERATOR_WEBHOOK__ADDR": "127.0.0.1",
+        "KELVIN_OPERATOR_METRICS_ADDR": "127.0.0.1",
     }
     code = "from scheduler_plugin.cli import app; app()"
     args = [
@@ -303,3 +304,11 @@ async def test_cli_runs_the_operator(kmock: km.KubernetesEmulator) -> None:
             proc_.send_signal(signal.SIGTERM)
         out, _ = await asyncio.wait_for(proc_.communicate(), 30)
     assert proc_.returncode == 0, out.decode()[-3000:]
+
+
+def test_only_gpu_or_tainted_nodes_get_a_timer() -> None:
+    from kelvin_operator.handlers import _gpu_node
+
+    assert _gpu_node(kopf.Body(node_obj("g", gpus=8)))
+    assert not _gpu_node(kopf.Body(node_obj("cpu", gpus=0)))
+    assert _gpu_node(kopf.Body(node_obj("cpu-tainted", gpus=0, tainted=True)))  # so its taint can still be removed
