@@ -161,7 +161,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--plot", type=Path, default=None, help="write the allocation curves as PNG")
     ap.add_argument("--csv", type=Path, default=None, help="write the curves (per policy and seed) as CSV")
     args = ap.parse_args(argv)
-    con = Console()
+    con = Console(width=180)
     seeds = parse_seeds(args.seeds)
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     trace = load_trace(args.traces / "openb_node_list_gpu_node.csv", args.traces / "openb_pod_list_default.csv")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
@@ -86,7 +86,7 @@ class Extender:
     def _rows(self, names: list[str]) -> np.ndarray[Any, np.dtype[np.int64]]:
         index = self.cache.snapshot.arrays.index
         try:  # the common case: every name known (a KeyError costs one retry)
-            return np.array(list(map(index.__getitem__, names)), dtype=np.int64)
+            return np.fromiter(map(index.__getitem__, names), dtype=np.int64, count=len(names))
         except KeyError:
             return np.array([index.get(n, -1) for n in names], dtype=np.int64)
 
@@ -126,11 +126,16 @@ class Extender:
             ok_known = ok[rows[pos_known]]
             passed_pos = pos_known[ok_known].tolist()
             counts: dict[str, int] = {}
-            for p, r in zip(pos_known[~ok_known].tolist(), rows[pos_known[~ok_known]].tolist(), strict=True):
-                rej = outcome.rejected[r]
-                (unresolvable if rej.unresolvable else failed)[names[p]] = rej.reason
+            bad_pos = pos_known[~ok_known]
+            rejs = list(map(outcome.rejected.__getitem__, rows[bad_pos].tolist()))
+            for name, rej in zip(map(names.__getitem__, bad_pos.tolist()), rejs, strict=True):
+                (unresolvable if rej.unresolvable else failed)[name] = rej.reason
+            # Rows worded alike share one Rejection object: label each distinct object once.
+            distinct = dict(zip(map(id, rejs), rejs, strict=True))
+            for key, n in Counter(map(id, rejs)).items():
+                rej = distinct[key]
                 code = rej.code or rejection_code(rej.reason)
-                counts[code] = counts.get(code, 0) + 1
+                counts[code] = counts.get(code, 0) + n
             n_unknown = len(names) - len(pos_known)
             if n_unknown:
                 unknown_pos = np.nonzero(~known)[0].tolist()

@@ -115,9 +115,9 @@ def parse_args(body: bytes) -> ParsedArgs:
     if names_raw is not None:
         if not isinstance(names_raw, list):
             raise WireError(f"NodeNames: must be a list of node names, not {_type_name(names_raw)}")
-        for i, n in enumerate(names_raw):
-            if not isinstance(n, str):
-                raise WireError(f"NodeNames[{i}]: must be a string, not {_type_name(n)}")
+        if not set(map(type, names_raw)) <= {str}:  # one C-level pass; JSON strings decode to exactly str
+            i, n = next((i, n) for i, n in enumerate(names_raw) if not isinstance(n, str))
+            raise WireError(f"NodeNames[{i}]: must be a string, not {_type_name(n)}")
         return ParsedArgs(pod=pod, names=names_raw, node_objects=None)
     if nodes_raw is None:
         raise WireError("Nodes and NodeNames are both null: one of them must list the candidate nodes")
@@ -185,7 +185,10 @@ def error_result(message: str) -> dict[str, Any]:
 
 
 def priority_list(names: Sequence[str], scores: Sequence[int]) -> list[dict[str, Any]]:
-    return [{"Host": n, "Score": int(s)} for n, s in zip(names, scores, strict=True)]
+    """A ``HostPriorityList``; ``scores`` are Python ints (``ndarray.tolist()``), one per name."""
+    if len(names) != len(scores):
+        raise ValueError(f"{len(names)} names but {len(scores)} scores")
+    return [{"Host": n, "Score": s} for n, s in zip(names, scores)]
 
 
 def dumps(obj: Any) -> bytes:

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, fields, replace
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import InitVar, dataclass, field, fields, replace
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -22,6 +22,7 @@ BoolA = npt.NDArray[np.bool_]
 IntA = npt.NDArray[np.int64]
 I32A = npt.NDArray[np.int32]
 FloatA = npt.NDArray[np.float64]
+T = TypeVar("T")
 
 #: Memory in use below this is treated as driver overhead, not a tenant.
 DEFAULT_IDLE_USED_BYTES = 1 * GIB
@@ -198,22 +199,24 @@ class ArraysBuilder:
         self.mps = np.zeros(n, dtype=np.bool_)
         self.models: dict[str, int] = {}
         self.switches: dict[str, int] = {}
-        self._links: dict[tuple[tuple[int, ...], tuple[frozenset[int], ...]], BoolA] = {}
+        self._links: dict[tuple[tuple[int, ...], tuple[frozenset[int], ...]], BoolA | None] = {}
 
     def _nvlink_of(self, nd: GpuNode) -> BoolA | None:
-        """(k, k) NVLink matrix of the node's slots; one per distinct wiring (nodes share a few)."""
+        """(k, k) NVLink matrix of the node's slots (None without links); one per distinct wiring (nodes share a
+        few)."""
         key = (tuple(map(_INDEX, nd.gpus)), tuple(map(_NVLINK, nd.gpus)))
-        m = self._links.get(key)
-        if m is None:
-            col_of = {gi: j for j, gi in enumerate(key[0])}
-            m = np.zeros((len(nd.gpus), len(nd.gpus)), dtype=np.bool_)
-            for j, peers in enumerate(key[1]):
-                for peer in peers:
-                    k = col_of.get(peer)
-                    if k is not None:
-                        m[j, k] = m[k, j] = True
-            self._links[key] = m
-        return m if m.any() else None
+        if key in self._links:
+            return self._links[key]
+        col_of = {gi: j for j, gi in enumerate(key[0])}
+        m = np.zeros((len(nd.gpus), len(nd.gpus)), dtype=np.bool_)
+        for j, peers in enumerate(key[1]):
+            for peer in peers:
+                k = col_of.get(peer)
+                if k is not None:
+                    m[j, k] = m[k, j] = True
+        links = m if m.any() else None
+        self._links[key] = links
+        return links
 
     def fill(self, lo: int, hi: int) -> None:
         """Fill rows ``lo`` to ``hi`` (exclusive); slices must come in order, without gaps."""
@@ -231,11 +234,10 @@ class ArraysBuilder:
             if nd.observed_at is not None:
                 self.observed_at[i] = nd.observed_at
             self.mps[i] = nd.mps_enabled
-            if len(nd.gpus) > 1:
-                m = self._nvlink_of(nd)
-                if m is not None:
-                    k = m.shape[0]
-                    self.nvlink[i, :k, :k] = m
+            m = self._nvlink_of(nd)
+            if m is not None:
+                k = m.shape[0]
+                self.nvlink[i, :k, :k] = m
         gpus = [gp for nd in nodes for gp in nd.gpus]
         total = len(gpus)
         self.filled = hi
@@ -276,7 +278,7 @@ class ArraysBuilder:
         hit = (gidx == np.asarray(a_gpu, dtype=np.int64)[:, None]) & self.present[rows]
         known = hit.any(axis=1)  # assignments to GPUs the node does not report are ignored
         rows = rows[known]
-        cols = hit[known].argmax(axis=1)  # the first slot with that index
+        cols = hit.shape[1] - 1 - hit[known, ::-1].argmax(axis=1)  # the last slot with that index, as in _nvlink_of
         milli = np.asarray(a_milli, dtype=np.int64)[known]
         pool = np.asarray(a_mem, dtype=np.int64)[known]
         total = self.cols["mem_total"][rows, cols]
@@ -316,6 +318,32 @@ class ArraysBuilder:
         )
 
 
+class ColumnMemo(Generic[T]):
+    """A value derived from some columns of a :class:`FleetArrays`, recomputed only when one of them is a different
+    array object.
+
+    Snapshots are never mutated and a ledger overlay shares every column it does not change, so data that depends on
+    telemetry only (a GPU's thermal quality, its co-tenant pressure) is computed once per snapshot instead of once per
+    request. Use it only for columns nobody writes in place: the simulator writes the capacity columns
+    (``free_milli``, ``free_mem``, ``assigned_milli``, ``assigned_mem``, ``tenants``, ``cpu_free``,
+    ``mem_free_host``) of its working copy.
+    """
+
+    def __init__(self, columns: tuple[str, ...], compute: Callable[[FleetArrays], T]) -> None:
+        self.columns = columns
+        self.compute = compute
+        self._hit: tuple[tuple[object, ...], T] | None = None  # holds the key arrays: their ids cannot be reused
+
+    def get(self, fleet: FleetArrays) -> T:
+        key = tuple(getattr(fleet, c) for c in self.columns)
+        hit = self._hit
+        if hit is not None and all(a is b for a, b in zip(hit[0], key, strict=True)):
+            return hit[1]
+        value = self.compute(fleet)
+        self._hit = (key, value)
+        return value
+
+
 def build_arrays(nodes: Sequence[GpuNode], idle_used_bytes: int = DEFAULT_IDLE_USED_BYTES) -> FleetArrays:
     """Build the columnar view of ``nodes``. Cost is linear in GPUs; done once per snapshot, off the hot path."""
     b = ArraysBuilder(nodes, idle_used_bytes)
@@ -334,8 +362,13 @@ class Snapshot:
     arrays: FleetArrays = field(init=False, repr=False, compare=False)
     by_name: Mapping[str, GpuNode] = field(init=False, repr=False, compare=False)
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "arrays", build_arrays(self.nodes))
+    prebuilt: InitVar[FleetArrays | None] = None
+    """Arrays already built from ``nodes`` (the snapshot cache builds them in slices); default: built here."""
+
+    def __post_init__(self, prebuilt: FleetArrays | None) -> None:
+        if prebuilt is not None and prebuilt.names != tuple(nd.name for nd in self.nodes):
+            raise ValueError("prebuilt arrays do not match the snapshot's nodes")
+        object.__setattr__(self, "arrays", prebuilt if prebuilt is not None else build_arrays(self.nodes))
         object.__setattr__(self, "by_name", {nd.name: nd for nd in self.nodes})
 
     def node(self, name: str) -> GpuNode | None:

@@ -1,7 +1,10 @@
 """Scoring policies. Importing this package registers every policy (filters, scores, pickers) in the registry."""
 
-from . import burst, fit, noise, thermal, topology
+from . import baselines, burst, fit, fragmentation, noise, thermal, topology
 from .config import PolicyConfig
 from .framework import Explanation, FilterOutcome, Framework
 
-__all__ = ["Explanation", "FilterOutcome", "Framework", "PolicyConfig", "burst", "fit", "noise", "thermal", "topology"]
+__all__ = [
+    "Explanation", "FilterOutcome", "Framework", "PolicyConfig", "baselines", "burst", "fit", "fragmentation", "noise",
+    "thermal", "topology",
+]

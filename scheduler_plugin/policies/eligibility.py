@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..model import MILLI_PER_GPU, THERMAL_THROTTLE_MASK, FleetArrays, GpuRequest
+from ..model.snapshot import ColumnMemo
 from .base import BoolA, CycleContext, IntA
 
 LIMITS_KEY = "kelvin.gpu_limits"
@@ -55,16 +56,33 @@ def size_ok(req: GpuRequest, fleet: FleetArrays, idx: IntA) -> BoolA:
     return req.demand_milli(fleet.mem_total[idx]) <= MILLI_PER_GPU
 
 
+def _limit_masks(fleet: FleetArrays) -> dict[GpuLimits, BoolA]:
+    return {}
+
+
+#: Per snapshot (the thermal columns are never written in place): GpuLimits -> (N, G) GPUs breaking those limits.
+_HOT_BY_LIMITS = ColumnMemo(("temp", "slowdown", "throttle"), _limit_masks)
+
+
+def _breaks_limits(fleet: FleetArrays, limits: GpuLimits) -> BoolA:
+    """(N, G) the GPU breaks the thermal hard limits, for every node; computed once per snapshot and limits."""
+    masks = _HOT_BY_LIMITS.get(fleet)
+    hot = masks.get(limits)
+    if hot is None:
+        hot = np.zeros(fleet.temp.shape, dtype=np.bool_)
+        if limits.thermal_hard_limits:
+            hot |= fleet.temp >= fleet.slowdown - limits.slowdown_margin_celsius
+        if limits.throttle_hard_limit:
+            hot |= (fleet.throttle & THERMAL_THROTTLE_MASK) != 0
+        masks[limits] = hot
+    return hot
+
+
 def too_hot(req: GpuRequest, fleet: FleetArrays, idx: IntA, limits: GpuLimits) -> BoolA:
     """The GPU breaks a thermal hard limit or the pod's own ``kelvin.dev/max-temperature``."""
-    temp = fleet.temp[idx]
-    hot = np.zeros(temp.shape, dtype=np.bool_)
-    if limits.thermal_hard_limits:
-        hot |= temp >= fleet.slowdown[idx] - limits.slowdown_margin_celsius
-    if limits.throttle_hard_limit:
-        hot |= (fleet.throttle[idx] & THERMAL_THROTTLE_MASK) != 0
+    hot = _breaks_limits(fleet, limits)[idx]
     if req.max_temperature is not None:
-        hot |= temp > req.max_temperature
+        hot |= fleet.temp[idx] > req.max_temperature
     return hot
 
 

@@ -96,6 +96,9 @@ class Workload:
     tix: IntA = field(init=False, repr=False, compare=False)
     """(M,) index of each shape's share in ``thresholds`` (0 for CPU-only shapes)."""
     gpu_shapes: BoolA = field(init=False, repr=False, compare=False)
+    by_threshold: FloatA = field(init=False, repr=False, compare=False)
+    """(M, T) p_m in column ``tix[m]`` for GPU shapes: sums the probabilities of the shapes sharing a threshold."""
+    _access: dict[tuple[str, ...], BoolA] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.host_memory is None:
@@ -106,6 +109,10 @@ class Workload:
         object.__setattr__(self, "thresholds", th.astype(np.int32))
         object.__setattr__(self, "tix", tix.astype(np.int64))
         object.__setattr__(self, "gpu_shapes", gpu)
+        by_t = np.zeros((len(self.prob), len(th)), dtype=np.float64)
+        by_t[np.flatnonzero(gpu), tix[gpu]] = self.prob[gpu]
+        object.__setattr__(self, "by_threshold", by_t)
+        object.__setattr__(self, "_access", {})
 
     @classmethod
     def from_counts(
@@ -150,6 +157,20 @@ class Workload:
 
     def __len__(self) -> int:
         return len(self.prob)
+
+    def access_table(self, models: tuple[str, ...]) -> BoolA:
+        """(len(models) + 1, M): shape m admits GPU model i; the last row (nodes without GPUs) admits everything.
+        Cached per model list (fleets keep theirs)."""
+        hit = self._access.get(models)
+        if hit is None:
+            table = np.ones((len(models) + 1, len(self)), dtype=np.bool_)
+            lowered = [m.lower() for m in models]
+            for j, allowed in enumerate(self.models):
+                if allowed:
+                    wanted = {a.lower() for a in allowed}
+                    table[: len(models), j] = [m in wanted for m in lowered]
+            hit = self._access[models] = table
+        return hit
 
     def shapes(self) -> list[tuple[PodShape, float]]:
         return [
@@ -250,13 +271,52 @@ def eligible_gpus(
 
 def _accessible(w: Workload, fleet: FleetArrays, rows: IntA) -> BoolA:
     """(len(rows), M) shape m may run on the node at all (its model list admits the node's GPU model)."""
-    acc = np.ones((len(rows), len(w)), dtype=np.bool_)
-    node_model = fleet.model_id[rows, 0]
-    for m, models in enumerate(w.models):
-        if models:
-            ids = np.array(sorted(fleet.model_ids(models)), dtype=np.int32)
-            acc[:, m] = np.isin(node_model, ids)
-    return acc
+    if all(m is None for m in w.models):
+        return np.ones((len(rows), len(w)), dtype=np.bool_)
+    table = w.access_table(fleet.models)
+    return np.asarray(table[fleet.model_id[rows, 0]], dtype=np.bool_)  # model id -1 (no GPU) -> the last row
+
+
+@dataclass(frozen=True, slots=True)
+class _Stats:
+    """Per row and threshold t of the workload: GPUs with at least t free (cnt) and their free share (big)."""
+
+    total: IntA  # (P,)
+    cnt: IntA  # (P, T)
+    big: FloatA  # (P, T)
+
+
+def _stats(free: I32A, w: Workload) -> _Stats:
+    # Bucket every GPU by how many thresholds its free share reaches; prefix sums per row: O(P * (G + T)).
+    total = free.sum(axis=1, dtype=np.int64)
+    p, g = free.shape
+    t = len(w.thresholds)
+    b = np.searchsorted(w.thresholds, free, side="right")  # free >= thresholds[k]  <=>  k < b
+    flat = (np.arange(p)[:, None] * (t + 1) + b).ravel()
+    hist = np.bincount(flat, minlength=p * (t + 1)).reshape(p, t + 1)
+    amount = np.bincount(flat, weights=free.ravel(), minlength=p * (t + 1)).reshape(p, t + 1)
+    cnt = g - np.cumsum(hist, axis=1)[:, :t]
+    big = total[:, None] - np.cumsum(amount, axis=1)[:, :t]
+    return _Stats(total, cnt, big)
+
+
+def _changed(st: _Stats, pos: IntA, old: IntA, new: IntA, w: Workload) -> _Stats:
+    """The stats of rows ``pos`` after one GPU of each went from ``old`` to ``new`` thousandths free."""
+    th = w.thresholds[None, :]
+    ge_old = old[:, None] >= th
+    ge_new = new[:, None] >= th
+    cnt = st.cnt[pos] - ge_old + ge_new
+    big = st.big[pos] - old[:, None] * ge_old + new[:, None] * ge_new
+    return _Stats(st.total[pos] - (old - new), cnt, big)
+
+
+def _frag(st: _Stats, cpu: IntA, acc: BoolA, w: Workload, mem: IntA | None) -> FloatA:
+    ok = acc & w.gpu_shapes[None, :] & (cpu[:, None] >= w.cpu_milli[None, :]) & (st.cnt[:, w.tix] >= w.count[None, :])
+    if mem is not None and w.host_memory is not None:
+        ok &= mem[:, None] >= w.host_memory[None, :]
+    # F = sum_m p_m (total - [m fits] * big_t(m)), grouped by threshold.
+    usable = (ok.astype(np.float64) @ w.by_threshold) * st.big
+    return np.asarray(st.total * float(w.prob.sum()) - usable.sum(axis=1), dtype=np.float64)
 
 
 def node_fragmentation(free: I32A, cpu: IntA, acc: BoolA, w: Workload, mem: IntA | None = None) -> FloatA:
@@ -264,24 +324,9 @@ def node_fragmentation(free: I32A, cpu: IntA, acc: BoolA, w: Workload, mem: IntA
 
     With ``mem`` (host memory free per row, bytes) a shape also needs its mean host memory to fit (kelvin's
     extension; the paper checks CPU only)."""
-    total = free.sum(axis=1, dtype=np.int64)
     if not w.gpu_shapes.any():
-        return np.asarray(total * float(w.prob.sum()), dtype=np.float64)
-    # Bucket every GPU by how many thresholds its free share reaches, then prefix sums per row give, for each
-    # threshold t, the GPUs with at least t free (cnt) and the free share on the others (small): O(P*(G+T)).
-    p, g = free.shape
-    t = len(w.thresholds)
-    b = np.searchsorted(w.thresholds, free, side="right")  # free >= thresholds[k]  <=>  k < b
-    flat = (np.arange(p)[:, None] * (t + 1) + b).ravel()
-    hist = np.bincount(flat, minlength=p * (t + 1)).reshape(p, t + 1)
-    amount = np.bincount(flat, weights=free.ravel(), minlength=p * (t + 1)).reshape(p, t + 1)
-    cnt = g - np.cumsum(hist, axis=1)[:, :t]  # (P, T)
-    small = np.cumsum(amount, axis=1)[:, :t]  # (P, T)
-    ok = acc & w.gpu_shapes[None, :] & (cpu[:, None] >= w.cpu_milli[None, :]) & (cnt[:, w.tix] >= w.count[None, :])
-    if mem is not None and w.host_memory is not None:
-        ok &= mem[:, None] >= w.host_memory[None, :]
-    frag = np.where(ok, small[:, w.tix], total[:, None])
-    return np.asarray(frag @ w.prob, dtype=np.float64)
+        return np.asarray(free.sum(axis=1, dtype=np.int64) * float(w.prob.sum()), dtype=np.float64)
+    return _frag(_stats(free, w), cpu, acc, w, mem)
 
 
 @dataclass(frozen=True, slots=True)
@@ -327,7 +372,12 @@ def placements(
     acc = _accessible(w, fleet, rows)
     mem = fleet.mem_free_host[rows] if memory_aware else None
     new_mem = mem - req.host_memory_bytes if mem is not None else None
-    before = node_fragmentation(free, cpu, acc, w, mem)
+    total_before = free.sum(axis=1, dtype=np.int64)
+    if w.gpu_shapes.any():
+        st_before = _stats(free, w)
+        before = _frag(st_before, cpu, acc, w, mem)
+    else:
+        before = total_before * float(w.prob.sum())
     new_cpu_all = cpu - req.cpu_milli
     if not req.wants_gpu:
         after = node_fragmentation(free, new_cpu_all, acc, w, new_mem)
@@ -347,32 +397,29 @@ def placements(
         dup = (same & np.tri(g, g, -1, dtype=np.bool_)[None, :, :]).any(axis=2)
         pos, col = np.nonzero(elig & ~dup)
         p = len(pos)
-        new_free = free[pos]
-        d = demand[pos, col].astype(np.int32)
-        new_free[np.arange(p), col] -= d
-        after = node_fragmentation(new_free, new_cpu_all[pos], acc[pos], w, None if new_mem is None else new_mem[pos])
+        d = demand[pos, col]
+        old = free[pos, col].astype(np.int64)
+        if w.gpu_shapes.any():  # one GPU changes: update the per-threshold stats instead of recounting the node
+            st_after = _changed(st_before, pos, old, old - d, w)
+            after = _frag(st_after, new_cpu_all[pos], acc[pos], w, None if new_mem is None else new_mem[pos])
+        else:
+            after = (total_before[pos] - d) * float(w.prob.sum())
         taken = np.zeros((p, g), dtype=np.bool_)
         taken[np.arange(p), col] = True
-        return Placements(
-            pos,
-            taken,
-            after - before[pos],
-            new_free.sum(axis=1, dtype=np.int64),
-            (free[pos, col] - d).astype(np.int64),
-            new_cpu_all[pos],
-        )
+        return Placements(pos, taken, after - before[pos], total_before[pos] - d, old - d, new_cpu_all[pos])
     take = elig & (np.cumsum(elig, axis=1) <= req.count)
     pos = np.nonzero(take.sum(axis=1) == req.count)[0]
     take = take[pos]
-    new_free = np.where(take, free[pos] - demand[pos].astype(np.int32), free[pos])
-    after = node_fragmentation(new_free, new_cpu_all[pos], acc[pos], w, None if new_mem is None else new_mem[pos])
+    used = (np.where(take, demand[pos], 0)).sum(axis=1)
+    if w.gpu_shapes.any():
+        # Whole GPUs go from fully free (>= every threshold) to empty: every count and share drops alike.
+        c = req.count
+        st_after = _Stats(st_before.total[pos] - used, st_before.cnt[pos] - c, st_before.big[pos] - used[:, None])
+        after = _frag(st_after, new_cpu_all[pos], acc[pos], w, None if new_mem is None else new_mem[pos])
+    else:
+        after = (total_before[pos] - used) * float(w.prob.sum())
     return Placements(
-        pos,
-        take,
-        after - before[pos],
-        new_free.sum(axis=1, dtype=np.int64),
-        np.zeros(len(pos), dtype=np.int64),
-        new_cpu_all[pos],
+        pos, take, after - before[pos], total_before[pos] - used, np.zeros(len(pos), dtype=np.int64), new_cpu_all[pos]
     )
 
 

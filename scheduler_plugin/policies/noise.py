@@ -15,11 +15,15 @@ Normalised absolutely (``normalize.unit``).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
+import numpy.typing as npt
 from pydantic import Field, model_validator
 
 from ..model import FleetArrays, GpuRequest
-from .base import CycleContext, FloatA, IntA
+from ..model.snapshot import ColumnMemo
+from .base import BoolA, CycleContext, FloatA, IntA
 from .config import CamelModel
 from .eligibility import cycle_eligible
 from .normalize import unit
@@ -53,23 +57,48 @@ class NoiseArgs(CamelModel):
         return self
 
 
-def gpu_pressure(fleet: FleetArrays, idx: IntA, args: NoiseArgs) -> FloatA:
-    """(n, G) co-tenant pressure 0..1 per GPU (0 for padding)."""
+def _telemetry_terms(fleet: FleetArrays, idx: IntA, args: NoiseArgs) -> FloatA:
+    """(n, G) the weighted pressure terms that come from telemetry (all but crowding), not yet divided."""
     total = np.maximum(fleet.mem_total[idx], 1)
-    terms = (
+    return (
         args.util_weight * np.clip(fleet.util[idx], 0, 1)
         + args.mem_util_weight * np.clip(fleet.mem_util[idx], 0, 1)
         + args.memory_pressure_weight * np.clip(fleet.mem_used[idx] / total, 0, 1)
-        + args.tenants_weight * np.clip(fleet.tenants[idx] / args.tenant_scale, 0, 1)
     )
+
+
+def _pressure(terms: FloatA, tenants: npt.NDArray[np.int32], present: BoolA, args: NoiseArgs) -> FloatA:
     wsum = args.util_weight + args.mem_util_weight + args.memory_pressure_weight + args.tenants_weight
-    return np.where(fleet.gpu_present[idx], terms / wsum, 0.0)
+    terms = terms + args.tenants_weight * np.clip(tenants / args.tenant_scale, 0, 1)
+    return np.where(present, terms / wsum, 0.0)
+
+
+def _xid_factor(fleet: FleetArrays, idx: IntA, args: NoiseArgs) -> FloatA:
+    return np.asarray(1.0 - np.clip(fleet.xid[idx] / args.xid_scale, 0, 1), dtype=np.float64)
+
+
+def gpu_pressure(fleet: FleetArrays, idx: IntA, args: NoiseArgs) -> FloatA:
+    """(n, G) co-tenant pressure 0..1 per GPU (0 for padding)."""
+    return _pressure(_telemetry_terms(fleet, idx, args), fleet.tenants[idx], fleet.gpu_present[idx], args)
 
 
 def gpu_quiet(fleet: FleetArrays, idx: IntA, args: NoiseArgs) -> FloatA:
     """(n, G) 1 - pressure, scaled down by the GPU's XID errors."""
-    xid = np.clip(fleet.xid[idx] / args.xid_scale, 0, 1)
-    return (1.0 - gpu_pressure(fleet, idx, args)) * (1.0 - xid)
+    return (1.0 - gpu_pressure(fleet, idx, args)) * _xid_factor(fleet, idx, args)
+
+
+#: The telemetry columns the noise score reads (never written in place; ``tenants`` is, so it is read per request).
+TELEMETRY_COLUMNS = ("util", "mem_util", "mem_used", "mem_total", "xid", "gpu_present")
+
+
+@dataclass(frozen=True, slots=True)
+class _FleetNoise:
+    """What the noise score needs from telemetry alone, for every node: computed once per snapshot."""
+
+    terms: FloatA  # (N, G) telemetry pressure terms (see ``_telemetry_terms``)
+    xid_factor: FloatA  # (N, G) 1 - min(1, xid / xidScale)
+    node_xid: FloatA  # (N,) min(1, node xid / xidScale)
+    n_present: npt.NDArray[np.int64]  # (N,) GPUs, at least 1
 
 
 class NoiseScore:
@@ -79,22 +108,34 @@ class NoiseScore:
 
     def __init__(self, args: NoiseArgs) -> None:
         self.args = args
+        self._fleet_noise = ColumnMemo(TELEMETRY_COLUMNS, self._noise_of)
 
-    def _node(self, fleet: FleetArrays, idx: IntA) -> FloatA:
-        present = fleet.gpu_present[idx]
-        n = np.maximum(present.sum(axis=1), 1)
-        mean_p = gpu_pressure(fleet, idx, self.args).sum(axis=1) / n
-        xid = np.clip(np.where(present, fleet.xid[idx], 0).sum(axis=1) / self.args.xid_scale, 0, 1)
-        raw = 1.0 - self.args.whole_xid_weight * xid - self.args.whole_pressure_weight * mean_p
+    def _noise_of(self, fleet: FleetArrays) -> _FleetNoise:
+        rows = np.arange(fleet.n_nodes, dtype=np.int64)
+        present = fleet.gpu_present
+        return _FleetNoise(
+            terms=_telemetry_terms(fleet, rows, self.args),
+            xid_factor=_xid_factor(fleet, rows, self.args),
+            node_xid=np.clip(np.where(present, fleet.xid, 0).sum(axis=1) / self.args.xid_scale, 0, 1),
+            n_present=np.maximum(present.sum(axis=1), 1),
+        )
+
+    def _node(self, fleet: FleetArrays, idx: IntA, fn: _FleetNoise) -> FloatA:
+        mean_p = _pressure(fn.terms[idx], fleet.tenants[idx], fleet.gpu_present[idx], self.args).sum(axis=1)
+        mean_p = mean_p / fn.n_present[idx]
+        raw = 1.0 - self.args.whole_xid_weight * fn.node_xid[idx] - self.args.whole_pressure_weight * mean_p
         return np.asarray(np.clip(raw, 0.0, 1.0), dtype=np.float64)
 
     def score(self, req: GpuRequest, fleet: FleetArrays, idx: IntA, ctx: CycleContext) -> FloatA:
         if idx.size == 0:
             return np.zeros(0)
+        fn = self._fleet_noise.get(fleet)
         if not req.shared:
-            return self._node(fleet, idx)
+            return self._node(fleet, idx, fn)
         elig = cycle_eligible(req, fleet, idx, ctx)
-        best = np.where(elig, gpu_quiet(fleet, idx, self.args), -np.inf).max(axis=1)
+        pressure = _pressure(fn.terms[idx], fleet.tenants[idx], fleet.gpu_present[idx], self.args)
+        quiet = (1.0 - pressure) * fn.xid_factor[idx]
+        best = np.where(elig, quiet, -np.inf).max(axis=1)
         return np.where(np.isfinite(best), best, np.nan)
 
     def normalize(self, raw: FloatA) -> FloatA:

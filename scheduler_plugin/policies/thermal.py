@@ -27,6 +27,7 @@ import numpy as np
 from pydantic import Field
 
 from ..model import SLOWDOWN_MASK, THERMAL_THROTTLE_MASK, FleetArrays, GpuRequest, throttle_reason_names
+from ..model.snapshot import ColumnMemo
 from .base import BoolA, CycleContext, FloatA, IntA
 from .config import CamelModel
 from .eligibility import cycle_eligible
@@ -112,6 +113,10 @@ def gpu_quality(fleet: FleetArrays, idx: IntA, args: ThermalArgs) -> FloatA:
     return np.where(fleet.gpu_present[idx], q, np.nan)
 
 
+#: The columns :func:`gpu_quality` reads (none of them is ever written in place).
+QUALITY_COLUMNS = ("temp", "trend", "slowdown", "throttle", "clock_ratio", "gpu_present")
+
+
 class ThermalScore:
     """Headroom below slowdown, predicted from the trend, with throttling penalised."""
 
@@ -119,22 +124,37 @@ class ThermalScore:
 
     def __init__(self, args: ThermalArgs) -> None:
         self.args = args
+        self._fleet_quality = ColumnMemo(QUALITY_COLUMNS, self._quality_of)
+
+    def _quality_of(self, fleet: FleetArrays) -> tuple[FloatA, FloatA]:
+        """(N, G) quality of every GPU and (N,) the worst per node: telemetry only, so once per snapshot."""
+        q = gpu_quality(fleet, np.arange(fleet.n_nodes, dtype=np.int64), self.args)
+        present = fleet.gpu_present
+        with np.errstate(invalid="ignore"):
+            node_min = np.where(present.any(axis=1), np.where(present, q, np.inf).min(axis=1), np.nan)
+        return q, node_min
 
     def score(self, req: GpuRequest, fleet: FleetArrays, idx: IntA, ctx: CycleContext) -> FloatA:
         if idx.size == 0:
             return np.zeros(0)
-        q = gpu_quality(fleet, idx, self.args)
-        with np.errstate(invalid="ignore"):
-            present = fleet.gpu_present[idx]
-            node_min = np.where(present.any(axis=1), np.where(present, q, np.inf).min(axis=1), np.nan)
+        q_all, node_min_all = self._fleet_quality.get(fleet)
+        node_min = node_min_all[idx]
         if not req.wants_gpu:
             return node_min
+        q = q_all[idx]
+        present = fleet.gpu_present[idx]
         elig = cycle_eligible(req, fleet, idx, ctx)
         k = max(1, req.count)
         # a node without enough usable GPUs (only when scored unfiltered) is judged on all of its GPUs
         elig = np.where((elig.sum(axis=1) >= k)[:, None], elig, present)
-        best = -np.sort(-np.where(elig, q, -np.inf), axis=1)[:, :k]
-        pod_part = np.where(np.isfinite(best).all(axis=1), np.where(np.isfinite(best), best, 0).mean(axis=1), np.nan)
+        if k == 1:  # the best usable GPU
+            best1 = np.fmax.reduce(np.where(elig, q, -np.inf), axis=1)  # NaN quality is skipped, as by the sort
+            pod_part = np.where(np.isfinite(best1), best1, np.nan)
+        else:
+            best = -np.sort(-np.where(elig, q, -np.inf), axis=1)[:, :k]
+            pod_part = np.where(
+                np.isfinite(best).all(axis=1), np.where(np.isfinite(best), best, 0).mean(axis=1), np.nan
+            )
         share = self.args.node_share
         return np.asarray((1 - share) * pod_part + share * node_min, dtype=np.float64)
 

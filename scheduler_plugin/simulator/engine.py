@@ -3,9 +3,10 @@ fleet's arrays. Pure computation; the CLI adds I/O (progress, tables, files)."""
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -13,7 +14,7 @@ import numpy.typing as npt
 from ..model import MILLI_PER_GPU, FleetArrays, GpuRequest
 from ..policies.base import CycleContext, FilterPlugin, GpuPicker, ScorePlugin
 from ..policies.fragmentation import WORKLOAD_KEY, Workload, workload_of
-from .fleet import apply_placement, build_fleet
+from .fleet import apply_placement, build_fleet, gpu_memory_bytes
 from .protocol import DEFAULT_TARGET, arrival_order
 from .trace import Trace
 
@@ -134,7 +135,27 @@ class Prepared:
         self.capacity_milli = int(self.fleet.gpu_present.sum()) * MILLI_PER_GPU
 
 
+def _account_memory_pools(trace: Trace) -> Trace:
+    """A pod that asks for a GPU memory pool takes a share that depends on the GPU it lands on; for the arrived
+    workload it counts as the share of the fleet's median GPU (its placement still uses the real GPU's size)."""
+    pooled = [p for p in trace.pods if p.gpu_memory_bytes is not None and p.gpu_milli >= MILLI_PER_GPU]
+    if not pooled:
+        return trace
+    sizes = [gpu_memory_bytes(n) for n in trace.nodes for _ in range(n.gpus)]
+    if not sizes:
+        return trace
+    median = float(np.median(sizes))
+    pods = tuple(
+        replace(p, gpu_milli=max(1, min(MILLI_PER_GPU, math.ceil(p.gpu_memory_bytes * MILLI_PER_GPU / median))))
+        if p.gpu_memory_bytes is not None and p.gpu_milli >= MILLI_PER_GPU
+        else p
+        for p in trace.pods
+    )
+    return Trace(trace.nodes, pods)
+
+
 def prepare(trace: Trace) -> Prepared:
+    trace = _account_memory_pools(trace)
     reqs = tuple(p.request() for p in trace.pods)
     return Prepared(trace, build_fleet(trace.nodes), reqs, workload_of(reqs))
 

@@ -47,6 +47,8 @@ _MODEL_MEMORY = re.compile(r"(\d+)\s*GB", re.IGNORECASE)
 _SHARED_POOLS_GIB = (8, 10, 16, 20, 24, 40)
 #: Simulated seconds are capped per fetch, so a paused process does not jump an hour ahead.
 MAX_STEP_S = 300.0
+#: Nodes turned into ``GpuNode`` objects per event-loop turn in :meth:`SimulatedFleetSource.fetch` (8 GPUs: ~0.5 ms).
+FETCH_SLICE_NODES = 16
 
 
 class FleetSpecError(ValueError):
@@ -177,6 +179,80 @@ class _Group:
     assignments: list[list[GpuAssignment]] = field(default_factory=list)
     uuids: list[list[str]] = field(default_factory=list)
     labels: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class _GroupReading:
+    """One group's telemetry at one moment (see :meth:`SimulatedFleetSource._freeze`), turned into nodes by slices."""
+
+    grp: _Group
+    at: float
+    temps: FloatA
+    bits: npt.NDArray[np.int64]
+    clocks: FloatA
+    power: FloatA
+    util: FloatA
+    mem_util: FloatA
+    mem_used: npt.NDArray[np.int64]
+    xid: npt.NDArray[np.int64]
+    assignments: list[tuple[GpuAssignment, ...]]
+
+    def nodes(self, lo: int, hi: int) -> list[GpuNode]:
+        """The ``GpuNode`` objects of rows ``lo`` to ``hi`` (exclusive)."""
+        grp, g, p = self.grp, self.grp.spec, self.grp.params
+        sl = slice(lo, hi)
+        bits = self.bits[sl].tolist()
+        clocks = self.clocks[sl].tolist()
+        power = self.power[sl].tolist()
+        temps_l = self.temps[sl].tolist()
+        util_l = self.util[sl].tolist()
+        mem_l = self.mem_used[sl].tolist()
+        xid_l = self.xid[sl].tolist()
+        mem_util = self.mem_util[sl].tolist()
+        cpu_milli = g.cpu_cores * 1000
+        host_mem = g.host_memory_gib * GIB
+        nodes = []
+        for r, name in enumerate(grp.names[sl]):
+            uuids = grp.uuids[lo + r]
+            gpus = tuple(
+                GpuInfo(
+                    index=j,
+                    uuid=uuids[j],
+                    model=g.model,
+                    memory_total_bytes=grp.mem_total,
+                    memory_used_bytes=mem_l[r][j],
+                    temperature_celsius=temps_l[r][j],
+                    slowdown_celsius=p.slowdown_c,
+                    shutdown_celsius=p.shutdown_c,
+                    throttle_reasons=bits[r][j],
+                    sm_clock_mhz=clocks[r][j],
+                    sm_clock_max_mhz=p.max_clock_mhz,
+                    utilization=util_l[r][j],
+                    memory_utilization=mem_util[r][j],
+                    power_watts=power[r][j],
+                    xid_errors=xid_l[r][j],
+                    numa_node=grp.numa[j],
+                    pcie_switch=grp.switch[j],
+                    nvlink_peers=grp.peers[j],
+                )
+                for j in range(g.gpus)
+            )
+            assigned = self.assignments[lo + r]
+            busy = sum(len(a.gpu_indices) for a in assigned)
+            nodes.append(
+                GpuNode(
+                    name=name,
+                    gpus=gpus,
+                    cpu_allocatable_milli=cpu_milli,
+                    memory_allocatable_bytes=host_mem,
+                    cpu_requested_milli=min(cpu_milli, busy * 8000),
+                    memory_requested_bytes=min(host_mem, busy * 64 * GIB),
+                    assignments=assigned,
+                    labels=grp.labels,  # shared by the group's nodes, never mutated
+                    observed_at=self.at,
+                )
+            )
+        return nodes
 
 
 class SimulatedFleetSource:
@@ -351,79 +427,48 @@ class SimulatedFleetSource:
         """The fleet as telemetry would report it now (no time passes)."""
         at = self._clock() if observed_at is None else observed_at
         with self._lock:
-            out: list[GpuNode] = []
-            for grp in self._groups:
-                out.extend(self._materialise(grp, at))
-            return out
+            views = [self._freeze(grp, at) for grp in self._groups]
+        return [nd for v in views for nd in v.nodes(0, len(v.grp.names))]
 
-    def _materialise(self, grp: _Group, at: float) -> list[GpuNode]:
+    def _freeze(self, grp: _Group, at: float) -> _GroupReading:
+        """What telemetry reads from a group at ``at``: copies, so placements made meanwhile do not tear it."""
         p = grp.params
-        g = grp.spec
         temps = grp.state.temp_c
-        bits = tm.throttle_bits(temps, grp.util, p).tolist()
-        clocks = tm.sm_clock_mhz(temps, grp.util, p).tolist()
-        power = tm.power_w(grp.util, p).tolist()
-        temps_l = np.round(temps, 1).tolist()
-        util_l = np.round(grp.util, 3).tolist()
-        mem_l = grp.mem_used.tolist()
-        xid_l = grp.xid.tolist()
-        mem_util = np.round(np.clip(grp.util * 0.6, 0, 1), 3).tolist()
-        cpu_milli = g.cpu_cores * 1000
-        host_mem = g.host_memory_gib * GIB
-        nodes = []
-        for r, name in enumerate(grp.names):
-            gpus = tuple(
-                GpuInfo(
-                    index=j,
-                    uuid=grp.uuids[r][j],
-                    model=g.model,
-                    memory_total_bytes=grp.mem_total,
-                    memory_used_bytes=mem_l[r][j],
-                    temperature_celsius=temps_l[r][j],
-                    slowdown_celsius=p.slowdown_c,
-                    shutdown_celsius=p.shutdown_c,
-                    throttle_reasons=bits[r][j],
-                    sm_clock_mhz=clocks[r][j],
-                    sm_clock_max_mhz=p.max_clock_mhz,
-                    utilization=util_l[r][j],
-                    memory_utilization=mem_util[r][j],
-                    power_watts=power[r][j],
-                    xid_errors=xid_l[r][j],
-                    numa_node=grp.numa[j],
-                    pcie_switch=grp.switch[j],
-                    nvlink_peers=grp.peers[j],
-                )
-                for j in range(g.gpus)
-            )
-            assigned = tuple(grp.assignments[r])
-            busy = sum(len(a.gpu_indices) for a in assigned)
-            nodes.append(
-                GpuNode(
-                    name=name,
-                    gpus=gpus,
-                    cpu_allocatable_milli=cpu_milli,
-                    memory_allocatable_bytes=host_mem,
-                    cpu_requested_milli=min(cpu_milli, busy * 8000),
-                    memory_requested_bytes=min(host_mem, busy * 64 * GIB),
-                    assignments=assigned,
-                    labels=grp.labels,  # shared by the group's nodes, never mutated
-                    observed_at=at,
-                )
-            )
-        return nodes
+        return _GroupReading(
+            grp=grp,
+            at=at,
+            temps=np.round(temps, 1),
+            bits=tm.throttle_bits(temps, grp.util, p),
+            clocks=tm.sm_clock_mhz(temps, grp.util, p),
+            power=tm.power_w(grp.util, p),
+            util=np.round(grp.util, 3),
+            mem_util=np.round(np.clip(grp.util * 0.6, 0, 1), 3),
+            mem_used=grp.mem_used.copy(),
+            xid=grp.xid.copy(),
+            assignments=[tuple(a) for a in grp.assignments],
+        )
 
     # -- TelemetrySource ---------------------------------------------------------------------------------------
 
     async def fetch(self) -> Sequence[GpuNode]:
+        """Advance the simulation to now and read the fleet. The ``GpuNode`` objects are made on the event loop,
+        ``FETCH_SLICE_NODES`` nodes per turn, so a request waits for at most one slice (about a millisecond)."""
         now = self._clock()
         dt = min(MAX_STEP_S, max(0.0, now - self._last) * self.spec.time_scale)
         self._last = now
 
-        def work() -> list[GpuNode]:
+        def read() -> list[_GroupReading]:
             self.advance(dt)
-            return self.snapshot_nodes(now)
+            with self._lock:
+                return [self._freeze(grp, now) for grp in self._groups]
 
-        return await asyncio.to_thread(work)
+        views = await asyncio.to_thread(read)  # numpy only: a few milliseconds, mostly without the GIL
+        out: list[GpuNode] = []
+        for v in views:
+            for lo in range(0, len(v.grp.names), FETCH_SLICE_NODES):
+                out.extend(v.nodes(lo, lo + FETCH_SLICE_NODES))
+                await asyncio.sleep(0)
+        return out
 
     async def close(self) -> None:
         return None

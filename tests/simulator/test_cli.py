@@ -60,3 +60,16 @@ def test_simulate_reports_bad_input_without_a_traceback(small_trace: tuple[Path,
     assert "Traceback" not in res.output
     res = runner.invoke(app, ["simulate", "--nodes", str(nodes), "--pods", str(nodes), "--policy", "nope"])
     assert res.exit_code == 2 and "unknown policy 'nope'" in res.output
+
+
+def test_simulate_thermal_json() -> None:
+    res = runner.invoke(app, ["simulate", "--thermal", "--hours", "0.25", "--seed", "5", "--json", "--no-progress"])
+    assert res.exit_code == 0, res.output
+    rows = json.loads(res.stdout)["thermal"]
+    assert [r["policy"] for r in rows] == ["default", "kelvin-no-thermal", "kelvin"]
+    assert all(r["seed"] == 5 and r["placements"] > 0 for r in rows)
+
+
+def test_simulate_needs_nodes_and_pods_without_thermal() -> None:
+    res = runner.invoke(app, ["simulate", "--no-progress"])
+    assert res.exit_code == 2 and "--nodes and --pods are required" in res.output

@@ -166,3 +166,60 @@ def test_explain_gives_the_change_in_fragmentation() -> None:
     )
     assert "fragmentation now" in lines[0]
     assert "GPU 1" in lines[1]
+
+
+def _reference_fragmentation(
+    free: np.ndarray, cpu: np.ndarray, mem: np.ndarray, acc: np.ndarray, w: Workload
+) -> np.ndarray:
+    """The paper's definition, written node by node and shape by shape."""
+    out = np.zeros(len(free))
+    for i, fr in enumerate(free):
+        total = fr.sum()
+        for m in range(len(w)):
+            assert w.host_memory is not None
+            fits = (
+                w.count[m] > 0
+                and acc[i, m]
+                and cpu[i] >= w.cpu_milli[m]
+                and mem[i] >= w.host_memory[m]
+                and (fr >= w.milli[m]).sum() >= w.count[m]
+            )
+            out[i] += w.prob[m] * (fr[fr < w.milli[m]].sum() if fits else total)
+    return out
+
+
+def test_vectorised_fragmentation_equals_the_definition() -> None:
+    rng = np.random.default_rng(7)
+    shapes = {
+        PodShape(int(rng.integers(0, 16)) * 1000, int(ms), int(n), None): float(rng.random())
+        for ms, n in [(1000, 1), (1000, 2), (1000, 8), (500, 1), (250, 1), (810, 1), (0, 0), (1000, 4)]
+    }
+    mem = {s: float(rng.integers(0, 64)) * GIB for s in shapes}
+    w = Workload.from_counts(shapes, coverage=1.0, host_memory=mem)
+    free = (rng.integers(0, 5, size=(300, 8)) * 250).astype(np.int32)
+    free[:, 6:] = np.where(rng.random((300, 2)) < 0.5, 0, free[:, 6:])  # some nodes have fewer GPUs
+    cpu = rng.integers(0, 20_000, size=300)
+    host = rng.integers(0, 80, size=300) * GIB
+    acc = rng.random((300, len(w))) < 0.9
+    got = node_fragmentation(free, cpu, acc, w, host)
+    assert got == pytest.approx(_reference_fragmentation(free, cpu, host, acc, w))
+    no_mem = node_fragmentation(free, cpu, acc, w)
+    assert no_mem == pytest.approx(_reference_fragmentation(free, cpu, np.full(300, 2**62), acc, w))
+
+
+@pytest.mark.parametrize("req", [GpuRequest(count=1, milli=300, cpu_milli=2000), GpuRequest(count=2, cpu_milli=4000)])
+def test_incremental_placement_deltas_match_a_full_recount(req: GpuRequest) -> None:
+    rng = np.random.default_rng(3)
+    nodes = [node(f"n{i}", [int(x) for x in rng.integers(0, 5, size=4) * 250], cpu=64_000) for i in range(40)]
+    fleet = build_arrays(nodes)
+    w = wl((WHOLE, 3), (HALF, 2), (PodShape(1000, 250, 1, None), 1), (CPU_ONLY, 1), (PodShape(8000, 1000, 2, None), 1))
+    rows = np.arange(40)
+    pl = placements(req, fleet, rows, w)
+    acc = np.ones((40, len(w)), dtype=np.bool_)
+    before = node_fragmentation(fleet.free_milli, fleet.cpu_free, acc, w)
+    for i in range(len(pl.pos)):
+        r = int(pl.pos[i])
+        free = fleet.free_milli[r : r + 1].copy()
+        free[0, pl.taken[i]] -= req.demand_milli(fleet.mem_total[r])[pl.taken[i]]
+        after = node_fragmentation(free, fleet.cpu_free[r : r + 1] - req.cpu_milli, acc[:1], w)
+        assert pl.delta[i] == pytest.approx(after[0] - before[r])
