@@ -127,6 +127,8 @@ def build_extender(
         metrics=TelemetryMetrics(registry, source.name),
         clock=clock,
     )
+    if isinstance(source, SimulatedFleetSource):  # its fetch builds 40,000 objects: in slices, around requests
+        source.pause = cache.gate.pause
     return Extender(
         settings=settings,
         policy=policy,

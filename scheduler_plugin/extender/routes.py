@@ -46,12 +46,14 @@ def _validation_message(exc: ValidationError | RequestValidationError) -> str:
 
 def install_routes(app: FastAPI, ext: Extender) -> None:
     m = ext.metrics
+    gate = ext.cache.gate  # the snapshot refresh steps aside while a verb is served
 
     async def run_verb(verb: str, request: Request, call: Callable[[bytes], Awaitable[Any]]) -> Response:
         started = time.perf_counter()
         try:
-            body = await request.body()
-            resp = _json(await call(body))
+            with gate.serving():
+                body = await request.body()
+                resp = _json(await call(body))
         except wire.WireError as exc:
             log.info("%s: bad request: %s", verb, exc)
             resp = _json({"Error": str(exc)}, 400)

@@ -186,9 +186,7 @@ def error_result(message: str) -> dict[str, Any]:
 
 def priority_list(names: Sequence[str], scores: Sequence[int]) -> list[dict[str, Any]]:
     """A ``HostPriorityList``; ``scores`` are Python ints (``ndarray.tolist()``), one per name."""
-    if len(names) != len(scores):
-        raise ValueError(f"{len(names)} names but {len(scores)} scores")
-    return [{"Host": n, "Score": s} for n, s in zip(names, scores)]
+    return [{"Host": n, "Score": s} for n, s in zip(names, scores, strict=True)]
 
 
 def dumps(obj: Any) -> bytes:

@@ -42,34 +42,34 @@ class FleetArrays:
 
     names: tuple[str, ...]
     index: dict[str, int]
-    gpu_present: BoolA          # (N, G)
-    gpu_index: I32A             # (N, G) the GPU's own index (-1 for padding)
-    mem_total: IntA             # (N, G) bytes
-    mem_used: IntA              # (N, G) bytes, from telemetry
-    assigned_milli: I32A        # (N, G) thousandths assigned by kelvin (records + ledger)
-    assigned_mem: IntA          # (N, G) bytes of memory pools assigned by kelvin
-    free_milli: I32A            # (N, G) thousandths still free (0 for padding)
-    free_mem: IntA              # (N, G) bytes still free (0 for padding)
-    tenants: I32A               # (N, G) kelvin assignments sharing the GPU
-    temp: FloatA                # (N, G) Celsius
-    slowdown: FloatA            # (N, G) Celsius
-    shutdown: FloatA            # (N, G) Celsius
-    trend: FloatA               # (N, G) Celsius per minute
-    throttle: IntA              # (N, G) reason bitmask
-    util: FloatA                # (N, G) 0..1
-    mem_util: FloatA            # (N, G) 0..1
-    clock_ratio: FloatA         # (N, G) 0..1
-    xid: I32A                   # (N, G)
-    numa: I32A                  # (N, G)
-    switch: I32A                # (N, G) interned PCIe switch id (-1 unknown)
-    nvlink: BoolA               # (N, G, G) slot j reaches slot k over NVLink
-    model_id: I32A              # (N, G) index into ``models`` (-1 padding)
+    gpu_present: BoolA  # (N, G)
+    gpu_index: I32A  # (N, G) the GPU's own index (-1 for padding)
+    mem_total: IntA  # (N, G) bytes
+    mem_used: IntA  # (N, G) bytes, from telemetry
+    assigned_milli: I32A  # (N, G) thousandths assigned by kelvin (records + ledger)
+    assigned_mem: IntA  # (N, G) bytes of memory pools assigned by kelvin
+    free_milli: I32A  # (N, G) thousandths still free (0 for padding)
+    free_mem: IntA  # (N, G) bytes still free (0 for padding)
+    tenants: I32A  # (N, G) kelvin assignments sharing the GPU
+    temp: FloatA  # (N, G) Celsius
+    slowdown: FloatA  # (N, G) Celsius
+    shutdown: FloatA  # (N, G) Celsius
+    trend: FloatA  # (N, G) Celsius per minute
+    throttle: IntA  # (N, G) reason bitmask
+    util: FloatA  # (N, G) 0..1
+    mem_util: FloatA  # (N, G) 0..1
+    clock_ratio: FloatA  # (N, G) 0..1
+    xid: I32A  # (N, G)
+    numa: I32A  # (N, G)
+    switch: I32A  # (N, G) interned PCIe switch id (-1 unknown)
+    nvlink: BoolA  # (N, G, G) slot j reaches slot k over NVLink
+    model_id: I32A  # (N, G) index into ``models`` (-1 padding)
     models: tuple[str, ...]
-    gpu_count: I32A             # (N,)
-    cpu_free: IntA              # (N,) millicores
-    mem_free_host: IntA         # (N,) bytes
-    observed_at: FloatA         # (N,) unix time, NaN when never seen
-    mps: BoolA                  # (N,)
+    gpu_count: I32A  # (N,)
+    cpu_free: IntA  # (N,) millicores
+    mem_free_host: IntA  # (N,) bytes
+    observed_at: FloatA  # (N,) unix time, NaN when never seen
+    mps: BoolA  # (N,)
 
     @property
     def n_nodes(self) -> int:
@@ -298,23 +298,43 @@ class ArraysBuilder:
         # telemetry.
         used_counted = np.where(mem_used > self.idle_used_bytes, mem_used, 0)
         with np.errstate(divide="ignore", invalid="ignore"):
-            used_milli = np.where(
-                mem_total > 0, np.ceil(used_counted * MILLI_PER_GPU / np.maximum(mem_total, 1)), 0
-            )
+            used_milli = np.where(mem_total > 0, np.ceil(used_counted * MILLI_PER_GPU / np.maximum(mem_total, 1)), 0)
         occupied = np.maximum(self.assigned_milli, used_milli.astype(np.int32))
         free_milli = np.where(present, np.clip(MILLI_PER_GPU - occupied, 0, MILLI_PER_GPU), 0).astype(np.int32)
         free_mem = np.where(present, np.clip(mem_total - np.maximum(used_counted, self.assigned_mem), 0, None), 0)
         names = tuple(nd.name for nd in self.nodes)
         models = self.models
         return FleetArrays(
-            names=names, index={nm: i for i, nm in enumerate(names)}, gpu_present=present,
-            gpu_index=c["gpu_index"], mem_total=mem_total, mem_used=mem_used, assigned_milli=self.assigned_milli,
-            assigned_mem=self.assigned_mem, free_milli=free_milli, free_mem=free_mem.astype(np.int64),
-            tenants=self.tenants, temp=c["temp"], slowdown=c["slowdown"], shutdown=c["shutdown"], trend=c["trend"],
-            throttle=c["throttle"], util=c["util"], mem_util=c["mem_util"], clock_ratio=self.clock_ratio,
-            xid=c["xid"], numa=c["numa"], switch=self.switch, nvlink=self.nvlink, model_id=self.model_id,
-            models=tuple(sorted(models, key=lambda m: models[m])), gpu_count=self.gpu_count, cpu_free=self.cpu_free,
-            mem_free_host=self.mem_free_host, observed_at=self.observed_at, mps=self.mps,
+            names=names,
+            index={nm: i for i, nm in enumerate(names)},
+            gpu_present=present,
+            gpu_index=c["gpu_index"],
+            mem_total=mem_total,
+            mem_used=mem_used,
+            assigned_milli=self.assigned_milli,
+            assigned_mem=self.assigned_mem,
+            free_milli=free_milli,
+            free_mem=free_mem.astype(np.int64),
+            tenants=self.tenants,
+            temp=c["temp"],
+            slowdown=c["slowdown"],
+            shutdown=c["shutdown"],
+            trend=c["trend"],
+            throttle=c["throttle"],
+            util=c["util"],
+            mem_util=c["mem_util"],
+            clock_ratio=self.clock_ratio,
+            xid=c["xid"],
+            numa=c["numa"],
+            switch=self.switch,
+            nvlink=self.nvlink,
+            model_id=self.model_id,
+            models=tuple(sorted(models, key=lambda m: models[m])),
+            gpu_count=self.gpu_count,
+            cpu_free=self.cpu_free,
+            mem_free_host=self.mem_free_host,
+            observed_at=self.observed_at,
+            mps=self.mps,
         )
 
 

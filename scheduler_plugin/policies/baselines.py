@@ -5,9 +5,9 @@ Definitions follow the paper (Weng et al., USENIX ATC '23, section 6) and its pu
 * ``random``: a uniformly random feasible node (seeded).
 * ``dotproduct``: Tetris' alignment heuristic; the node (and GPU) whose free-resource vector has the smallest dot
   product with the pod's request vector, both normalised by the largest node (128 cores, 8 GPUs / 1 GPU share).
-* ``gpu-clustering``: keep pods of the same GPU request on the same nodes: nodes already hosting this request class
-  only (75-100), mixed nodes hosting it (50-75), empty nodes (25-50), nodes of other classes (0-25); within a band,
-  fuller nodes first.
+* ``gpu-clustering``: keep pods of the same GPU request class (any GPU share, or N whole GPUs) on the same nodes:
+  nodes already hosting this class only (75-100), mixed nodes hosting it (50-75), empty nodes (25-50), nodes of other
+  classes (0-25); within a band, fuller nodes first.
 * ``gpu-packing``: use a partly used GPU first (tighter is better), then free GPUs of a used node, then an idle node
   (fewer GPUs better).
 * ``best-fit``: the node with the least CPU and GPU left after placement,
@@ -109,8 +109,10 @@ class BestFitPolicy(_Baseline):
         gpu_after = fleet.free_milli[idx].sum(axis=1) - _gpu_demand_total(req, fleet, idx, ctx)
         left = 0.5 * cpu_after / MAX_SPEC_CPU_MILLI + 0.5 * gpu_after / MAX_SPEC_GPU_MILLI
         raw = np.trunc((1.0 - left) * MAX_NODE_SCORE).astype(np.int64)
-        lo, hi = int(raw.min(initial=0)), int(raw.max(initial=0))
-        if len(raw) == 0 or hi == lo:
+        if len(raw) == 0:
+            return np.zeros(0)
+        lo, hi = int(raw.min()), int(raw.max())
+        if hi == lo:
             return np.zeros(len(idx))
         return np.asarray((raw - lo) * MAX_NODE_SCORE // (hi - lo), dtype=np.float64)
 
@@ -175,9 +177,10 @@ class GpuClusteringPolicy(_Baseline):
 
     @staticmethod
     def request_class(req: GpuRequest) -> int:
+        """The paper's affinity classes: no GPU (0), any GPU share (-1), or N whole GPUs (N)."""
         if not req.wants_gpu:
             return 0
-        return int(req.milli or MILLI_PER_GPU) if req.shared else MILLI_PER_GPU * req.count
+        return -1 if req.shared else req.count
 
     def score(self, req: GpuRequest, fleet: FleetArrays, idx: IntA, ctx: CycleContext) -> FloatA:
         if not req.wants_gpu:

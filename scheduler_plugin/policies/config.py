@@ -61,7 +61,10 @@ def _default_scoring() -> dict[str, ScorerConfig]:
     return {
         "fragmentation": ScorerConfig(weight=2.0),
         "topology": ScorerConfig(weight=1.0),
-        "thermal": ScorerConfig(weight=1.0),
+        # A node with one GPU near slowdown must lose whole points against cool nodes (the extender sends integers):
+        # weight 2 and nodeShare 0.7 make it ~1.5 of 10 behind; weight 1 and nodeShare 0.3 left it ~0.3 behind, lost
+        # in rounding, and `kelvin demo` placed onto hot nodes about as often as a random scheduler.
+        "thermal": ScorerConfig(weight=2.0, args={"nodeShare": 0.7}),
         "noise": ScorerConfig(weight=0.5),
         "burst": ScorerConfig(weight=1.0),
     }

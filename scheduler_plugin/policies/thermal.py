@@ -6,6 +6,11 @@ cooling is not rewarded in advance) and its quality is the headroom left below t
 
     q = clip((slowdown - max(temp, temp + trend * horizon)) / comfortable, 0, 1)
 
+The trend is judged only on GPUs already within ``trendFromHeadroomCelsius`` (default: the comfortable headroom) of
+slowdown, as the operator's hotness check does (``predictMinCelsius``): a GPU that just got a job rises fast from idle,
+and a straight line through that start overshoots where it settles, so a cool node that just took a pod would score
+as badly as one about to throttle.
+
 Active thermal throttling sets q to 0; any other clock slowdown (power cap, hardware slowdown, power brake) multiplies
 it by ``throttlePenalty`` and by the clock ratio (SM clock / max). A node's raw score mixes the GPUs the pod would get
 (the mean of the best ``count`` usable GPUs, or of all its GPUs when fewer are usable) with the node's worst GPU
@@ -99,13 +104,27 @@ class ThermalArgs(CamelModel):
     """Multiplier for a GPU whose clocks are slowed for a non-thermal reason (power cap, hw slowdown)."""
     node_share: float = Field(0.3, ge=0, le=1)
     """Weight of the node's worst GPU against the GPUs the pod would get."""
+    trend_from_headroom_celsius: float | None = Field(None, ge=0, le=100)
+    """The trend counts only for GPUs at most this far below slowdown; default ``comfortableHeadroomCelsius``."""
+
+    @property
+    def trend_from_headroom(self) -> float:
+        t = self.trend_from_headroom_celsius
+        return self.comfortable_headroom_celsius if t is None else t
+
+
+def judged_temp(temp: FloatA, trend: FloatA, slowdown: FloatA, args: ThermalArgs) -> FloatA:
+    """The temperature a GPU is judged by: predicted ``horizonSeconds`` ahead when it is already warm (within
+    ``trendFromHeadroomCelsius`` of slowdown), never below the current one; else the current one."""
+    warm = headroom_c(temp, slowdown) <= args.trend_from_headroom
+    return np.where(warm, np.maximum(temp, predicted_temp(temp, trend, args.horizon_seconds)), temp)
 
 
 def gpu_quality(fleet: FleetArrays, idx: IntA, args: ThermalArgs) -> FloatA:
     """(n, G) thermal quality 0..1 per GPU (NaN for padding)."""
-    temp = fleet.temp[idx]
-    pred = np.maximum(temp, predicted_temp(temp, fleet.trend[idx], args.horizon_seconds))
-    q = np.clip(headroom_c(pred, fleet.slowdown[idx]) / args.comfortable_headroom_celsius, 0.0, 1.0)
+    slowdown = fleet.slowdown[idx]
+    pred = judged_temp(fleet.temp[idx], fleet.trend[idx], slowdown, args)
+    q = np.clip(headroom_c(pred, slowdown) / args.comfortable_headroom_celsius, 0.0, 1.0)
     thr = fleet.throttle[idx]
     slowed = (thr & SLOWDOWN_MASK) != 0
     q = np.where(slowed, q * args.throttle_penalty * fleet.clock_ratio[idx], q)
@@ -170,10 +189,15 @@ class ThermalScore:
             if not fleet.gpu_present[row, j]:
                 continue
             t, tr, s = float(fleet.temp[row, j]), float(fleet.trend[row, j]), float(fleet.slowdown[row, j])
-            pred = max(t, predicted_temp(t, tr, h))
+            if headroom_c(t, s) <= self.args.trend_from_headroom:
+                pred = max(t, predicted_temp(t, tr, h))
+                ahead = f"trend {tr:+.1f} °C/min -> {pred:.1f} °C in {h / 60:g} min"
+            else:
+                pred = t
+                ahead = f"trend {tr:+.1f} °C/min not judged (cool)"
             line = (
-                f"gpu {int(fleet.gpu_index[row, j])}: {t:.1f} °C, trend {tr:+.1f} °C/min -> {pred:.1f} °C in "
-                f"{h / 60:g} min; {headroom_c(pred, s):.1f} °C below slowdown {s:.0f} °C; quality {q[j]:.2f}"
+                f"gpu {int(fleet.gpu_index[row, j])}: {t:.1f} °C, {ahead}; {headroom_c(pred, s):.1f} °C below "
+                f"slowdown {s:.0f} °C; quality {q[j]:.2f}"
             )
             thr = int(fleet.throttle[row, j]) & SLOWDOWN_MASK
             if thr:

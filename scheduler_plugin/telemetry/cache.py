@@ -4,8 +4,9 @@ The extender's hot path only reads :attr:`SnapshotCache.snapshot` (an attribute 
 ``refresh_interval_s`` the task fetches from the source, builds a new :class:`~scheduler_plugin.model.Snapshot` on the
 event loop in small slices (a request waits for at most one slice, never for a whole 40,000-GPU build, and no builder
 thread competes with it for the GIL), fills in the per-GPU temperature trend from the snapshots it kept, reconciles the
-assumed-allocation ledger and publishes the new snapshot with one assignment. When the source fails (:class:`SourceError` or anything
-else), the last good snapshot stays in use and the cache reports itself unhealthy until the next success.
+assumed-allocation ledger and publishes the new snapshot with one assignment. When the source fails
+(:class:`SourceError` or anything else), the last good snapshot stays in use and the cache reports itself unhealthy
+until the next success.
 
 The trend is computed against the oldest kept snapshot no older than ``trend_window_s`` (at least ``min_trend_s``
 apart), per GPU slot, in Celsius per minute; a source that reports its own trend (non-zero) keeps it.
@@ -20,7 +21,7 @@ import logging
 import math
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -94,6 +95,38 @@ class Readiness:
     reason: str
 
 
+class RequestGate:
+    """Lets background work (building a snapshot) step aside while the hot path serves requests.
+
+    The extender's routes wrap each verb in :meth:`serving`; the snapshot build calls :meth:`pause` between slices. A
+    pause yields to the event loop once and then, while a request is being served, keeps waiting (polling every
+    ``poll_s``) for up to ``max_defer_s``, so that a refresh runs in the gaps between requests and is delayed, not
+    starved, under sustained load. Single event loop: no locks.
+    """
+
+    def __init__(self, *, poll_s: float = 0.0005, max_defer_s: float = 0.02) -> None:
+        self.poll_s = poll_s
+        self.max_defer_s = max_defer_s
+        self.active = 0
+        """Requests being served now."""
+
+    @contextlib.contextmanager
+    def serving(self) -> Iterator[None]:
+        self.active += 1
+        try:
+            yield
+        finally:
+            self.active -= 1
+
+    async def pause(self) -> None:
+        await asyncio.sleep(0)
+        if not self.active:
+            return
+        deadline = time.monotonic() + self.max_defer_s
+        while self.active and time.monotonic() < deadline:
+            await asyncio.sleep(self.poll_s)
+
+
 class SnapshotCache:
     def __init__(
         self,
@@ -109,6 +142,7 @@ class SnapshotCache:
         stranded_below_bytes: int = DEFAULT_STRANDED_BELOW_BYTES,
         freeze_gc: bool = False,
         build_slice_nodes: int = DEFAULT_BUILD_SLICE_NODES,
+        gate: RequestGate | None = None,
     ) -> None:
         if not refresh_interval_s > 0:
             raise ValueError(f"refresh_interval_s must be > 0, got {refresh_interval_s!r}")
@@ -125,6 +159,8 @@ class SnapshotCache:
             raise ValueError(f"build_slice_nodes must be >= 1, got {build_slice_nodes!r}")
         self.build_slice_nodes = build_slice_nodes
         """Nodes whose arrays are built per event-loop turn (see :meth:`_arrays`)."""
+        self.gate = gate if gate is not None else RequestGate()
+        """Requests in flight: the build steps aside for them between slices."""
         self.freeze_gc = freeze_gc
         """After each refresh, move every live object to the collector's permanent generation (``gc.freeze``): a
         snapshot of 5,000 nodes is ~50,000 objects that would otherwise make each full collection take ~50-100 ms
@@ -191,18 +227,17 @@ class SnapshotCache:
 
     async def _arrays(self, nodes: Sequence[GpuNode]) -> FleetArrays:
         """Build the snapshot's arrays on the event loop, ``build_slice_nodes`` nodes per turn: requests are served
-        between slices (each well under a millisecond) instead of competing for the GIL with a builder thread."""
+        between slices (each well under a millisecond), and the build waits while one is served (:class:`RequestGate`),
+        instead of competing for the GIL with a builder thread."""
         builder = ArraysBuilder(nodes)
         step = self.build_slice_nodes
         for lo in range(0, len(nodes), step):
             builder.fill(lo, lo + step)
-            await asyncio.sleep(0)
+            await self.gate.pause()
         return builder.finish()
 
     def _build(self, nodes: Sequence[GpuNode], now: float, arrays: FleetArrays) -> Snapshot:
-        snap = Snapshot(
-            nodes=tuple(nodes), taken_at=now, source=self.source.name, source_healthy=True, prebuilt=arrays
-        )
+        snap = Snapshot(nodes=tuple(nodes), taken_at=now, source=self.source.name, source_healthy=True, prebuilt=arrays)
         a = snap.arrays
         sample = _Sample(now, a.names, a.index, a.temp.copy(), a.gpu_index.copy())
         trend = self._trend(sample)

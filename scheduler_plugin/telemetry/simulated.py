@@ -24,7 +24,8 @@ import math
 import re
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections import deque
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -47,8 +48,14 @@ _MODEL_MEMORY = re.compile(r"(\d+)\s*GB", re.IGNORECASE)
 _SHARED_POOLS_GIB = (8, 10, 16, 20, 24, 40)
 #: Simulated seconds are capped per fetch, so a paused process does not jump an hour ahead.
 MAX_STEP_S = 300.0
-#: Nodes turned into ``GpuNode`` objects per event-loop turn in :meth:`SimulatedFleetSource.fetch` (8 GPUs: ~0.5 ms).
-FETCH_SLICE_NODES = 16
+#: The temperature trend reported is the slope over about this many simulated seconds (what a telemetry pipeline
+#: derives from its history; the snapshot cache's default window), sampled every ``TREND_SAMPLE_S``.
+TREND_WINDOW_S = 300.0
+TREND_SAMPLE_S = 30.0
+#: No trend is reported before the history spans this long (a slope over a few seconds is mostly noise).
+TREND_MIN_S = 10.0
+#: Nodes turned into ``GpuNode`` objects per event-loop turn in :meth:`SimulatedFleetSource.fetch` (8 GPUs: ~0.3 ms).
+FETCH_SLICE_NODES = 8
 
 
 class FleetSpecError(ValueError):
@@ -179,6 +186,23 @@ class _Group:
     assignments: list[list[GpuAssignment]] = field(default_factory=list)
     uuids: list[list[str]] = field(default_factory=list)
     labels: dict[str, str] = field(default_factory=dict)
+    history: deque[tuple[float, FloatA]] = field(default_factory=deque)
+    """(simulated time, temperatures) samples for the trend, oldest first."""
+    trend: FloatA | None = None
+    """(n, g) °C per simulated minute over the trend window; None until the history is long enough."""
+
+    def update_trend(self, now_s: float) -> None:
+        """Record the temperatures at simulated time ``now_s`` and recompute the trend against the oldest sample
+        of the window. In simulated time: a fleet running faster than the wall clock still reports true slopes (the
+        snapshot cache would divide by wall-clock minutes, ``timeScale`` times too steep)."""
+        temp = self.state.temp_c
+        if not self.history or now_s - self.history[-1][0] >= TREND_SAMPLE_S:
+            self.history.append((now_s, temp.copy()))
+        while len(self.history) > 1 and now_s - self.history[1][0] >= TREND_WINDOW_S:
+            self.history.popleft()
+        base_s, base = self.history[0]
+        span = now_s - base_s
+        self.trend = (temp - base) * (60.0 / span) if span >= TREND_MIN_S else None
 
 
 @dataclass(slots=True)
@@ -195,6 +219,7 @@ class _GroupReading:
     mem_util: FloatA
     mem_used: npt.NDArray[np.int64]
     xid: npt.NDArray[np.int64]
+    trend: FloatA | None
     assignments: list[tuple[GpuAssignment, ...]]
 
     def nodes(self, lo: int, hi: int) -> list[GpuNode]:
@@ -209,6 +234,7 @@ class _GroupReading:
         mem_l = self.mem_used[sl].tolist()
         xid_l = self.xid[sl].tolist()
         mem_util = self.mem_util[sl].tolist()
+        trend = self.trend[sl].tolist() if self.trend is not None else [[0.0] * g.gpus] * (len(temps_l))
         cpu_milli = g.cpu_cores * 1000
         host_mem = g.host_memory_gib * GIB
         nodes = []
@@ -234,6 +260,7 @@ class _GroupReading:
                     numa_node=grp.numa[j],
                     pcie_switch=grp.switch[j],
                     nvlink_peers=grp.peers[j],
+                    temperature_trend_c_per_min=trend[r][j],
                 )
                 for j in range(g.gpus)
             )
@@ -255,6 +282,10 @@ class _GroupReading:
         return nodes
 
 
+async def _yield_once() -> None:
+    await asyncio.sleep(0)
+
+
 class SimulatedFleetSource:
     """A :class:`~scheduler_plugin.telemetry.source.TelemetrySource` over a simulated fleet."""
 
@@ -270,6 +301,10 @@ class SimulatedFleetSource:
         self._placements: dict[str, _Placement] = {}
         self._build()
         self._last = clock()
+        self._sim_s = 0.0
+        """Simulated seconds since start."""
+        self.pause: Callable[[], Awaitable[None]] = _yield_once
+        """Awaited between slices of :meth:`fetch`; the extender sets its request gate's ``pause`` here."""
 
     @classmethod
     def uniform(
@@ -319,6 +354,7 @@ class SimulatedFleetSource:
             u = np.clip(grp.load, 0, 1)
             grp.util = u
             grp.state = tm.settle(u, grp.cooling[:, None], grp.params, grp.state.drift_c)
+            grp.update_trend(0.0)
 
     def _place_initial_load(self) -> None:
         load = self.spec.initial_load
@@ -419,9 +455,11 @@ class SimulatedFleetSource:
                 grp.state = tm.step(
                     grp.state, grp.util, grp.cooling[:, None], dt_s=dt_s, params=grp.params, rng=self._rng
                 )
+                grp.update_trend(self._sim_s + dt_s)
                 p_xid = self.spec.xid_rate_per_gpu_hour * dt_s / 3600.0
                 if p_xid > 0:
                     grp.xid += (self._rng.random(grp.xid.shape) < p_xid).astype(np.int64)
+            self._sim_s += dt_s
 
     def snapshot_nodes(self, observed_at: float | None = None) -> list[GpuNode]:
         """The fleet as telemetry would report it now (no time passes)."""
@@ -442,9 +480,10 @@ class SimulatedFleetSource:
             clocks=tm.sm_clock_mhz(temps, grp.util, p),
             power=tm.power_w(grp.util, p),
             util=np.round(grp.util, 3),
-            mem_util=np.round(np.clip(grp.util * 0.6, 0, 1), 3),
+            mem_util=np.round(np.clip(grp.util * 0.6, 0.0, 1.0), 3).astype(np.float64),
             mem_used=grp.mem_used.copy(),
             xid=grp.xid.copy(),
+            trend=None if grp.trend is None else np.round(grp.trend, 2),
             assignments=[tuple(a) for a in grp.assignments],
         )
 
@@ -452,7 +491,8 @@ class SimulatedFleetSource:
 
     async def fetch(self) -> Sequence[GpuNode]:
         """Advance the simulation to now and read the fleet. The ``GpuNode`` objects are made on the event loop,
-        ``FETCH_SLICE_NODES`` nodes per turn, so a request waits for at most one slice (about a millisecond)."""
+        ``FETCH_SLICE_NODES`` nodes per turn with :attr:`pause` awaited in between, so a request waits for at most
+        one slice (a fraction of a millisecond)."""
         now = self._clock()
         dt = min(MAX_STEP_S, max(0.0, now - self._last) * self.spec.time_scale)
         self._last = now
@@ -467,7 +507,7 @@ class SimulatedFleetSource:
         for v in views:
             for lo in range(0, len(v.grp.names), FETCH_SLICE_NODES):
                 out.extend(v.nodes(lo, lo + FETCH_SLICE_NODES))
-                await asyncio.sleep(0)
+                await self.pause()
         return out
 
     async def close(self) -> None:
