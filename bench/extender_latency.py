@@ -117,10 +117,12 @@ def run(args: argparse.Namespace) -> int:
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30.0, transport=transport) as client:
             t0 = time.monotonic()
             wait_ready(client, proc)
+            load = " / ".join(f"{x:.2f}" for x in os.getloadavg())
             print(
                 f"extender ready after {time.monotonic() - t0:.1f} s: {args.nodes} nodes x {args.gpus} GPUs, "
                 f"telemetry refresh every {args.refresh_interval:g} s; {args.pairs} filter+prioritize pairs per "
-                f"size, pods cycling 1 GPU / 20Gi shared / 4 GPU nvlink-required"
+                f"size, pods cycling 1 GPU / 20Gi shared / 4 GPU nvlink-required; {os.cpu_count()} CPUs, "
+                f"load average {load} (other processes skew p99)"
             )
             names = [f"gpu-node-{i}" for i in range(1, args.nodes + 1)]
             print(

@@ -67,7 +67,8 @@ def extender(
     except (ConfigError, StartupError) as exc:
         _fail(f"configuration error: {exc}")
     # A long-lived server: keep snapshots out of the cyclic collector's scans, and let the event loop take the GIL
-    # back from the refresh thread every 0.5 ms instead of every 5 ms while a 40,000-GPU snapshot is being built.
+    # back every 0.5 ms instead of every 5 ms from worker threads (a source's fetch; the snapshot itself is built on
+    # the loop in slices that step aside for requests).
     ext.cache.freeze_gc = True
     sys.setswitchinterval(0.0005)
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -164,7 +164,7 @@ def filter_result(
     if args.node_objects is None:
         return {
             "Nodes": None,
-            "NodeNames": [args.names[i] for i in passed],
+            "NodeNames": list(map(args.names.__getitem__, passed)),
             "FailedNodes": dict(failed),
             "FailedAndUnresolvableNodes": dict(unresolvable),
             "Error": error,

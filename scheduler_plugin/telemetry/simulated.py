@@ -13,8 +13,9 @@ flags (:meth:`FleetSpec.uniform`) or a YAML fleet file (:meth:`FleetSpec.from_ya
 Load comes from the source's own record of placements: pods placed before start (``initialLoad``) and every bind the
 extender reports through :meth:`SimulatedFleetSource.record_binding`; each appears in ``GpuNode.assignments`` and
 drives utilisation, memory use and, through :mod:`.thermal_model`, temperature, throttling and clocks. Nodes with poor
-cooling run hot under the same load. Everything random comes from one seeded generator: the same seed and the same
-sequence of calls give the same fleet.
+cooling run hot under the same load. Each GPU reports its temperature trend, the slope over the last few simulated
+minutes (``TREND_WINDOW_S``), so a fleet running faster than the wall clock still reports true slopes. Everything
+random comes from one seeded generator: the same seed and the same sequence of calls give the same fleet.
 """
 
 from __future__ import annotations
@@ -234,7 +235,7 @@ class _GroupReading:
         mem_l = self.mem_used[sl].tolist()
         xid_l = self.xid[sl].tolist()
         mem_util = self.mem_util[sl].tolist()
-        trend = self.trend[sl].tolist() if self.trend is not None else [[0.0] * g.gpus] * (len(temps_l))
+        trend = self.trend[sl].tolist() if self.trend is not None else [[0.0] * g.gpus] * len(temps_l)
         cpu_milli = g.cpu_cores * 1000
         host_mem = g.host_memory_gib * GIB
         nodes = []
@@ -483,7 +484,7 @@ class SimulatedFleetSource:
             mem_util=np.round(np.clip(grp.util * 0.6, 0.0, 1.0), 3).astype(np.float64),
             mem_used=grp.mem_used.copy(),
             xid=grp.xid.copy(),
-            trend=None if grp.trend is None else np.round(grp.trend, 2),
+            trend=None if grp.trend is None else grp.trend.copy(),  # unrounded: the cache replaces exact zeros
             assignments=[tuple(a) for a in grp.assignments],
         )
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from scheduler_plugin.model import GpuRequest
+from scheduler_plugin.model import FleetArrays, GpuRequest
 from scheduler_plugin.policies.base import CycleContext
 from scheduler_plugin.policies.registry import build
 from scheduler_plugin.simulator.fleet import apply_placement, build_fleet
@@ -14,22 +14,22 @@ GIB = 2**30
 CTX = CycleContext(now=0.0)
 
 
-def fleet4() -> object:
+def fleet4() -> FleetArrays:
     return build_fleet([TraceNode(f"n{i}", 64_000, 256 * GIB, 4, "T4") for i in range(4)])
 
 
 def test_best_fit_prefers_the_fullest_node_and_normalises_to_integers() -> None:
     f = fleet4()
-    apply_placement(f, GpuRequest(count=2, cpu_milli=8000), 1, (0, 1))  # type: ignore[arg-type]
-    apply_placement(f, GpuRequest(count=1, cpu_milli=4000), 2, (0,))  # type: ignore[arg-type]
+    apply_placement(f, GpuRequest(count=2, cpu_milli=8000), 1, (0, 1))
+    apply_placement(f, GpuRequest(count=1, cpu_milli=4000), 2, (0,))
     raw = build("score", "best-fit", {}, "t").score(GpuRequest(count=1, cpu_milli=1000), f, np.arange(4), CTX)
     assert raw.tolist() == [0.0, 100.0, 50.0, 0.0]
 
 
 def test_gpu_packing_bands_shared_gpu_then_used_node_then_idle_node() -> None:
     f = fleet4()
-    apply_placement(f, GpuRequest(count=1, milli=500), 1, (0,))  # type: ignore[arg-type]
-    apply_placement(f, GpuRequest(count=1), 2, (0,))  # type: ignore[arg-type]
+    apply_placement(f, GpuRequest(count=1, milli=500), 1, (0,))
+    apply_placement(f, GpuRequest(count=1), 2, (0,))
     plugin = build("score", "gpu-packing", {}, "t")
     raw = plugin.score(GpuRequest(count=1, milli=300), f, np.arange(4), CTX)
     assert raw[1] > raw[2] > raw[0] == raw[3]
@@ -43,14 +43,14 @@ def test_gpu_clustering_keeps_classes_together() -> None:
     for row, req in ((0, share), (1, whole), (2, share), (2, whole)):
         gpus = plugin.pick(req, f, row, CTX)
         assert gpus is not None
-        apply_placement(f, req, row, gpus)  # type: ignore[arg-type]
+        apply_placement(f, req, row, gpus)
     raw = plugin.score(share, f, np.arange(4), CTX)
     assert raw[0] > raw[2] > raw[3] > raw[1]
 
 
 def test_dotproduct_and_random_choose_eligible_gpus() -> None:
     f = fleet4()
-    apply_placement(f, GpuRequest(count=1, milli=800), 0, (2,))  # type: ignore[arg-type]
+    apply_placement(f, GpuRequest(count=1, milli=800), 0, (2,))
     for name, args in (("dotproduct", {}), ("random", {"seed": 3})):
         plugin = build("score", name, args, "t")
         raw = plugin.score(GpuRequest(count=1, milli=500), f, np.arange(4), CTX)
