@@ -43,6 +43,9 @@ class FilterPolicy(CamelModel):
     """A GPU with thermal clock throttling active (NVML sw/hw thermal slowdown) cannot take the pod."""
     slowdown_margin_celsius: float = Field(0.0, ge=0, le=30)
     """Treat a GPU as too hot this many degrees below its slowdown threshold."""
+    hot_nodes: bool = True
+    """Reject nodes that meet the operator's hot-node entry rule (the ``hotness:`` section), so the scheduler never
+    fills a node the operator is about to taint and drain."""
 
 
 class ScorerConfig(CamelModel):

@@ -27,6 +27,7 @@ from .burst import PLACEMENTS_KEY
 from .config import PolicyConfig, TelemetryPolicy
 from .eligibility import LIMITS_KEY
 from .fit import FitFilter, TelemetryFilter
+from .hot import HotNodeFilter
 from .topology import TopologyTables
 
 
@@ -137,11 +138,16 @@ class Framework:
         scorers: Sequence[WeightedScore],
         picker: GpuPicker,
         ledger: AssumedLedger | None = None,
+        hot: HotNodeFilter | None = None,
     ) -> None:
         self.telemetry = telemetry
         self.fit = fit
         self.stale_filter = TelemetryFilter(telemetry.max_age_seconds, telemetry.on_stale)
-        self.filters: tuple[BatchFilter, ...] = (self.stale_filter, fit)
+        self.hot_filter = hot
+        filters: list[BatchFilter] = [self.stale_filter, fit]
+        if hot is not None and hot.enabled:
+            filters.append(hot)
+        self.filters: tuple[BatchFilter, ...] = tuple(filters)
         self.scorers = tuple(s for s in scorers if s.weight > 0)
         self.picker = picker
         self.ledger = ledger
@@ -172,6 +178,7 @@ class Framework:
             scorers=scorers,
             picker=picker,
             ledger=ledger if ledger is not None else AssumedLedger(cfg.ledger.ttl_seconds),
+            hot=HotNodeFilter(cfg.hotness, enabled=cfg.filters.hot_nodes),
         )
 
     def _share_topology_tables(self) -> None:

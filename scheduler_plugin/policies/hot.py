@@ -1,0 +1,68 @@
+"""The ``hotness`` filter: keep pods off nodes the operator is about to drain.
+
+The operator taints a node ``kelvin.dev/thermal=hot`` when any GPU meets the entry rule of
+:mod:`scheduler_plugin.hotness` (at or above ``hot_celsius``, thermally throttling, or rising towards its slowdown
+threshold within the horizon). kube-scheduler keeps new pods off the tainted node; this filter applies the very same
+rule to the telemetry snapshot, so that between the rule firing and the taint landing (one operator cycle) the
+scheduler does not fill a node that is about to be drained. It reads the shared ``hotness:`` section of the policy
+file, so extender and operator can never disagree on what "hot" means.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..hotness import HotnessConfig, trigger_mask
+from ..model import THERMAL_THROTTLE_MASK, FleetArrays, GpuRequest
+from .base import BoolA, CycleContext, IntA, Rejection
+
+
+class HotNodeFilter:
+    name = "hotness"
+
+    def __init__(self, cfg: HotnessConfig, enabled: bool = True) -> None:
+        self.cfg = cfg
+        self.enabled = enabled
+        self._memo_key: tuple[int, int, int] | None = None
+        self._memo: BoolA | None = None
+
+    def _hot_gpus(self, fleet: FleetArrays) -> BoolA:
+        """(N, G) GPUs meeting the entry rule; computed once per snapshot (the telemetry columns never mutate)."""
+        key = (id(fleet.temp), id(fleet.trend), id(fleet.throttle))
+        if self._memo is None or self._memo_key != key:
+            self._memo = trigger_mask(fleet, self.cfg)
+            self._memo_key = key
+        return self._memo
+
+    def filter(self, req: GpuRequest, fleet: FleetArrays, idx: IntA, ctx: CycleContext) -> BoolA:
+        if not self.enabled or not req.wants_gpu:
+            return np.ones(idx.shape[0], dtype=np.bool_)
+        return np.asarray(~self._hot_gpus(fleet)[idx].any(axis=1), dtype=np.bool_)
+
+    def reasons(self, req: GpuRequest, fleet: FleetArrays, rows: IntA, ctx: CycleContext) -> list[Rejection]:
+        hot = self._hot_gpus(fleet)
+        return [self._why(fleet, int(r), hot[int(r)]) for r in rows]
+
+    def explain(self, req: GpuRequest, fleet: FleetArrays, row: int, ctx: CycleContext) -> Rejection:
+        return self.reasons(req, fleet, np.array([row], dtype=np.int64), ctx)[0]
+
+    def _why(self, fleet: FleetArrays, row: int, hot_row: BoolA) -> Rejection:
+        cols = np.nonzero(hot_row)[0]
+        if cols.size == 0:  # pragma: no cover - only called for rejected rows
+            return Rejection("node is hot", unresolvable=True, code="thermal")
+        j = int(cols[0])
+        gpu = int(fleet.gpu_index[row, j])
+        temp = float(fleet.temp[row, j])
+        if temp >= self.cfg.hot_celsius:
+            what = f"gpu {gpu} is at {temp:.0f} °C, at or above the hot threshold {self.cfg.hot_celsius:g} °C"
+        elif self.cfg.throttling_is_hot and int(fleet.throttle[row, j]) & THERMAL_THROTTLE_MASK:
+            what = f"gpu {gpu} is thermally throttling"
+        else:
+            what = (
+                f"gpu {gpu} is at {temp:.0f} °C and rising {float(fleet.trend[row, j]):.1f} °C/min: it reaches its "
+                f"slowdown threshold within {self.cfg.horizon_s:g} s"
+            )
+        more = f" (and {cols.size - 1} more)" if cols.size > 1 else ""
+        return Rejection(
+            f"{what}{more}; the operator drains hot nodes (kelvin.dev/thermal=hot)", unresolvable=True, code="thermal"
+        )
