@@ -94,6 +94,10 @@ class GpuInfo:
     temperature_trend_c_per_min: float = 0.0
     """Rate of change of the temperature, derived by the telemetry cache from history."""
     processes: tuple[GpuProcess, ...] = ()
+    thermal_resistance_c_per_w: float | None = None
+    """Cooling quality: how many degrees Celsius this GPU settles above its idle temperature per watt of added power
+    (higher is worse cooling). Reported by a source that knows it; otherwise the snapshot cache estimates it from
+    history (:mod:`scheduler_plugin.telemetry.cooling`). ``None`` when unknown."""
 
     @property
     def memory_free_bytes(self) -> int:

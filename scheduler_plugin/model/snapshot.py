@@ -59,6 +59,8 @@ class FleetArrays:
     util: FloatA  # (N, G) 0..1
     mem_util: FloatA  # (N, G) 0..1
     clock_ratio: FloatA  # (N, G) 0..1
+    power: FloatA  # (N, G) watts, NaN when unknown
+    thermal_resistance: FloatA  # (N, G) Celsius per watt above idle (cooling quality), NaN when unknown
     xid: I32A  # (N, G)
     numa: I32A  # (N, G)
     switch: I32A  # (N, G) interned PCIe switch id (-1 unknown)
@@ -151,6 +153,8 @@ _SWITCH = operator.attrgetter("pcie_switch")
 _MODEL = operator.attrgetter("model")
 _NVLINK = operator.attrgetter("nvlink_peers")
 _INDEX = operator.attrgetter("index")
+_POWER = operator.attrgetter("power_watts")
+_RESISTANCE = operator.attrgetter("thermal_resistance_c_per_w")
 
 
 class ArraysBuilder:
@@ -186,6 +190,8 @@ class ArraysBuilder:
         }
         self.present = np.zeros(shape, dtype=np.bool_)
         self.clock_ratio = np.ones(shape, dtype=np.float64)
+        self.power = np.full(shape, np.nan, dtype=np.float64)
+        self.thermal_resistance = np.full(shape, np.nan, dtype=np.float64)
         self.switch = np.full(shape, -1, dtype=np.int32)
         self.model_id = np.full(shape, -1, dtype=np.int32)
         self.nvlink = np.zeros((n, g, g), dtype=np.bool_)
@@ -254,6 +260,8 @@ class ArraysBuilder:
         clock_max = np.fromiter(map(_SM_CLOCK_MAX, gpus), dtype=np.float64, count=total)
         with np.errstate(divide="ignore", invalid="ignore"):
             self.clock_ratio[rows, cols] = np.where(clock_max > 0, np.minimum(1.0, clock / clock_max), 1.0)
+        self.power[rows, cols] = [np.nan if w is None else w for w in map(_POWER, gpus)]
+        self.thermal_resistance[rows, cols] = [np.nan if r is None else r for r in map(_RESISTANCE, gpus)]
         sw, mo = self.switches, self.models
         self.switch[rows, cols] = [sw.setdefault(s, len(sw)) if s else -1 for s in map(_SWITCH, gpus)]
         self.model_id[rows, cols] = [mo.setdefault(m, len(mo)) for m in map(_MODEL, gpus)]
@@ -324,6 +332,8 @@ class ArraysBuilder:
             util=c["util"],
             mem_util=c["mem_util"],
             clock_ratio=self.clock_ratio,
+            power=self.power,
+            thermal_resistance=self.thermal_resistance,
             xid=c["xid"],
             numa=c["numa"],
             switch=self.switch,

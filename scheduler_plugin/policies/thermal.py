@@ -106,6 +106,13 @@ class ThermalArgs(CamelModel):
     """Weight of the node's worst GPU against the GPUs the pod would get."""
     trend_from_headroom_celsius: float | None = Field(None, ge=0, le=100)
     """The trend counts only for GPUs at most this far below slowdown; default ``comfortableHeadroomCelsius``."""
+    loaded_headroom_celsius: float = Field(15.0, gt=0, le=100)
+    """Headroom below slowdown, predicted under load from the GPU's cooling quality, at which it gets the full score;
+    the quality is the lower of the now and the under-load one."""
+    load_power_percentile: float = Field(90.0, ge=0, le=100)
+    """The load a pod is assumed to add: this percentile of the power that busy GPUs of the same model draw."""
+    busy_above_util: float = Field(0.05, ge=0, lt=1)
+    """A GPU counts as busy (for the typical power under load) above this utilisation."""
 
     @property
     def trend_from_headroom(self) -> float:
@@ -120,11 +127,33 @@ def judged_temp(temp: FloatA, trend: FloatA, slowdown: FloatA, args: ThermalArgs
     return np.where(warm, np.maximum(temp, predicted_temp(temp, trend, args.horizon_seconds)), temp)
 
 
+def loaded_power_w(fleet: FleetArrays, args: ThermalArgs) -> FloatA:
+    """(N, G) the power a GPU is expected to draw under a pod: the ``loadPowerPercentile`` of what busy GPUs of its
+    model draw now (NaN for a model with no busy GPU, or without power readings)."""
+    out = np.full(fleet.gpu_present.shape, np.nan)
+    busy = fleet.gpu_present & np.isfinite(fleet.power) & (fleet.util > args.busy_above_util)
+    for m in np.unique(fleet.model_id[busy]):
+        mask = fleet.model_id == m
+        out[mask] = float(np.percentile(fleet.power[mask & busy], args.load_power_percentile))
+    return out
+
+
+def loaded_temp(fleet: FleetArrays, idx: IntA, args: ThermalArgs) -> FloatA:
+    """(n, G) the temperature a GPU is predicted to settle at under a pod's load: now plus its thermal resistance
+    times the power the load adds (:func:`loaded_power_w` less what it draws now). NaN where the cooling quality or
+    the power is unknown."""
+    added = np.maximum(loaded_power_w(fleet, args)[idx] - fleet.power[idx], 0.0)
+    return np.asarray(fleet.temp[idx] + fleet.thermal_resistance[idx] * added, dtype=np.float64)
+
+
 def gpu_quality(fleet: FleetArrays, idx: IntA, args: ThermalArgs) -> FloatA:
     """(n, G) thermal quality 0..1 per GPU (NaN for padding)."""
     slowdown = fleet.slowdown[idx]
     pred = judged_temp(fleet.temp[idx], fleet.trend[idx], slowdown, args)
     q = np.clip(headroom_c(pred, slowdown) / args.comfortable_headroom_celsius, 0.0, 1.0)
+    with np.errstate(invalid="ignore"):
+        q_loaded = np.clip(headroom_c(loaded_temp(fleet, idx, args), slowdown) / args.loaded_headroom_celsius, 0, 1)
+    q = np.where(np.isnan(q_loaded), q, np.minimum(q, q_loaded))
     thr = fleet.throttle[idx]
     slowed = (thr & SLOWDOWN_MASK) != 0
     q = np.where(slowed, q * args.throttle_penalty * fleet.clock_ratio[idx], q)
@@ -133,7 +162,18 @@ def gpu_quality(fleet: FleetArrays, idx: IntA, args: ThermalArgs) -> FloatA:
 
 
 #: The columns :func:`gpu_quality` reads (none of them is ever written in place).
-QUALITY_COLUMNS = ("temp", "trend", "slowdown", "throttle", "clock_ratio", "gpu_present")
+QUALITY_COLUMNS = (
+    "temp",
+    "trend",
+    "slowdown",
+    "throttle",
+    "clock_ratio",
+    "gpu_present",
+    "power",
+    "thermal_resistance",
+    "util",
+    "model_id",
+)
 
 
 class ThermalScore:

@@ -6,8 +6,18 @@ across sockets. Each level has a quality in 0..1 (args). A set of GPUs has quali
 ties). For a node and a mask of usable GPUs, ``best(k)`` is the best quality of any ``k`` of them.
 
 * multi-GPU pods (k >= 2): raw = ``best(k)`` over the GPUs the pod could get (absolute, 0..1);
-* single-GPU pods: a node's connected free capacity is ``C = sum_k (k/G) * best(k)`` over its wholly free GPUs;
-  placing on GPU j loses ``C - C(without j)`` (zero on a GPU already shared). Raw = ``1 - min_j loss / C_max``.
+* single-GPU pods: what matters is connectivity *quality*, not GPU count (keeping large nodes whole for large pods
+  is the fragmentation policy's job, which knows the workload's shapes). Taking wholly free GPU j out of the free
+  set m costs, in 0..1 (zero on a GPU already shared):
+
+  - half the *link premium* of j: its best link to another free GPU above the node's weakest link
+    (``max_i q(j, i) - floor``), i.e. the NVLink or PCIe-switch partner it would leave alone;
+  - half the quality the GPUs left lose for every group size they can still host,
+    ``sum_{k=2}^{|m|-1} (k/G) * (best_m(k) - best_{m-j}(k))``, over its maximum ``sum_{k=2}^{G-1} k/G``.
+
+  Raw = ``1 - min_j loss``. A node whose GPUs are uniformly connected (all NVLink, or no NVLink or switch data, as in
+  a trace) costs nothing whatever its size, so 1-GPU pods are not pushed onto 8-GPU nodes by this score; on a node
+  of NVLink pairs the GPU whose partner is busy is free of charge, and an intact pair costs its premium.
 
 Nodes share a handful of wiring patterns, so everything is tabulated once per pattern over all ``2^G`` masks
 (G <= 16) and looked up by (pattern, mask) per request; wider nodes fall back to cached enumeration per distinct
@@ -145,12 +155,22 @@ class Pattern:
     weights: FloatA  # (G + 1,) k/G for k >= 2, else 0
     qbest: FloatA | None = None  # (G + 1, 2^G) best quality of k of the mask
     clique: BoolA | None = None  # (G + 1, 2^G) some k of the mask are all NVLink-linked
-    cval: FloatA | None = None  # (2^G,) connected free capacity of a mask
-    loss: FloatA | None = None  # (2^G, G) capacity lost by taking slot j of the mask
+    cval: FloatA | None = None  # (2^G,) connected free capacity of a mask (the multi-GPU picker's tie-break)
+    present: BoolA | None = None  # (G,) slots holding a GPU (default: the first n_present)
+    loss: FloatA | None = None  # (2^G, G) connectivity quality lost by taking slot j of the mask (0..1)
 
     @property
-    def cmax(self) -> float:
-        return float(self.weights[: self.n_present + 1].sum())
+    def floor(self) -> float:
+        """Quality of the node's weakest link between present slots (what any pair of this node gets anyway)."""
+        if self.n_present < 2:
+            return 1.0
+        cols = np.flatnonzero(self.present) if self.present is not None else np.arange(self.n_present)
+        return float(self.lq[np.ix_(cols, cols)].min())
+
+    @property
+    def drop_norm(self) -> float:
+        """Maximum of the size-weighted quality drop: ``sum_{k=2}^{n-1} k/G`` (0 on nodes of two GPUs or fewer)."""
+        return float(self.weights[2 : self.n_present].sum())
 
     def build_tables(self, share: float) -> None:
         """Tabulate every mask of the pattern. O(G^2 * 2^G) time, O(G * 2^G) memory; about 0.1 s for G = 16."""
@@ -187,10 +207,24 @@ class Pattern:
         qbest[0] = 1.0
         clique[0] = True
         cval = (self.weights[:, None] * np.maximum(qbest, 0.0)).sum(axis=0)
+        floor, norm = self.floor, self.drop_norm
+        # sizes 2..|m|-1 of every mask (the sizes the mask can still host once one slot is taken)
+        ks = np.arange(g + 1)[:, None]
+        kept = (ks >= 2) & (ks <= pop[None, :] - 1)
+        qfin = np.where(np.isfinite(qbest), qbest, 0.0)  # finite on every kept size of a mask and its submask
         loss = np.zeros((n_sub, g))
         for j in range(g):
             has = ((s >> j) & 1).astype(np.bool_)
-            loss[:, j] = np.where(has, cval - cval[s & ~(1 << j)], 0.0)
+            # best link from j to another slot of the mask: a subset max over the other slots
+            partner = np.full(n_sub, -np.inf)
+            for i in range(g):
+                if i != j:
+                    partner = np.where((s >> i) & 1 == 1, np.maximum(partner, self.lq[j, i]), partner)
+            premium = np.clip(partner - floor, 0.0, None)
+            without = s & ~(1 << j)
+            drop = np.where(kept, qfin - qfin[:, without], 0.0)
+            dsum = (self.weights[:, None] * drop).sum(axis=0)
+            loss[:, j] = np.where(has, 0.5 * premium + (0.5 * dsum / norm if norm > 0 else 0.0), 0.0)
         self.qbest, self.clique, self.cval, self.loss = qbest, clique, cval, loss
 
     # Enumeration (wide nodes, and the picker)
@@ -200,6 +234,23 @@ class Pattern:
     def has_clique(self, bits: int, k: int) -> bool:
         q, _ = best_set(self.nvl.astype(np.float64), _bit_cols(bits, self.g), k, 1.0)
         return q >= 1.0
+
+    def slot_loss(self, bits: int, j: int, share: float) -> float:
+        """Connectivity quality lost by taking slot ``j`` of ``bits`` (enumerated; the tables' definition)."""
+        if not bits >> j & 1:
+            return 0.0
+        cols = _bit_cols(bits, self.g)
+        rest = [c for c in cols if c != j]
+        partner = max((float(self.lq[j, i]) for i in rest), default=-math.inf)
+        premium = max(0.0, partner - self.floor)
+        norm = self.drop_norm
+        if norm <= 0:
+            return 0.5 * premium
+        dsum = sum(
+            self.weights[k] * (best_set(self.lq, cols, k, share)[0] - best_set(self.lq, rest, k, share)[0])
+            for k in range(2, len(cols))
+        )
+        return 0.5 * premium + 0.5 * float(dsum) / norm
 
     def capacity(self, bits: int, share: float) -> float:
         if self.cval is not None:
@@ -219,7 +270,6 @@ class FleetTopology:
     qbest: FloatA | None
     clique: BoolA | None
     loss: FloatA | None
-    cmax: FloatA
 
 
 class TopologyTables:
@@ -270,6 +320,7 @@ class TopologyTables:
                     lq=self.link_quality[lv[r]],
                     nvl=lv[r] == 0,
                     weights=weights,
+                    present=fleet.gpu_present[r].copy(),
                 )
                 if g <= MAX_TABLE_GPUS:
                     pat.build_tables(self.share)
@@ -288,7 +339,6 @@ class TopologyTables:
             qbest=qbest,
             clique=clique,
             loss=loss,
-            cmax=np.array([p.cmax for p in patterns], dtype=np.float64),
         )
         self._fleet_key, self._fleet = key, ft
         self._memo.clear()
@@ -307,7 +357,7 @@ class TopologyTables:
                 elif what == "clique":
                     v = 1.0 if pat.has_clique(b, k) else 0.0
                 else:  # "loss" of slot k
-                    v = pat.capacity(b, self.share) - pat.capacity(b & ~(1 << k), self.share) if b >> k & 1 else 0.0
+                    v = pat.slot_loss(b, k, self.share)
                 self._memo[mk] = v
             out[i] = float(v)  # type: ignore[arg-type]
         return out
@@ -333,16 +383,13 @@ class TopologyTables:
         return self._per_key(ft, ft.pid[idx], bits, "clique", k) > 0.5
 
     def slot_loss(self, fleet: FleetArrays, idx: IntA, free: BoolA) -> FloatA:
-        """(n, G) share of the node's connected free capacity lost by placing one GPU on each slot (0..1)."""
+        """(n, G) connectivity quality lost by placing one GPU on each slot (0..1; see the module docstring)."""
         ft = self.for_fleet(fleet)
         bits = mask_bits(free)
         pids = ft.pid[idx]
         if ft.loss is not None:
-            loss = ft.loss[pids, bits]
-        else:
-            loss = np.stack([self._per_key(ft, pids, bits, "loss", j) for j in range(free.shape[1])], axis=1)
-        cmax = ft.cmax[pids]
-        return np.asarray(np.where(cmax[:, None] > 0, loss / np.maximum(cmax[:, None], 1e-12), 0.0))
+            return np.asarray(ft.loss[pids, bits], dtype=np.float64)
+        return np.stack([self._per_key(ft, pids, bits, "loss", j) for j in range(free.shape[1])], axis=1)
 
     def pattern(self, fleet: FleetArrays, row: int) -> Pattern:
         ft = self.for_fleet(fleet)
@@ -406,8 +453,8 @@ class TopologyScore:
         j = int(np.argmin(loss[0]))
         free = int(whole_free(fleet, idx)[0].sum())
         return [
-            f"best slot for one GPU is gpu {int(gidx[j])}: it costs {loss[0, j]:.0%} of the node's connected free "
-            f"capacity ({free} whole GPUs free)",
+            f"best slot for one GPU is gpu {int(gidx[j])}: it costs {loss[0, j]:.0%} of the free GPUs' connectivity "
+            f"quality ({free} whole GPUs free; uniformly connected GPUs cost nothing)",
         ]
 
 

@@ -479,7 +479,7 @@ class SimulatedFleetSource:
             temps=np.round(temps, 1),
             bits=tm.throttle_bits(temps, grp.util, p),
             clocks=tm.sm_clock_mhz(temps, grp.util, p),
-            power=tm.power_w(grp.util, p),
+            power=tm.power_w(grp.util, p, tm.clock_ratio(temps, p)),  # a throttled GPU draws less, as in the model
             util=np.round(grp.util, 3),
             mem_util=np.round(np.clip(grp.util * 0.6, 0.0, 1.0), 3).astype(np.float64),
             mem_used=grp.mem_used.copy(),

@@ -51,14 +51,28 @@ def test_multi_gpu_ranking() -> None:
 
 
 def test_single_gpu_keeps_intact_groups() -> None:
-    # A fully free DGX loses its 8-GPU group; a DGX with one GPU left loses almost nothing.
-    full, almost = raw(request(1), dgx("a"), dgx("b", assignments=[whole("x", 0, 1, 2, 3, 4, 5, 6)]))
-    assert almost == 1.0
-    assert full < almost
-    # on a node of NVLink pairs, the GPU whose partner is busy is the cheap one
+    # on a node of NVLink pairs, the GPU whose partner is busy keeps only its same-NUMA link (premium 0.3 over the
+    # node's weakest, cross-socket link); a GPU of an intact pair leaves its NVLink partner alone (premium 1.0)
     pairs_broken = raw(request(1), nvlink_pairs("c", assignments=[whole("x", 0)]))[0]
     pairs_intact = raw(request(1), nvlink_pairs("d"))[0]
-    assert pairs_broken > pairs_intact
+    assert pairs_broken == 1 - 0.5 * 0.3
+    assert pairs_intact < pairs_broken
+    # the same across nodes: a lone GPU elsewhere beats breaking a PCIe-switch pair
+    lone, pair = raw(request(1), pcie_box("e", assignments=[whole("x", 0, 2, 4, 6)]), pcie_box("f"))
+    assert lone > pair
+
+
+def test_single_gpu_ignores_gpu_count_on_uniform_nodes() -> None:
+    # Uniformly connected nodes lose no connectivity quality, whatever their size and however full: keeping large
+    # nodes whole by count is the fragmentation policy's job (it knows the workload's shapes).
+    trace_like = [node(f"t{n}", [gpu(i) for i in range(n)]) for n in (1, 2, 4, 8)]  # no NVLink or switch data
+    assert raw(request(1), *trace_like) == [1.0, 1.0, 1.0, 1.0]
+    assert raw(request(1, share=500), *trace_like) == [1.0, 1.0, 1.0, 1.0]
+    full, almost = raw(request(1), dgx("a"), dgx("b", assignments=[whole("x", 0, 1, 2, 3, 4, 5, 6)]))
+    assert full == almost == 1.0
+    # ... but a uniform node is preferred to breaking a well-connected group on a mixed one
+    two, eight, pairs = raw(request(1), trace_like[1], trace_like[3], nvlink_pairs("p"))
+    assert two == eight > pairs
 
 
 def test_shared_pod_on_shared_gpu_costs_nothing() -> None:
@@ -142,10 +156,9 @@ def test_framework_shares_one_pattern_cache() -> None:
 
 
 def test_wide_nodes_single_gpu_score() -> None:
-    # 12 GPUs: evaluated per distinct (pattern, mask) instead of tables; the same preferences hold
+    # 12 GPUs: the same preferences hold
     full, almost = raw(request(1), dgx("a", 12), dgx("b", 12, assignments=[whole("x", *range(11))]))
-    assert almost == 1.0
-    assert 0 < full < almost
+    assert full == almost == 1.0
     broken, intact = raw(request(1), nvlink_pairs("c", 12, assignments=[whole("x", 0)]), nvlink_pairs("d", 12))
     assert broken > intact
     assert pick(request(1), nvlink_pairs("e", 12, assignments=[whole("x", 0)])) == (1,)
@@ -164,7 +177,7 @@ def test_tables_match_enumeration(g: int) -> None:
     lq = TopologyArgs().qualities()[levels]
     pat = Pattern(g=g, n_present=g, levels=levels.astype(np.int8), lq=lq, nvl=levels == 0, weights=weights)
     pat.build_tables(0.8)
-    assert pat.qbest is not None and pat.clique is not None and pat.cval is not None
+    assert pat.qbest is not None and pat.clique is not None and pat.cval is not None and pat.loss is not None
     for m in range(1 << g):
         cols = [j for j in range(g) if m >> j & 1]
         for k in range(1, g + 1):
@@ -174,14 +187,18 @@ def test_tables_match_enumeration(g: int) -> None:
             assert bool(pat.clique[k, m]) == linked
         expect_c = sum(weights[k] * max(0.0, best_set(lq, cols, k, 0.8)[0]) for k in range(2, len(cols) + 1))
         assert pat.cval[m] == pytest.approx(expect_c)
+        for j in range(g):
+            assert pat.loss[m, j] == pytest.approx(pat.slot_loss(m, j, 0.8))
+            assert 0.0 <= pat.loss[m, j] <= 1.0
 
 
 def test_nodes_wider_than_the_tables_are_enumerated() -> None:
     # 18 GPUs: beyond the tables, evaluated per distinct (pattern, mask)
     assert raw(request(4), dgx("a", 18)) == [1.0]
     full, almost = raw(request(1), dgx("b", 18), dgx("c", 18, assignments=[whole("x", *range(17))]))
-    assert almost == 1.0
-    assert 0 < full < almost
+    assert full == almost == 1.0
+    broken, intact = raw(request(1), nvlink_pairs("q", 18, assignments=[whole("x", 0)]), nvlink_pairs("r", 18))
+    assert broken > intact
     ok = raw(request(2), nvlink_pairs("d", 18, assignments=[whole("x", 0)]))
     assert ok == [1.0]
     got_pair = pick(request(2), nvlink_pairs("e", 18, assignments=[whole("x", 0)]))

@@ -1,0 +1,136 @@
+"""Cooling quality learned from telemetry: each GPU's thermal resistance, degrees Celsius above idle per added watt.
+
+A GPU in a poorly cooled chassis (a clogged filter, a failed fan, a hot aisle) looks like any other while it idles: a
+degree or two warmer, well inside the inlet drift between racks. Under load it settles much hotter. What tells it
+apart is how far its temperature rises per watt it draws, which is what a datasheet's thermal resistance describes::
+
+    r = (temp - idle temp) / (power - idle power)        # measured only once the temperature has settled
+
+:class:`CoolingEstimator` learns ``r`` per GPU from successive fleet readings, in the background (the snapshot cache
+calls it once per refresh; the thermal scenario once per step), never on the request path:
+
+* while a GPU idles with a settled temperature, its idle temperature and idle power are followed (EWMA): the baseline
+  that the rise under load is measured from, so inlet drift between racks cancels out;
+* while it carries load (``minAddedWatts`` above its idle power) with a settled temperature (trend within
+  ``settled_c_per_min``: right after a load step the temperature is still climbing and the ratio would read low),
+  each reading is one sample of ``r``, averaged with an EWMA;
+* while it idles again, the learned ``r`` is kept: cooling quality belongs to the chassis, not to the job.
+
+A GPU never seen idle measures from its node's idle GPUs, else from the fleet's typical idle GPU of its model. A GPU
+never seen loaded gets the fleet's typical ``r`` for its model (the median of the GPUs learned so far): it looks
+typical until it has shown otherwise. Without any learned GPU of its model, or without power readings, the estimate
+is NaN and the thermal policy falls back to the current temperature alone.
+
+Pure numpy over the (nodes x GPU slots) arrays of :class:`~scheduler_plugin.model.FleetArrays`; rows are matched to
+the previous reading by node name and GPU index, so nodes may come and go.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import numpy.typing as npt
+
+from ..model import FleetArrays
+
+FloatA = npt.NDArray[np.float64]
+BoolA = npt.NDArray[np.bool_]
+
+
+def _per_model_median(values: FloatA, model_id: npt.NDArray[np.int32]) -> FloatA:
+    """(N, G): the median of the finite ``values`` of each GPU's model (NaN where a model has none)."""
+    out = np.full(values.shape, np.nan)
+    for m in np.unique(model_id[model_id >= 0]):
+        mask = model_id == m
+        known = values[mask & np.isfinite(values)]
+        if known.size:
+            out[mask] = float(np.median(known))
+    return out
+
+
+def _ewma(old: FloatA, sample: FloatA, alpha: float, where: BoolA) -> FloatA:
+    """``old`` moved ``alpha`` of the way towards ``sample`` where ``where`` (the sample itself where ``old`` is NaN)."""
+    moved = np.where(np.isnan(old), sample, old + alpha * (sample - old))
+    return np.where(where, moved, old)
+
+
+class CoolingEstimator:
+    """Per-GPU thermal resistance (°C per watt above idle), learned across successive readings of a fleet."""
+
+    def __init__(
+        self,
+        *,
+        alpha: float = 0.2,
+        idle_below_util: float = 0.05,
+        settled_c_per_min: float = 1.5,
+        min_added_watts: float = 100.0,
+        max_c_per_w: float = 1.0,
+    ) -> None:
+        for name, v in (("alpha", alpha), ("settled_c_per_min", settled_c_per_min)):
+            if not (math.isfinite(v) and v > 0):
+                raise ValueError(f"{name} must be a positive number, got {v!r}")
+        if not 0 < alpha <= 1:
+            raise ValueError(f"alpha must be in (0, 1], got {alpha!r}")
+        if not min_added_watts > 0:
+            raise ValueError(f"min_added_watts must be > 0, got {min_added_watts!r}")
+        self.alpha = alpha
+        self.idle_below_util = idle_below_util
+        self.settled_c_per_min = settled_c_per_min
+        self.min_added_watts = min_added_watts
+        self.max_c_per_w = max_c_per_w
+        self._names: tuple[str, ...] = ()
+        self._gpu_index: npt.NDArray[np.int32] = np.zeros((0, 0), dtype=np.int32)
+        self._idle_temp: FloatA = np.zeros((0, 0))
+        self._idle_power: FloatA = np.zeros((0, 0))
+        self._r: FloatA = np.zeros((0, 0))
+
+    def _aligned(self, fleet: FleetArrays) -> tuple[FloatA, FloatA, FloatA]:
+        """The kept state laid out on ``fleet``'s rows and slots (NaN for GPUs not seen before)."""
+        shape = fleet.gpu_present.shape
+        if self._names == fleet.names and self._r.shape == shape and np.array_equal(self._gpu_index, fleet.gpu_index):
+            return self._idle_temp, self._idle_power, self._r
+        out = tuple(np.full(shape, np.nan) for _ in range(3))
+        old_rows = np.array([{n: i for i, n in enumerate(self._names)}.get(n, -1) for n in fleet.names], dtype=np.int64)
+        g = min(shape[1], self._r.shape[1]) if self._r.size else 0
+        if g and (old_rows >= 0).any():
+            new_rows = np.nonzero(old_rows >= 0)[0]
+            src = old_rows[new_rows]
+            same = (self._gpu_index[src, :g] == fleet.gpu_index[new_rows, :g]) & (fleet.gpu_index[new_rows, :g] >= 0)
+            for dst, old in zip(out, (self._idle_temp, self._idle_power, self._r), strict=True):
+                dst[new_rows, :g] = np.where(same, old[src, :g], np.nan)
+        return out[0], out[1], out[2]
+
+    def update(self, fleet: FleetArrays) -> FloatA:
+        """Learn from one reading; return the (N, G) estimate, NaN where unknown (and for padding)."""
+        idle_temp, idle_power, r = self._aligned(fleet)
+        present = fleet.gpu_present
+        temp, power = fleet.temp, fleet.power
+        valid = present & np.isfinite(power) & np.isfinite(temp)
+        settled = np.abs(fleet.trend) <= self.settled_c_per_min
+        idle = valid & settled & (fleet.util < self.idle_below_util)
+        idle_temp = _ewma(idle_temp, temp, self.alpha, idle)
+        idle_power = _ewma(idle_power, power, self.alpha, idle)
+        with np.errstate(all="ignore"):  # all-NaN rows are expected
+            node_temp = np.nanmedian(np.where(present, idle_temp, np.nan), axis=1, keepdims=True)
+            node_power = np.nanmedian(np.where(present, idle_power, np.nan), axis=1, keepdims=True)
+        base_temp = np.where(np.isnan(idle_temp), node_temp, idle_temp)
+        base_power = np.where(np.isnan(idle_power), node_power, idle_power)
+        base_temp = np.where(np.isnan(base_temp), _per_model_median(idle_temp, fleet.model_id), base_temp)
+        base_power = np.where(np.isnan(base_power), _per_model_median(idle_power, fleet.model_id), base_power)
+        added = power - base_power
+        loaded = valid & settled & np.isfinite(base_temp) & (added >= self.min_added_watts)
+        with np.errstate(all="ignore"):
+            sample = np.clip((temp - base_temp) / added, 0.0, self.max_c_per_w)
+        r = _ewma(r, sample, self.alpha, loaded)
+        self._names, self._gpu_index = fleet.names, fleet.gpu_index.copy()
+        self._idle_temp, self._idle_power, self._r = idle_temp, idle_power, r
+        est = np.where(np.isnan(r), _per_model_median(np.where(present, r, np.nan), fleet.model_id), r)
+        return np.asarray(np.where(present, est, np.nan), dtype=np.float64)
+
+    def fill(self, fleet: FleetArrays) -> None:
+        """Learn from ``fleet`` and write the estimate into its ``thermal_resistance`` column where the source did
+        not report one. Call it while building the arrays, before anyone reads them."""
+        est = self.update(fleet)
+        reported = fleet.thermal_resistance
+        fleet.thermal_resistance = np.where(np.isfinite(reported), reported, est)
