@@ -25,7 +25,7 @@ import orjson
 
 from ..model import MIB, GpuInfo, GpuNode, GpuProcess
 from .model_defaults import ModelDefaults, defaults_for
-from .source import SourceError
+from .source import SourceError, remember_nodes
 
 MetricsFlavour = Literal["auto", "kelvin", "dcgm"]
 
@@ -172,12 +172,7 @@ class PrometheusSource:
 
     def _remember(self, fresh: dict[str, GpuNode]) -> list[GpuNode]:
         """Nodes seen now, plus nodes seen before whose series vanished, kept with their old ``observed_at``."""
-        now = self._clock()
-        self._known.update(fresh)
-        for name, node in list(self._known.items()):
-            if name not in fresh and (node.observed_at is None or now - node.observed_at > self.forget_after_s):
-                del self._known[name]
-        return [self._known[n] for n in sorted(self._known)]
+        return remember_nodes(self._known, fresh, self._clock(), self.forget_after_s)
 
     # ----------------------------------------------------------------------------------------------------- HTTP
     async def _query(self, query: str) -> list[Sample]:

@@ -21,7 +21,7 @@ import httpx
 from ..kube import KubeClient, KubeError
 from ..model import GpuNode
 from ..model.serde import ModelJSONError, node_from_json
-from .source import SourceError
+from .source import SourceError, remember_nodes
 
 log = logging.getLogger(__name__)
 
@@ -107,12 +107,7 @@ class ScrapeSource:
                 self.failed_targets.append(f"{target.url}: {answer}")
         if self.failed_targets:
             log.warning("%d exporter(s) did not answer: %s", len(self.failed_targets), "; ".join(self.failed_targets))
-        now = self._clock()
-        self._known.update(fresh)
-        for name, node in list(self._known.items()):
-            if name not in fresh and (node.observed_at is None or now - node.observed_at > self.forget_after_s):
-                del self._known[name]
-        return [self._known[n] for n in sorted(self._known)]
+        return remember_nodes(self._known, fresh, self._clock(), self.forget_after_s)
 
     async def _scrape(self, target: Target) -> GpuNode | str:
         try:

@@ -25,3 +25,15 @@ class TelemetrySource(Protocol):
     async def fetch(self) -> Sequence[GpuNode]: ...
 
     async def close(self) -> None: ...
+
+
+def remember_nodes(
+    known: dict[str, GpuNode], fresh: dict[str, GpuNode], now: float, forget_after_s: float
+) -> list[GpuNode]:
+    """Merge ``fresh`` into ``known`` (mutated): nodes whose telemetry vanished stay, with their old ``observed_at``,
+    so the cache marks them stale instead of forgetting them, until ``forget_after_s`` passes. Sorted by name."""
+    known.update(fresh)
+    for name, node in list(known.items()):
+        if name not in fresh and (node.observed_at is None or now - node.observed_at > forget_after_s):
+            del known[name]
+    return [known[n] for n in sorted(known)]
