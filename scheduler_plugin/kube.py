@@ -111,7 +111,11 @@ class KubeClient:
             if config.insecure:
                 verify = False
             else:
-                ctx = ssl.create_default_context(cafile=config.ca_file) if config.ca_file else ssl.create_default_context()
+                ctx = (
+                    ssl.create_default_context(cafile=config.ca_file)
+                    if config.ca_file
+                    else ssl.create_default_context()
+                )
                 if config.cert_file and config.key_file:
                     ctx.load_cert_chain(config.cert_file, config.key_file)
                 verify = ctx

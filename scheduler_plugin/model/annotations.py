@@ -8,19 +8,19 @@ PREFIX = "kelvin.dev/"
 GPU_RESOURCE = "nvidia.com/gpu"
 
 # Pod annotations read by the extender (set by users)
-GPU_MEMORY = PREFIX + "gpu-memory"          # per-GPU memory of a shared GPU, a quantity: "20Gi"
-GPU_SHARE = PREFIX + "gpu-share"            # compute share of one GPU in thousandths, 1..1000: "460"
-GPU_MODELS = PREFIX + "gpu-models"          # allowed GPU models, comma separated: "A100,H100"
-TOPOLOGY = PREFIX + "topology"              # multi-GPU pods: "nvlink-required" | "nvlink-preferred" | "any"
+GPU_MEMORY = PREFIX + "gpu-memory"  # per-GPU memory of a shared GPU, a quantity: "20Gi"
+GPU_SHARE = PREFIX + "gpu-share"  # compute share of one GPU in thousandths, 1..1000: "460"
+GPU_MODELS = PREFIX + "gpu-models"  # allowed GPU models, comma separated: "A100,H100"
+TOPOLOGY = PREFIX + "topology"  # multi-GPU pods: "nvlink-required" | "nvlink-preferred" | "any"
 MAX_TEMPERATURE = PREFIX + "max-temperature"  # Celsius: "78"
 
 # Pod annotations read by the operator (set by users)
-EVICTABLE = PREFIX + "evictable"            # "false" protects the pod from kelvin's evictions
-CHECKPOINT = PREFIX + "checkpoint"          # "true": ask before evicting (checkpoint handshake)
+EVICTABLE = PREFIX + "evictable"  # "false" protects the pod from kelvin's evictions
+CHECKPOINT = PREFIX + "checkpoint"  # "true": ask before evicting (checkpoint handshake)
 CHECKPOINT_DONE = PREFIX + "checkpoint-done"  # written by the workload: RFC 3339 timestamp
 
 # Written by kelvin
-GPU_ASSIGNED = PREFIX + "gpu-assigned"      # GPU indices chosen at bind: "0,1"
+GPU_ASSIGNED = PREFIX + "gpu-assigned"  # GPU indices chosen at bind: "0,1"
 GPU_ASSIGNED_NODE = PREFIX + "gpu-assigned-node"
 CHECKPOINT_REQUESTED = PREFIX + "checkpoint-requested"
 

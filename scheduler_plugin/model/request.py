@@ -207,7 +207,8 @@ def request_from_annotations(
             raise RequestError(ann.GPU_MEMORY, raw, "must be more than zero")
         if count > 1:
             raise RequestError(
-                ann.GPU_MEMORY, raw,
+                ann.GPU_MEMORY,
+                raw,
                 f"a GPU memory pool means one shared GPU, but the pod requests {count} whole GPUs "
                 f"({ann.GPU_RESOURCE}); drop the annotation or request 1 GPU",
             )
@@ -219,7 +220,9 @@ def request_from_annotations(
         try:
             share = int(str(raw).strip())
         except ValueError as exc:
-            raise RequestError(ann.GPU_SHARE, raw, "must be an integer number of thousandths of a GPU, 1..1000") from exc
+            raise RequestError(
+                ann.GPU_SHARE, raw, "must be an integer number of thousandths of a GPU, 1..1000"
+            ) from exc
         if not 1 <= share <= MILLI_PER_GPU:
             raise RequestError(ann.GPU_SHARE, raw, "must be between 1 and 1000 (thousandths of one GPU)")
         if count > 1:
@@ -255,7 +258,15 @@ def request_from_annotations(
             raise RequestError(ann.MAX_TEMPERATURE, raw, "must be between 20 and 120 (Celsius)")
 
     return GpuRequest(
-        count=count, milli=milli, memory_bytes=memory_bytes, models=models, topology=topology,
-        max_temperature=max_temp, cpu_milli=cpu_milli, host_memory_bytes=host_memory_bytes,
-        pod_key=pod_key, pod_uid=pod_uid, priority=priority,
+        count=count,
+        milli=milli,
+        memory_bytes=memory_bytes,
+        models=models,
+        topology=topology,
+        max_temperature=max_temp,
+        cpu_milli=cpu_milli,
+        host_memory_bytes=host_memory_bytes,
+        pod_key=pod_key,
+        pod_uid=pod_uid,
+        priority=priority,
     )

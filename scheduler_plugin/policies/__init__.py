@@ -5,6 +5,15 @@ from .config import PolicyConfig
 from .framework import Explanation, FilterOutcome, Framework
 
 __all__ = [
-    "Explanation", "FilterOutcome", "Framework", "PolicyConfig", "baselines", "burst", "fit", "fragmentation", "noise",
-    "thermal", "topology",
+    "Explanation",
+    "FilterOutcome",
+    "Framework",
+    "PolicyConfig",
+    "baselines",
+    "burst",
+    "fit",
+    "fragmentation",
+    "noise",
+    "thermal",
+    "topology",
 ]

@@ -64,8 +64,6 @@ def build(kind: str, name: str, raw_args: dict[str, Any] | None, path: str) -> A
     try:
         args = reg.args_model.model_validate(raw_args or {})
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{path}.{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
-        )
+        problems = "; ".join(f"{path}.{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
         raise PolicyConfigError(problems) from exc
     return reg.factory(args)
