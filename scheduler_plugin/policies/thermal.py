@@ -11,6 +11,16 @@ slowdown, as the operator's hotness check does (``predictMinCelsius``): a GPU th
 and a straight line through that start overshoots where it settles, so a cool node that just took a pod would score
 as badly as one about to throttle.
 
+Cooling quality: a badly cooled GPU looks like any other while idle and gives itself away only by how far it heats
+per watt. Where the snapshot knows a GPU's thermal resistance ``r`` (°C per watt above idle, learned by
+:mod:`scheduler_plugin.telemetry.cooling` or reported by the source) and its power, the temperature it would settle
+at under a pod is predicted, and the quality is the lower of the two::
+
+    loaded = temp + trend * settle + r * (P_load - power)     # P_load: loadPowerPercentile of busy GPUs' power
+    q = min(q, clip((slowdown - loaded) / loadedHeadroom, 0, 1))
+
+so a poorly cooled node scores low before it is loaded, and the scheduler does not fill it first.
+
 Active thermal throttling sets q to 0; any other clock slowdown (power cap, hardware slowdown, power brake) multiplies
 it by ``throttlePenalty`` and by the clock ratio (SM clock / max). A node's raw score mixes the GPUs the pod would get
 (the mean of the best ``count`` usable GPUs, or of all its GPUs when fewer are usable) with the node's worst GPU
@@ -109,8 +119,12 @@ class ThermalArgs(CamelModel):
     loaded_headroom_celsius: float = Field(15.0, gt=0, le=100)
     """Headroom below slowdown, predicted under load from the GPU's cooling quality, at which it gets the full score;
     the quality is the lower of the now and the under-load one."""
-    load_power_percentile: float = Field(90.0, ge=0, le=100)
-    """The load a pod is assumed to add: this percentile of the power that busy GPUs of the same model draw."""
+    load_power_percentile: float = Field(100.0, ge=0, le=100)
+    """The load a pod is assumed to add: this percentile of the power that busy GPUs of the same model draw now
+    (default the highest: a pod may run flat out)."""
+    settle_seconds: float = Field(60.0, ge=0, le=3600)
+    """Thermal time constant used to read where a GPU is heading at its present power: ``temp + trend * settle``
+    (a GPU whose job just ended is still hot but is cooling towards its idle temperature)."""
     busy_above_util: float = Field(0.05, ge=0, lt=1)
     """A GPU counts as busy (for the typical power under load) above this utilisation."""
 
@@ -139,11 +153,13 @@ def loaded_power_w(fleet: FleetArrays, args: ThermalArgs) -> FloatA:
 
 
 def loaded_temp(fleet: FleetArrays, idx: IntA, args: ThermalArgs) -> FloatA:
-    """(n, G) the temperature a GPU is predicted to settle at under a pod's load: now plus its thermal resistance
-    times the power the load adds (:func:`loaded_power_w` less what it draws now). NaN where the cooling quality or
-    the power is unknown."""
-    added = np.maximum(loaded_power_w(fleet, args)[idx] - fleet.power[idx], 0.0)
-    return np.asarray(fleet.temp[idx] + fleet.thermal_resistance[idx] * added, dtype=np.float64)
+    """(n, G) the temperature a GPU is predicted to settle at under a pod's load: where it is heading at its present
+    power (``temp + trend * settleSeconds``) plus its thermal resistance times the power the load adds
+    (:func:`loaded_power_w` less what it draws now; negative for a GPU drawing more than that). NaN where the cooling
+    quality or the power is unknown."""
+    heading = fleet.temp[idx] + fleet.trend[idx] * (args.settle_seconds / 60.0)
+    added = loaded_power_w(fleet, args)[idx] - fleet.power[idx]
+    return np.asarray(heading + fleet.thermal_resistance[idx] * added, dtype=np.float64)
 
 
 def gpu_quality(fleet: FleetArrays, idx: IntA, args: ThermalArgs) -> FloatA:
@@ -223,6 +239,7 @@ class ThermalScore:
     def explain(self, req: GpuRequest, fleet: FleetArrays, row: int, ctx: CycleContext) -> list[str]:
         idx = np.array([row], dtype=np.int64)
         q = gpu_quality(fleet, idx, self.args)[0]
+        loaded = loaded_temp(fleet, idx, self.args)[0]
         h = self.args.horizon_seconds
         lines = []
         for j in range(fleet.max_gpus):
@@ -239,6 +256,11 @@ class ThermalScore:
                 f"gpu {int(fleet.gpu_index[row, j])}: {t:.1f} °C, {ahead}; {headroom_c(pred, s):.1f} °C below "
                 f"slowdown {s:.0f} °C; quality {q[j]:.2f}"
             )
+            if np.isfinite(loaded[j]):
+                line += (
+                    f"; under load {loaded[j]:.1f} °C (cooling {fleet.thermal_resistance[row, j]:.3f} °C/W, "
+                    f"{headroom_c(float(loaded[j]), s):.1f} °C below slowdown)"
+                )
             thr = int(fleet.throttle[row, j]) & SLOWDOWN_MASK
             if thr:
                 line += f"; clocks slowed ({', '.join(throttle_reason_names(thr))}, at {fleet.clock_ratio[row, j]:.0%})"

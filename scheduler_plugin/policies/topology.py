@@ -236,21 +236,37 @@ class Pattern:
         return q >= 1.0
 
     def slot_loss(self, bits: int, j: int, share: float) -> float:
-        """Connectivity quality lost by taking slot ``j`` of ``bits`` (enumerated; the tables' definition)."""
+        """Connectivity quality lost by taking slot ``j`` of ``bits``, enumerated exactly (the tables' definition)."""
         if not bits >> j & 1:
             return 0.0
         cols = _bit_cols(bits, self.g)
         rest = [c for c in cols if c != j]
+        drops = [
+            best_set(self.lq, cols, k, share)[0] - best_set(self.lq, rest, k, share)[0] for k in range(2, len(cols))
+        ]
+        return self._combine(j, rest, drops)
+
+    def slot_losses_greedy(self, bits: int, share: float) -> list[float]:
+        """Wide nodes: every slot's loss, with ``best(k)`` approximated by one greedy growth per mask."""
+        cols = _bit_cols(bits, self.g)
+        full = dict(greedy_chain(self.lq, cols, share))
+        out = [0.0] * self.g
+        for j in cols:
+            rest = [c for c in cols if c != j]
+            part = dict(greedy_chain(self.lq, rest, share))
+            drops = [max(0.0, full[k] - part[k]) for k in range(2, len(cols))]
+            out[j] = self._combine(j, rest, drops)
+        return out
+
+    def _combine(self, j: int, rest: list[int], drops: list[float]) -> float:
+        """Half the link premium of ``j``, half the size-weighted quality drop of sizes 2.. (``drops[0]`` is k = 2)."""
         partner = max((float(self.lq[j, i]) for i in rest), default=-math.inf)
         premium = max(0.0, partner - self.floor)
         norm = self.drop_norm
         if norm <= 0:
             return 0.5 * premium
-        dsum = sum(
-            self.weights[k] * (best_set(self.lq, cols, k, share)[0] - best_set(self.lq, rest, k, share)[0])
-            for k in range(2, len(cols))
-        )
-        return 0.5 * premium + 0.5 * float(dsum) / norm
+        dsum = sum(float(self.weights[k]) * d for k, d in enumerate(drops, start=2))
+        return 0.5 * premium + 0.5 * dsum / norm
 
     def capacity(self, bits: int, share: float) -> float:
         if self.cval is not None:
@@ -348,7 +364,7 @@ class TopologyTables:
         """Wide nodes: evaluate per distinct (pattern, mask), memoised."""
         out = np.empty(pids.shape[0], dtype=np.float64)
         for i, (p, b) in enumerate(zip(pids.tolist(), bits.tolist(), strict=True)):
-            mk = (what, p, b, k)
+            mk = (what, p, b, -1 if what == "loss" else k)
             v = self._memo.get(mk)
             if v is None:
                 pat = ft.patterns[p]
@@ -356,10 +372,10 @@ class TopologyTables:
                     v = pat.best(b, k, self.share)[0]
                 elif what == "clique":
                     v = 1.0 if pat.has_clique(b, k) else 0.0
-                else:  # "loss" of slot k
-                    v = pat.slot_loss(b, k, self.share)
+                else:  # "loss": every slot's, once per (pattern, mask)
+                    v = pat.slot_losses_greedy(b, self.share)
                 self._memo[mk] = v
-            out[i] = float(v)  # type: ignore[arg-type]
+            out[i] = v[k] if isinstance(v, list) else float(v)  # type: ignore[arg-type]
         return out
 
     def best_quality(self, fleet: FleetArrays, idx: IntA, usable: BoolA, k: int) -> FloatA:

@@ -28,6 +28,7 @@ import numpy as np
 from ..model import GIB, THERMAL_THROTTLE_MASK, FleetArrays, GpuAssignment, GpuRequest, build_arrays
 from ..policies.config import FilterPolicy, PolicyConfig, ScorerConfig
 from ..policies.registry import build
+from ..telemetry.cooling import CoolingEstimator
 from ..telemetry.simulated import FleetSpec, SimulatedFleetSource
 from .engine import SimPolicy
 from .fleet import apply_placement
@@ -142,10 +143,15 @@ def thermal_policy(name: str) -> SimPolicy:
     raise ValueError(f"unknown thermal policy {name!r} (known: {', '.join(THERMAL_POLICIES)})")
 
 
-def _read(source: SimulatedFleetSource, at: float, previous: FleetArrays | None, dt: float) -> FleetArrays:
+def _read(
+    source: SimulatedFleetSource, at: float, previous: FleetArrays | None, dt: float, cooling: CoolingEstimator
+) -> FleetArrays:
+    """Telemetry as the extender's snapshot cache would publish it: trend over the last step, cooling quality
+    learned from every reading so far."""
     fleet = build_arrays(source.snapshot_nodes(observed_at=at))
     if previous is not None and dt > 0:
         fleet.trend = (fleet.temp - previous.temp) * (60.0 / dt)
+    cooling.fill(fleet)
     return fleet
 
 
@@ -166,13 +172,14 @@ def run_thermal(
     gpu_s = 0.0
     max_temp = 0.0
     fleet: FleetArrays | None = None
+    cooling = CoolingEstimator()
     for k in range(steps):
         t = (k + 1) * sc.step_s
         source.advance(sc.step_s)
         for _end, key in [e for e in ends if e[0] <= t]:
             source.release(key)
         ends = [e for e in ends if e[0] > t]
-        fleet = _read(source, t, fleet, sc.step_s)
+        fleet = _read(source, t, fleet, sc.step_s, cooling)
         throttled = (fleet.throttle & THERMAL_THROTTLE_MASK) != 0
         throttled_s += float(throttled[fleet.gpu_present].sum()) * sc.step_s
         gpu_s += float((fleet.assigned_milli > 0).sum()) * sc.step_s

@@ -9,7 +9,9 @@ assumed-allocation ledger and publishes the new snapshot with one assignment. Wh
 until the next success.
 
 The trend is computed against the oldest kept snapshot no older than ``trend_window_s`` (at least ``min_trend_s``
-apart), per GPU slot, in Celsius per minute; a source that reports its own trend (non-zero) keeps it.
+apart), per GPU slot, in Celsius per minute; a source that reports its own trend (non-zero) keeps it. Each GPU's
+cooling quality (thermal resistance, °C per watt above idle) is learned across refreshes by a
+:class:`~scheduler_plugin.telemetry.cooling.CoolingEstimator` and filled in where the source does not report it.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from ..model import GIB, FleetArrays, GpuNode, Snapshot, empty_snapshot
 from ..model.snapshot import ArraysBuilder
+from .cooling import CoolingEstimator
 from .ledger import AssumedLedger
 from .source import TelemetrySource
 
@@ -143,6 +146,7 @@ class SnapshotCache:
         freeze_gc: bool = False,
         build_slice_nodes: int = DEFAULT_BUILD_SLICE_NODES,
         gate: RequestGate | None = None,
+        cooling: CoolingEstimator | None = None,
     ) -> None:
         if not refresh_interval_s > 0:
             raise ValueError(f"refresh_interval_s must be > 0, got {refresh_interval_s!r}")
@@ -161,6 +165,9 @@ class SnapshotCache:
         """Nodes whose arrays are built per event-loop turn (see :meth:`_arrays`)."""
         self.gate = gate if gate is not None else RequestGate()
         """Requests in flight: the build steps aside for them between slices."""
+        self.cooling = cooling if cooling is not None else CoolingEstimator()
+        """Learns each GPU's cooling quality (thermal resistance) across refreshes; fills the snapshot's
+        ``thermal_resistance`` column where the source does not report it."""
         self.freeze_gc = freeze_gc
         """After each refresh, move every live object to the collector's permanent generation (``gc.freeze``): a
         snapshot of 5,000 nodes is ~50,000 objects that would otherwise make each full collection take ~50-100 ms
@@ -255,6 +262,7 @@ class SnapshotCache:
         if trend is not None:
             # The snapshot is not published yet: filling its trend column is still part of building it.
             a.trend[...] = np.where(a.trend != 0.0, a.trend, trend)
+        self.cooling.fill(a)  # needs the trend: only settled temperatures are learned from
         self._history.append(sample)
         while self._history and now - self._history[0].taken_at > self.trend_window_s:
             self._history.popleft()

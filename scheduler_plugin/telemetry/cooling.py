@@ -17,9 +17,12 @@ calls it once per refresh; the thermal scenario once per step), never on the req
 * while it idles again, the learned ``r`` is kept: cooling quality belongs to the chassis, not to the job.
 
 A GPU never seen idle measures from its node's idle GPUs, else from the fleet's typical idle GPU of its model. A GPU
-never seen loaded gets the fleet's typical ``r`` for its model (the median of the GPUs learned so far): it looks
-typical until it has shown otherwise. Without any learned GPU of its model, or without power readings, the estimate
-is NaN and the thermal policy falls back to the current temperature alone.
+never seen loaded gets a cautious prior: the ``prior_percentile`` (default 100: the worst) of the ``r`` learned so
+far for its model, so it counts as one of the worse-cooled until it has shown otherwise. (With the median as prior,
+a badly cooled node that has not yet run a job looks as good as the best, and a scheduler that packs fills it with an
+8-GPU job; with the cautious prior, unknown nodes are used once the known good ones are full, and learned then.)
+Without any learned GPU of its model, or without power readings, the estimate is NaN and the thermal policy falls
+back to the temperature alone.
 
 Pure numpy over the (nodes x GPU slots) arrays of :class:`~scheduler_plugin.model.FleetArrays`; rows are matched to
 the previous reading by node name and GPU index, so nodes may come and go.
@@ -28,6 +31,7 @@ the previous reading by node name and GPU index, so nodes may come and go.
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import numpy.typing as npt
@@ -38,19 +42,19 @@ FloatA = npt.NDArray[np.float64]
 BoolA = npt.NDArray[np.bool_]
 
 
-def _per_model_median(values: FloatA, model_id: npt.NDArray[np.int32]) -> FloatA:
-    """(N, G): the median of the finite ``values`` of each GPU's model (NaN where a model has none)."""
+def _per_model(values: FloatA, model_id: npt.NDArray[np.int32], percentile: float = 50.0) -> FloatA:
+    """(N, G): the ``percentile`` of the finite ``values`` of each GPU's model (NaN where a model has none)."""
     out = np.full(values.shape, np.nan)
     for m in np.unique(model_id[model_id >= 0]):
         mask = model_id == m
         known = values[mask & np.isfinite(values)]
         if known.size:
-            out[mask] = float(np.median(known))
+            out[mask] = float(np.percentile(known, percentile))
     return out
 
 
 def _ewma(old: FloatA, sample: FloatA, alpha: float, where: BoolA) -> FloatA:
-    """``old`` moved ``alpha`` of the way towards ``sample`` where ``where`` (the sample itself where ``old`` is NaN)."""
+    """``old`` moved ``alpha`` of the way to ``sample`` where ``where`` (the sample itself where ``old`` is NaN)."""
     moved = np.where(np.isnan(old), sample, old + alpha * (sample - old))
     return np.where(where, moved, old)
 
@@ -66,12 +70,15 @@ class CoolingEstimator:
         settled_c_per_min: float = 1.5,
         min_added_watts: float = 100.0,
         max_c_per_w: float = 1.0,
+        prior_percentile: float = 100.0,
     ) -> None:
         for name, v in (("alpha", alpha), ("settled_c_per_min", settled_c_per_min)):
             if not (math.isfinite(v) and v > 0):
                 raise ValueError(f"{name} must be a positive number, got {v!r}")
         if not 0 < alpha <= 1:
             raise ValueError(f"alpha must be in (0, 1], got {alpha!r}")
+        if not 0 <= prior_percentile <= 100:
+            raise ValueError(f"prior_percentile must be within 0..100, got {prior_percentile!r}")
         if not min_added_watts > 0:
             raise ValueError(f"min_added_watts must be > 0, got {min_added_watts!r}")
         self.alpha = alpha
@@ -79,6 +86,7 @@ class CoolingEstimator:
         self.settled_c_per_min = settled_c_per_min
         self.min_added_watts = min_added_watts
         self.max_c_per_w = max_c_per_w
+        self.prior_percentile = prior_percentile
         self._names: tuple[str, ...] = ()
         self._gpu_index: npt.NDArray[np.int32] = np.zeros((0, 0), dtype=np.int32)
         self._idle_temp: FloatA = np.zeros((0, 0))
@@ -111,13 +119,14 @@ class CoolingEstimator:
         idle = valid & settled & (fleet.util < self.idle_below_util)
         idle_temp = _ewma(idle_temp, temp, self.alpha, idle)
         idle_power = _ewma(idle_power, power, self.alpha, idle)
-        with np.errstate(all="ignore"):  # all-NaN rows are expected
+        with warnings.catch_warnings():  # nodes without an idle GPU yet are expected (all-NaN rows)
+            warnings.simplefilter("ignore", RuntimeWarning)
             node_temp = np.nanmedian(np.where(present, idle_temp, np.nan), axis=1, keepdims=True)
             node_power = np.nanmedian(np.where(present, idle_power, np.nan), axis=1, keepdims=True)
         base_temp = np.where(np.isnan(idle_temp), node_temp, idle_temp)
         base_power = np.where(np.isnan(idle_power), node_power, idle_power)
-        base_temp = np.where(np.isnan(base_temp), _per_model_median(idle_temp, fleet.model_id), base_temp)
-        base_power = np.where(np.isnan(base_power), _per_model_median(idle_power, fleet.model_id), base_power)
+        base_temp = np.where(np.isnan(base_temp), _per_model(idle_temp, fleet.model_id), base_temp)
+        base_power = np.where(np.isnan(base_power), _per_model(idle_power, fleet.model_id), base_power)
         added = power - base_power
         loaded = valid & settled & np.isfinite(base_temp) & (added >= self.min_added_watts)
         with np.errstate(all="ignore"):
@@ -125,7 +134,8 @@ class CoolingEstimator:
         r = _ewma(r, sample, self.alpha, loaded)
         self._names, self._gpu_index = fleet.names, fleet.gpu_index.copy()
         self._idle_temp, self._idle_power, self._r = idle_temp, idle_power, r
-        est = np.where(np.isnan(r), _per_model_median(np.where(present, r, np.nan), fleet.model_id), r)
+        prior = _per_model(np.where(present, r, np.nan), fleet.model_id, self.prior_percentile)
+        est = np.where(np.isnan(r), prior, r)
         return np.asarray(np.where(present, est, np.nan), dtype=np.float64)
 
     def fill(self, fleet: FleetArrays) -> None:

@@ -81,7 +81,8 @@ class NodeGroup(_Spec):
     numa_nodes: int = Field(2, ge=1, le=8)
     pcie_switches: int = Field(4, ge=1, le=16)
     poor_cooling_fraction: float = Field(0.0, ge=0, le=1)
-    """Share of the group's nodes with poor cooling (they settle 15-30 C hotter at full load)."""
+    """Share of the group's nodes with poor cooling (they settle 15-30 C hotter at full load), rounded to whole
+    nodes."""
     name_prefix: str = Field("gpu-node-", pattern=r"^[a-z0-9]([-a-z0-9.]*)?$")
     cpu_cores: int = Field(128, ge=1)
     host_memory_gib: int = Field(2048, ge=1)
@@ -327,7 +328,10 @@ class SimulatedFleetSource:
                 self._where[name] = (gi, len(names))
                 names.append(name)
             params = tm.profile_for(g.model).with_ambient(self.spec.ambient_c)
-            poor = self._rng.random(g.count) < g.poor_cooling_fraction
+            # exactly the documented share (rounded), on nodes drawn at random: a binomial draw would give a 48-node
+            # group anywhere from 2 to 13 poorly cooled nodes at 15 %
+            poor = np.zeros(g.count, dtype=np.bool_)
+            poor[self._rng.permutation(g.count)[: round(g.count * g.poor_cooling_fraction)]] = True
             cooling = np.where(poor, self._rng.uniform(0.72, 0.85, g.count), self._rng.uniform(0.95, 1.12, g.count))
             shape = (g.count, g.gpus)
             self._groups.append(

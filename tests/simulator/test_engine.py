@@ -86,3 +86,21 @@ def test_real_trace_slice_replays(traces_dir: Path) -> None:
     for r in results.values():
         assert r.alloc_at(100) > 80.0
         assert r.fleet is not None and (r.fleet.free_milli >= 0).all()
+
+
+def test_default_kelvin_is_its_fragmentation_score_on_a_fleet_without_telemetry() -> None:
+    # A trace has no telemetry and no NVLink/switch data: topology (uniform nodes of 2 and 8 GPUs), noise (no measured
+    # pressure), thermal and burst must not move any placement away from the fragmentation score's choice. (Before:
+    # topology sent 1-GPU pods to 8-GPU nodes and noise's tenant count spread pods; both stranded more GPUs.)
+    nodes = [TraceNode(f"a{i}", 64000, 256 * GIB, 2, "T4") for i in range(24)]
+    nodes += [TraceNode(f"b{i}", 96000, 512 * GIB, 8, "G2") for i in range(12)]
+    shapes = [(4000, 1, 1000), (2000, 1, 810), (1000, 1, 190), (2000, 1, 500), (8000, 2, 1000), (16000, 8, 1000)]
+    shapes += [(1000, 0, 0)]
+    pods = [TracePod(f"p{i}", c, 4 * GIB, n, m) for i, (c, n, m) in enumerate(shapes * 20)]
+    prep = prepare(trace(nodes, pods))
+    for seed in (7, 8):
+        default = run(prep, build_policy("kelvin"), seed, target=1.3)
+        frag = run(prep, build_policy("kelvin-fragmentation"), seed, target=1.3)
+        assert default.fleet is not None and frag.fleet is not None
+        assert default.fleet.free_milli.tolist() == frag.fleet.free_milli.tolist()
+        assert default.failed.tolist() == frag.failed.tolist()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -199,3 +200,31 @@ async def test_unexpected_errors_are_contained() -> None:
 def test_rejects_bad_interval() -> None:
     with pytest.raises(ValueError, match="refresh_interval_s"):
         SnapshotCache(Source(Clock()), refresh_interval_s=0)
+
+
+def powered(temp: float, watts: float, util: float) -> GpuNode:
+    g = GpuInfo(
+        index=0,
+        uuid="p-0",
+        model="H100",
+        memory_total_bytes=80 * GIB,
+        temperature_celsius=temp,
+        power_watts=watts,
+        utilization=util,
+    )
+    return GpuNode(name="p", gpus=(g,))
+
+
+async def test_learns_cooling_quality_once_the_temperature_settles(setup: tuple) -> None:  # type: ignore[type-arg]
+    cache, src, clock, _ = setup
+    src.nodes = [powered(35.0, 70.0, 0.0)]  # idle: the baseline
+    await cache.refresh_once()
+    assert math.isnan(cache.snapshot.arrays.thermal_resistance[0, 0])
+    src.nodes = [powered(83.0, 670.0, 0.9)]  # loaded: +48 °C for +600 W
+    seen = []
+    for _ in range(7):
+        clock.t += 60
+        await cache.refresh_once()
+        seen.append(float(cache.snapshot.arrays.thermal_resistance[0, 0]))
+    assert math.isnan(seen[0])  # still rising over the trend window: not learned from
+    assert seen[-1] == pytest.approx(48 / 600)

@@ -194,3 +194,28 @@ def test_fetch_advances_with_the_clock_and_builds_a_snapshot() -> None:
     assert len(nodes) == 10 and all(n.observed_at == clock.t for n in nodes)
     snap = Snapshot(tuple(nodes), taken_at=clock.t)
     assert snap.arrays.gpu_present.sum() == 80
+
+
+@pytest.mark.parametrize(("count", "fraction", "poor"), [(48, 0.15, 7), (10, 0.0, 0), (3, 1.0, 3), (20, 0.06, 1)])
+def test_poor_cooling_fraction_is_the_share_of_nodes(count: int, fraction: float, poor: int) -> None:
+    for seed in (1, 2, 3):
+        spec = FleetSpec.parse(
+            {"seed": seed, "groups": [{"count": count, "poorCoolingFraction": fraction}]}, source="t"
+        )
+        cooling = SimulatedFleetSource(spec)._groups[0].cooling
+        assert int((cooling < 0.9).sum()) == poor
+
+
+def test_throttled_gpus_report_the_lower_power_they_draw() -> None:
+    spec = FleetSpec.parse(
+        {"initialLoad": 0.0, "groups": [{"count": 1, "gpus": 1, "poorCoolingFraction": 1.0}]}, source="t"
+    )
+    src = SimulatedFleetSource(spec)
+    grp = src._groups[0]
+    grp.cooling[:] = 0.4  # far too little airflow: it throttles under any load
+    src.record_binding("gpu-node-1", GpuAssignment(pod_key="ns/p", gpu_indices=(0,)))
+    src.advance(1200)
+    (g,) = src.snapshot_nodes()[0].gpus
+    assert g.thermally_throttled and g.power_watts is not None
+    assert g.power_watts == pytest.approx(float(tm.power_w(g.utilization, grp.params, g.clock_ratio)), rel=0.02)
+    assert g.power_watts < float(tm.power_w(g.utilization, grp.params))

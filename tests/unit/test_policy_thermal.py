@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -92,3 +94,66 @@ def test_explain_mentions_trend_and_throttle() -> None:
     (line,) = SCORE.explain(request(1), f, 0, CycleContext(now=NOW))
     assert "70.0 °C, trend +1.5 °C/min -> 77.5 °C in 5 min" in line
     assert "clocks slowed (sw_power_cap, at 50%)" in line
+
+
+def cooled(name: str, *, r: float | None, temp: float = 40.0, power: float | None = 70.0, **kw: object) -> GpuNode:
+    """A one-GPU node with a cooling quality (thermal resistance) and a power reading."""
+    g = replace(gpu(0, temp=temp, **kw), power_watts=power, thermal_resistance_c_per_w=r)  # type: ignore[arg-type]
+    return node(name, [g])
+
+
+#: A busy GPU of the same model: the fleet's power under load (700 W) comes from it.
+BUSY = cooled("busy", r=0.065, temp=70.0, power=700.0, util=0.9)
+
+
+@pytest.mark.parametrize(
+    ("r", "expect"),
+    [
+        (0.06, round((87 - (40 + 0.06 * 630)) / 15, 4)),  # settles at 77.8 °C under load: 9.2 °C left of 15
+        (0.09, 0.0),  # settles at 96.7 °C: past slowdown
+        (0.02, 1.0),  # 52.6 °C: more than 15 °C left, and 47 °C left now
+        (None, 1.0),  # cooling unknown: judged on the temperature now
+    ],
+)
+def test_idle_gpu_is_judged_by_where_its_cooling_takes_it_under_load(r: float | None, expect: float) -> None:
+    scores = raw(request(1), cooled("a", r=r), BUSY)
+    assert scores[0] == expect
+    assert scores[1] == round(17 / 25, 4)  # the busy GPU adds no power: judged at 70 °C now
+
+
+def test_poorly_cooled_idle_node_scores_low_before_it_is_loaded() -> None:
+    good, poor, _ = raw(request(1), cooled("good", r=0.06), cooled("poor", r=0.085), BUSY)
+    assert good > 0.5 > poor  # both idle at 40 °C: only their cooling tells them apart
+
+
+def test_no_prediction_without_power_or_busy_gpus() -> None:
+    # no busy GPU of the model: nothing says what a pod draws
+    assert raw(request(1), cooled("a", r=0.09)) == [1.0]
+    # no power readings
+    assert raw(request(1), cooled("a", r=0.09, power=None), replace(BUSY)) == [1.0, round(17 / 25, 4)]
+
+
+def test_a_gpu_cooling_down_is_judged_from_where_it_is_heading() -> None:
+    # a job just ended: 70 °C and falling 20 °C/min at idle power; heading for 50 °C, then +0.05 * 630 W
+    hot_but_cooling = cooled("a", r=0.05, temp=70.0, trend=-20.0)
+    expect = round((87 - (50 + 0.05 * 630)) / 15, 4)
+    assert raw(request(1), hot_but_cooling, BUSY)[0] == expect
+    assert raw(request(1), hot_but_cooling, BUSY, args=ThermalArgs(settle_seconds=0))[0] == 0.0
+
+
+def test_load_power_percentile_and_headroom_args() -> None:
+    half = cooled("half", r=0.065, temp=60.0, power=385.0, util=0.5)
+    a = cooled("a", r=0.08)
+    assert raw(request(1), a, BUSY, half)[0] == 0.0  # the highest power under load, 700 W: 90.4 °C
+    # median of the busy GPUs' power (385, 700) = 542.5 W: +0.08 * 472.5 W = 77.8 °C
+    assert raw(request(1), a, BUSY, half, args=ThermalArgs(load_power_percentile=50))[0] == round(9.2 / 15, 4)
+    b = cooled("b", r=0.06)  # 77.8 °C at 700 W: 9.2 °C left, more than 5
+    assert raw(request(1), b, BUSY, args=ThermalArgs(loaded_headroom_celsius=5))[0] == 1.0
+
+
+def test_explain_shows_the_prediction_under_load() -> None:
+    f = fleet(cooled("a", r=0.06), BUSY)
+    (line,) = SCORE.explain(request(1), f, 0, CycleContext(now=NOW))
+    assert "under load 77.8 °C (cooling 0.060 °C/W, 9.2 °C below slowdown)" in line
+    (plain,) = SCORE.explain(request(1), fleet(one(temp=50)), 0, CycleContext(now=NOW))
+    assert "under load" not in plain
