@@ -1,5 +1,7 @@
 """The exporter's HTTP side: ``/metrics`` (Prometheus), ``/v1/node`` (the node as JSON, for the scrape source) and
-``/healthz``. A small threaded WSGI server; prometheus_client's own WSGI app serves ``/metrics``."""
+``/healthz``. A small threaded WSGI server. ``/metrics`` is rendered by prometheus_client's own encoders with the
+hardware-only families cached (:mod:`.exposition`); other methods go to prometheus_client's own WSGI app (which
+answers them with 405 and ``Allow``)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from socketserver import ThreadingMixIn
 from typing import Any
+from urllib.parse import parse_qs
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import orjson
@@ -20,6 +23,7 @@ from .backend import NvmlApi
 from .cgroups import PodDirectory
 from .collector import NvmlCollector
 from .events import XidWatcher
+from .exposition import ScrapeRenderer, maybe_gzip
 from .node import to_gpu_node
 from .reader import NvmlReader
 
@@ -61,6 +65,7 @@ class Exporter:
         self.collector = NvmlCollector(self.reader)
         self.registry.register(self.collector)
         self._metrics_app = make_wsgi_app(self.registry)
+        self.renderer = ScrapeRenderer()
         self._server: WSGIServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -70,7 +75,9 @@ class Exporter:
         if environ.get("REQUEST_METHOD", "GET") not in ("GET", "HEAD"):
             return _respond(start_response, "405 Method Not Allowed", {"error": "only GET is served"})
         if path == "/metrics":
-            return self._metrics_app(environ, start_response)  # type: ignore[no-any-return]
+            if environ.get("REQUEST_METHOD", "GET") != "GET":
+                return self._metrics_app(environ, start_response)  # type: ignore[no-any-return]
+            return self.scrape(environ, start_response)
         if path == "/v1/node":
             reading = self.reader.read()
             if not reading.nvml_up and not reading.gpus:
@@ -86,6 +93,14 @@ class Exporter:
                 {"status": "ok", "node": self.node, "nvml_up": None if last is None else last.nvml_up},
             )
         return _respond(start_response, "404 Not Found", {"error": f"no such path {path}; try /metrics or /v1/node"})
+
+    def scrape(self, environ: dict[str, Any], start_response: StartResponse) -> list[bytes]:
+        """``GET /metrics``: one fresh NVML read, exposed in the format the client's ``Accept`` header asks for."""
+        names = parse_qs(environ.get("QUERY_STRING", "")).get("name[]", [])
+        body, content_type = self.renderer.render(self.collector.read(), environ.get("HTTP_ACCEPT"), names)
+        body, headers = maybe_gzip(body, environ.get("HTTP_ACCEPT_ENCODING"))
+        start_response("200 OK", [("Content-Type", content_type), *headers, ("Content-Length", str(len(body)))])
+        return [body]
 
     # ------------------------------------------------------------------------------------------------- lifecycle
     def start(self, host: str = "0.0.0.0", port: int = 9400) -> int:

@@ -18,10 +18,14 @@ class NvmlCollector(Collector):
         self.reader = reader
         self.last: NodeReading | None = None
 
-    def collect(self) -> Iterator[Metric]:
+    def read(self) -> NodeReading:
+        """One fresh NVML read, remembered as :attr:`last` (``/healthz`` reports it)."""
         reading = self.reader.read()
         self.last = reading
-        return families(reading)
+        return reading
+
+    def collect(self) -> Iterator[Metric]:
+        return families(self.read())
 
     def describe(self) -> Iterator[Metric]:
         # no NVML call at registration time: the registry learns the names on the first scrape

@@ -13,15 +13,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from ..model import MILLI_PER_GPU, THERMAL_THROTTLE_MASK, FleetArrays, GpuRequest
 from ..model.snapshot import ColumnMemo
 from .base import BoolA, CycleContext, IntA
 
+I32A = npt.NDArray[np.int32]
+
 LIMITS_KEY = "kelvin.gpu_limits"
 """``CycleContext.extras`` key under which the framework publishes the configured :class:`GpuLimits`."""
 ELIGIBLE_KEY = "kelvin.eligible"
 """``CycleContext.extras`` key of the cycle's cached eligibility mask (see :func:`cycle_eligible`)."""
+DEMAND_KEY = "kelvin.demand"
+"""``CycleContext.extras`` key of the cycle's cached per-GPU demand (see :func:`cycle_demand`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,11 +54,15 @@ def model_ok(req: GpuRequest, fleet: FleetArrays, idx: IntA) -> BoolA:
     return present & np.isin(fleet.model_id[idx], np.asarray(ids, dtype=np.int32))
 
 
-def size_ok(req: GpuRequest, fleet: FleetArrays, idx: IntA) -> BoolA:
-    """The GPU is big enough for one GPU of the request when empty (a share's memory pool fits its total memory)."""
+def size_ok(req: GpuRequest, fleet: FleetArrays, idx: IntA, demand: I32A | None = None) -> BoolA:
+    """The GPU is big enough for one GPU of the request when empty (a share's memory pool fits its total memory).
+
+    ``demand``: ``req.demand_milli`` of the ``idx`` rows when the caller has it already."""
     if not req.shared:
         return np.ones(fleet.gpu_present[idx].shape, dtype=np.bool_)
-    return req.demand_milli(fleet.mem_total[idx]) <= MILLI_PER_GPU
+    if demand is None:
+        demand = req.demand_milli(fleet.mem_total[idx])
+    return demand <= MILLI_PER_GPU
 
 
 def _limit_masks(fleet: FleetArrays) -> dict[GpuLimits, BoolA]:
@@ -86,25 +95,63 @@ def too_hot(req: GpuRequest, fleet: FleetArrays, idx: IntA, limits: GpuLimits) -
     return hot
 
 
-def static_ok(req: GpuRequest, fleet: FleetArrays, idx: IntA, limits: GpuLimits) -> BoolA:
+def static_ok(
+    req: GpuRequest, fleet: FleetArrays, idx: IntA, limits: GpuLimits, demand: I32A | None = None
+) -> BoolA:
     """Could take one GPU of the request if every pod on the node left (model, size, heat)."""
-    return model_ok(req, fleet, idx) & size_ok(req, fleet, idx) & ~too_hot(req, fleet, idx, limits)
+    ok = model_ok(req, fleet, idx) & ~too_hot(req, fleet, idx, limits)
+    if req.shared:
+        ok &= size_ok(req, fleet, idx, demand)
+    return ok
 
 
-def capacity_ok(req: GpuRequest, fleet: FleetArrays, idx: IntA) -> BoolA:
+def capacity_ok(req: GpuRequest, fleet: FleetArrays, idx: IntA, demand: I32A | None = None) -> BoolA:
     """Free right now for one GPU of the request."""
     free_milli = fleet.free_milli[idx]
     if not req.shared:
         return free_milli >= MILLI_PER_GPU
-    ok = free_milli >= req.demand_milli(fleet.mem_total[idx])
+    ok = free_milli >= (req.demand_milli(fleet.mem_total[idx]) if demand is None else demand)
     if req.memory_bytes is not None:
         ok &= fleet.free_mem[idx] >= req.memory_bytes
     return np.asarray(ok, dtype=np.bool_)
 
 
-def eligible_gpus(req: GpuRequest, fleet: FleetArrays, idx: IntA, limits: GpuLimits | None = None) -> BoolA:
-    """(len(idx), G): the GPU could take one GPU of the request now."""
-    return static_ok(req, fleet, idx, limits or GpuLimits()) & capacity_ok(req, fleet, idx)
+def eligible_gpus(
+    req: GpuRequest, fleet: FleetArrays, idx: IntA, limits: GpuLimits | None = None, demand: I32A | None = None
+) -> BoolA:
+    """(len(idx), G): the GPU could take one GPU of the request now (``demand``: see :func:`size_ok`)."""
+    if req.shared and demand is None:
+        demand = req.demand_milli(fleet.mem_total[idx])
+    return static_ok(req, fleet, idx, limits or GpuLimits(), demand) & capacity_ok(req, fleet, idx, demand)
+
+
+@dataclass(frozen=True, slots=True)
+class _CycleDemand:
+    req: GpuRequest
+    mem_total: IntA
+    rows: IntA | None  # None: ``demand`` covers every node; else the rows it was computed for, in order
+    demand: I32A
+
+
+def cycle_demand(req: GpuRequest, fleet: FleetArrays, idx: IntA, ctx: CycleContext) -> I32A:
+    """``req.demand_milli(fleet.mem_total[idx])``, computed once per (request, rows) and cycle, like
+    :func:`cycle_eligible`: for many candidates for every node at once, indexed afterwards.
+
+    ``mem_total`` is never written in place (not even by the simulator), so its array object is the key.
+    """
+    hit = ctx.extras.get(DEMAND_KEY)
+    if isinstance(hit, _CycleDemand) and hit.req is req and hit.mem_total is fleet.mem_total:
+        if hit.rows is None:
+            return hit.demand[idx]
+        if hit.rows is idx:
+            return hit.demand
+    if idx.size * 4 < fleet.n_nodes:
+        demand = req.demand_milli(fleet.mem_total[idx])
+        ctx.extras[DEMAND_KEY] = _CycleDemand(req, fleet.mem_total, idx, demand)
+        return demand
+    full = req.demand_milli(fleet.mem_total)
+    ctx.extras[DEMAND_KEY] = _CycleDemand(req, fleet.mem_total, None, full)
+    return full[idx]
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,10 +178,11 @@ def cycle_eligible(req: GpuRequest, fleet: FleetArrays, idx: IntA, ctx: CycleCon
         if hit.rows is idx:
             return hit.mask
     if idx.size * 4 < fleet.n_nodes:
-        mask = eligible_gpus(req, fleet, idx, limits)
+        mask = eligible_gpus(req, fleet, idx, limits, cycle_demand(req, fleet, idx, ctx) if req.shared else None)
         ctx.extras[ELIGIBLE_KEY] = _CycleMask(fleet, req, limits, idx, mask)
         return mask
-    full = eligible_gpus(req, fleet, np.arange(fleet.n_nodes, dtype=np.int64), limits)
+    every = np.arange(fleet.n_nodes, dtype=np.int64)
+    full = eligible_gpus(req, fleet, every, limits, cycle_demand(req, fleet, every, ctx) if req.shared else None)
     ctx.extras[ELIGIBLE_KEY] = _CycleMask(fleet, req, limits, None, full)
     return full[idx]
 

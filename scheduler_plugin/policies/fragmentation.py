@@ -42,7 +42,7 @@ from ..model import GIB, MILLI_PER_GPU, FleetArrays, GpuRequest
 from . import eligibility
 from .base import MAX_EXTENDER_PRIORITY, BoolA, CycleContext, FloatA, IntA
 from .config import CamelModel
-from .eligibility import cycle_eligible
+from .eligibility import cycle_demand, cycle_eligible
 from .normalize import minmax
 from .registry import register
 
@@ -98,7 +98,12 @@ class Workload:
     gpu_shapes: BoolA = field(init=False, repr=False, compare=False)
     by_threshold: FloatA = field(init=False, repr=False, compare=False)
     """(M, T) p_m in column ``tix[m]`` for GPU shapes: sums the probabilities of the shapes sharing a threshold."""
+    unrestricted: bool = field(init=False, repr=False, compare=False)
+    """No shape restricts GPU models (every node is accessible to every shape)."""
     _access: dict[tuple[str, ...], BoolA] = field(init=False, repr=False, compare=False)
+    _node_access: list[tuple[tuple[str, ...], npt.NDArray[np.int32], BoolA]] = field(
+        init=False, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         if self.host_memory is None:
@@ -113,6 +118,8 @@ class Workload:
         by_t[np.flatnonzero(gpu), tix[gpu]] = self.prob[gpu]
         object.__setattr__(self, "by_threshold", by_t)
         object.__setattr__(self, "_access", {})
+        object.__setattr__(self, "unrestricted", all(m is None for m in self.models))
+        object.__setattr__(self, "_node_access", [])
 
     @classmethod
     def from_counts(
@@ -171,6 +178,17 @@ class Workload:
                     table[: len(models), j] = [m in wanted for m in lowered]
             hit = self._access[models] = table
         return hit
+
+    def node_access(self, fleet: FleetArrays) -> BoolA:
+        """(N, M) :meth:`access_table` per node of ``fleet`` (by its first GPU's model). Cached for the last fleet:
+        ``model_id`` is telemetry, never written in place, so its array object is the key."""
+        hit = self._node_access
+        if hit and hit[0][0] == fleet.models and hit[0][1] is fleet.model_id:
+            return hit[0][2]
+        table = self.access_table(fleet.models)
+        per_node = np.asarray(table[fleet.model_id[:, 0]], dtype=np.bool_)  # model id -1 (no GPU) -> the last row
+        hit[:] = [(fleet.models, fleet.model_id, per_node)]
+        return per_node
 
     def shapes(self) -> list[tuple[PodShape, float]]:
         return [
@@ -265,16 +283,18 @@ def eligible_gpus(
     through the cycle's cache when a context is given.
     """
     rows = np.asarray(rows, dtype=np.int64)
-    ok = cycle_eligible(req, fleet, rows, ctx) if ctx is not None else eligibility.eligible_gpus(req, fleet, rows)
-    return ok, req.demand_milli(fleet.mem_total[rows]).astype(np.int64)
+    if ctx is None:
+        return eligibility.eligible_gpus(req, fleet, rows), req.demand_milli(fleet.mem_total[rows]).astype(np.int64)
+    ok = cycle_eligible(req, fleet, rows, ctx)
+    return ok, cycle_demand(req, fleet, rows, ctx).astype(np.int64)
 
 
-def _accessible(w: Workload, fleet: FleetArrays, rows: IntA) -> BoolA:
-    """(len(rows), M) shape m may run on the node at all (its model list admits the node's GPU model)."""
-    if all(m is None for m in w.models):
-        return np.ones((len(rows), len(w)), dtype=np.bool_)
-    table = w.access_table(fleet.models)
-    return np.asarray(table[fleet.model_id[rows, 0]], dtype=np.bool_)  # model id -1 (no GPU) -> the last row
+def _accessible(w: Workload, fleet: FleetArrays, rows: IntA) -> BoolA | None:
+    """(len(rows), M) shape m may run on the node at all (its model list admits the node's GPU model); ``None``
+    when every shape admits every model."""
+    if w.unrestricted:
+        return None
+    return w.node_access(fleet)[rows]
 
 
 @dataclass(frozen=True, slots=True)
@@ -300,6 +320,41 @@ def _stats(free: I32A, w: Workload) -> _Stats:
     return _Stats(total, cnt, big)
 
 
+class _FleetStats:
+    """:func:`_stats` of a whole fleet's ``free_milli``, kept while the content is the same.
+
+    Keyed by content, not by array object: the simulator writes ``free_milli`` in place, and a snapshot (or the
+    ledger's overlay) keeps the same content for many cycles. Checking 40,000 slots costs a few microseconds;
+    recounting them costs a millisecond. The stats of every row are computed independently of the other rows
+    (integer counts and sums), so indexing them gives exactly what :func:`_stats` gives for those rows.
+    """
+
+    __slots__ = ("_free", "_stats", "_thresholds")
+
+    def __init__(self) -> None:
+        self._free: I32A | None = None
+        self._thresholds: IntA | None = None
+        self._stats: _Stats | None = None
+
+    def rows(self, fleet: FleetArrays, rows: IntA, w: Workload) -> _Stats:
+        free, th, st = self._free, self._thresholds, self._stats
+        if (
+            st is None
+            or free is None
+            or th is None
+            or not np.array_equal(th, w.thresholds)
+            or free.shape != fleet.free_milli.shape
+            or not np.array_equal(free, fleet.free_milli)
+        ):
+            free = fleet.free_milli.copy()
+            st = _stats(free, w)
+            self._free, self._thresholds, self._stats = free, w.thresholds, st
+        return _Stats(st.total[rows], st.cnt[rows], st.big[rows])
+
+
+_FLEET_STATS = _FleetStats()
+
+
 def _changed(st: _Stats, pos: IntA, old: IntA, new: IntA, w: Workload) -> _Stats:
     """The stats of rows ``pos`` after one GPU of each went from ``old`` to ``new`` thousandths free."""
     th = w.thresholds[None, :]
@@ -310,8 +365,12 @@ def _changed(st: _Stats, pos: IntA, old: IntA, new: IntA, w: Workload) -> _Stats
     return _Stats(st.total[pos] - (old - new), cnt, big)
 
 
-def _frag(st: _Stats, cpu: IntA, acc: BoolA, w: Workload, mem: IntA | None) -> FloatA:
-    ok = acc & w.gpu_shapes[None, :] & (cpu[:, None] >= w.cpu_milli[None, :]) & (st.cnt[:, w.tix] >= w.count[None, :])
+def _frag(st: _Stats, cpu: IntA, acc: BoolA | None, w: Workload, mem: IntA | None) -> FloatA:
+    ok = cpu[:, None] >= w.cpu_milli[None, :]
+    ok &= st.cnt[:, w.tix] >= w.count[None, :]
+    ok &= w.gpu_shapes[None, :]
+    if acc is not None:
+        ok &= acc
     if mem is not None and w.host_memory is not None:
         ok &= mem[:, None] >= w.host_memory[None, :]
     # F = sum_m p_m (total - [m fits] * big_t(m)), grouped by threshold.
@@ -319,7 +378,9 @@ def _frag(st: _Stats, cpu: IntA, acc: BoolA, w: Workload, mem: IntA | None) -> F
     return np.asarray(st.total * float(w.prob.sum()) - usable.sum(axis=1), dtype=np.float64)
 
 
-def node_fragmentation(free: I32A, cpu: IntA, acc: BoolA, w: Workload, mem: IntA | None = None) -> FloatA:
+def node_fragmentation(
+    free: I32A, cpu: IntA, acc: BoolA | None, w: Workload, mem: IntA | None = None
+) -> FloatA:
     """F_n(M) for each row of ``free`` ((P, G) thousandths free per GPU slot, 0 for padding) and ``cpu`` ((P,)).
 
     With ``mem`` (host memory free per row, bytes) a shape also needs its mean host memory to fit (kelvin's
@@ -350,6 +411,21 @@ class Placements:
         return np.flatnonzero(self.taken[i])
 
 
+def _first_of_kind(key: IntA, elig: BoolA) -> BoolA:
+    """(P, G) eligible slots whose ``key`` (>= 0) no lower eligible slot of the row has. Compares the G (G - 1) / 2
+    pairs of columns one (P,) vector at a time instead of building a (P, G, G) cube."""
+    g = key.shape[1]
+    cols = np.where(elig, key, -1 - np.arange(g, dtype=np.int64)).T.copy()  # an ineligible slot: a key of its own
+    first = elig.T.copy()
+    seen = np.empty(cols.shape[1], dtype=np.bool_)
+    for j in range(1, g):
+        np.equal(cols[0], cols[j], out=seen)
+        for i in range(1, j):
+            seen |= cols[i] == cols[j]
+        first[j] &= ~seen
+    return np.ascontiguousarray(first.T)
+
+
 def placements(
     req: GpuRequest,
     fleet: FleetArrays,
@@ -374,7 +450,8 @@ def placements(
     new_mem = mem - req.host_memory_bytes if mem is not None else None
     total_before = free.sum(axis=1, dtype=np.int64)
     if w.gpu_shapes.any():
-        st_before = _stats(free, w)
+        # Many candidates: the whole fleet's stats, computed once while its free capacity is unchanged.
+        st_before = _FLEET_STATS.rows(fleet, rows, w) if k * 4 >= fleet.n_nodes else _stats(free, w)
         before = _frag(st_before, cpu, acc, w, mem)
     else:
         before = total_before * float(w.prob.sum())
@@ -392,16 +469,13 @@ def placements(
     elig, demand = eligible_gpus(req, fleet, rows, ctx)
     if req.shared:
         g = free.shape[1]
-        key = free.astype(np.int64) * 4096 + demand
-        same = (key[:, :, None] == key[:, None, :]) & elig[:, :, None] & elig[:, None, :]
-        dup = (same & np.tri(g, g, -1, dtype=np.bool_)[None, :, :]).any(axis=2)
-        pos, col = np.nonzero(elig & ~dup)
+        pos, col = np.nonzero(_first_of_kind(free.astype(np.int64) * 4096 + demand, elig))
         p = len(pos)
         d = demand[pos, col]
         old = free[pos, col].astype(np.int64)
         if w.gpu_shapes.any():  # one GPU changes: update the per-threshold stats instead of recounting the node
             st_after = _changed(st_before, pos, old, old - d, w)
-            after = _frag(st_after, new_cpu_all[pos], acc[pos], w, None if new_mem is None else new_mem[pos])
+            after = _frag(st_after, new_cpu_all[pos], _at(acc, pos), w, _at(new_mem, pos))
         else:
             after = (total_before[pos] - d) * float(w.prob.sum())
         taken = np.zeros((p, g), dtype=np.bool_)
@@ -415,12 +489,16 @@ def placements(
         # Whole GPUs go from fully free (>= every threshold) to empty: every count and share drops alike.
         c = req.count
         st_after = _Stats(st_before.total[pos] - used, st_before.cnt[pos] - c, st_before.big[pos] - used[:, None])
-        after = _frag(st_after, new_cpu_all[pos], acc[pos], w, None if new_mem is None else new_mem[pos])
+        after = _frag(st_after, new_cpu_all[pos], _at(acc, pos), w, _at(new_mem, pos))
     else:
         after = (total_before[pos] - used) * float(w.prob.sum())
     return Placements(
         pos, take, after - before[pos], total_before[pos] - used, np.zeros(len(pos), dtype=np.int64), new_cpu_all[pos]
     )
+
+
+def _at(a: npt.NDArray[Any] | None, pos: IntA) -> npt.NDArray[Any] | None:
+    return None if a is None else a[pos]
 
 
 def _segments(pos: IntA) -> tuple[IntA, IntA]:

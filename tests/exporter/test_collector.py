@@ -40,8 +40,16 @@ def documented_exporter_metrics() -> set[str]:
 
 
 def scrape(exporter: Exporter) -> list[Sample]:
-    text = generate_latest(exporter.registry).decode()
-    return [s for fam in text_string_to_metric_families(text) for s in fam.samples]
+    """What ``GET /metrics`` serves (static part cached), checked against the uncached registry's family names."""
+    out: list[str] = []
+    body = b"".join(exporter({"REQUEST_METHOD": "GET", "PATH_INFO": "/metrics"}, lambda s, h: out.append(s)))
+    assert out == ["200 OK"]
+    fams = list(text_string_to_metric_families(body.decode()))
+    names = [f.name for f in fams]
+    assert len(names) == len(set(names))
+    uncached = {f.name for f in text_string_to_metric_families(generate_latest(exporter.registry).decode())}
+    assert set(names) == uncached
+    return [s for fam in fams for s in fam.samples]
 
 
 def values(samples: list[Sample], name: str, **labels: str) -> list[float]:
