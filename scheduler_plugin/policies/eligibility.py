@@ -95,9 +95,7 @@ def too_hot(req: GpuRequest, fleet: FleetArrays, idx: IntA, limits: GpuLimits) -
     return hot
 
 
-def static_ok(
-    req: GpuRequest, fleet: FleetArrays, idx: IntA, limits: GpuLimits, demand: I32A | None = None
-) -> BoolA:
+def static_ok(req: GpuRequest, fleet: FleetArrays, idx: IntA, limits: GpuLimits, demand: I32A | None = None) -> BoolA:
     """Could take one GPU of the request if every pod on the node left (model, size, heat)."""
     ok = model_ok(req, fleet, idx) & ~too_hot(req, fleet, idx, limits)
     if req.shared:
@@ -135,9 +133,7 @@ class _CycleDemand:
 
 def cycle_demand(req: GpuRequest, fleet: FleetArrays, idx: IntA, ctx: CycleContext) -> I32A:
     """``req.demand_milli(fleet.mem_total[idx])``, computed once per (request, rows) and cycle, like
-    :func:`cycle_eligible`: for many candidates for every node at once, indexed afterwards.
-
-    ``mem_total`` is never written in place (not even by the simulator), so its array object is the key.
+    :func:`cycle_eligible`: for many candidates taken from the snapshot's per-shape cache (:func:`static_of`).
     """
     hit = ctx.extras.get(DEMAND_KEY)
     if isinstance(hit, _CycleDemand) and hit.req is req and hit.mem_total is fleet.mem_total:
@@ -149,9 +145,56 @@ def cycle_demand(req: GpuRequest, fleet: FleetArrays, idx: IntA, ctx: CycleConte
         demand = req.demand_milli(fleet.mem_total[idx])
         ctx.extras[DEMAND_KEY] = _CycleDemand(req, fleet.mem_total, idx, demand)
         return demand
-    full = req.demand_milli(fleet.mem_total)
+    full = static_of(req, fleet, limits_of(ctx)).demand
     ctx.extras[DEMAND_KEY] = _CycleDemand(req, fleet.mem_total, None, full)
     return full[idx]
+
+
+@dataclass(frozen=True, slots=True)
+class StaticMasks:
+    """Request-shape data over every node of a fleet that depends on telemetry columns only."""
+
+    demand: I32A
+    """(N, G) ``req.demand_milli(fleet.mem_total)``."""
+    static: BoolA
+    """(N, G) :func:`static_ok` for every node."""
+
+
+def _no_masks(fleet: FleetArrays) -> dict[tuple[object, ...], StaticMasks]:
+    return {}
+
+
+#: Columns :func:`static_ok` and ``demand_milli`` read: telemetry, never written in place (not by the simulator
+#: either), so a snapshot's masks stay valid for every cycle on it.
+STATIC_COLUMNS = ("gpu_present", "model_id", "mem_total", "temp", "slowdown", "throttle")
+_STATIC_BY_SHAPE = ColumnMemo(STATIC_COLUMNS, _no_masks)
+_MAX_SHAPES = 64
+
+
+def static_of(req: GpuRequest, fleet: FleetArrays, limits: GpuLimits) -> StaticMasks:
+    """:class:`StaticMasks` of ``req`` over the whole fleet, computed once per snapshot and request shape (the
+    fields ``static_ok`` and ``demand_milli`` read), so filter and prioritize of pods alike share them."""
+    memo = _STATIC_BY_SHAPE.get(fleet)
+    shared = req.shared
+    key = (
+        fleet.models,
+        req.models,
+        req.count > 0,
+        shared,
+        req.milli if shared else None,
+        req.memory_bytes if shared else None,
+        req.max_temperature,
+        limits,
+    )
+    hit = memo.get(key)
+    if hit is None:
+        every = np.arange(fleet.n_nodes, dtype=np.int64)
+        demand = req.demand_milli(fleet.mem_total)
+        hit = StaticMasks(demand, static_ok(req, fleet, every, limits, demand if shared else None))
+        if len(memo) >= _MAX_SHAPES:
+            memo.clear()
+        memo[key] = hit
+    return hit
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,8 +224,8 @@ def cycle_eligible(req: GpuRequest, fleet: FleetArrays, idx: IntA, ctx: CycleCon
         mask = eligible_gpus(req, fleet, idx, limits, cycle_demand(req, fleet, idx, ctx) if req.shared else None)
         ctx.extras[ELIGIBLE_KEY] = _CycleMask(fleet, req, limits, idx, mask)
         return mask
-    every = np.arange(fleet.n_nodes, dtype=np.int64)
-    full = eligible_gpus(req, fleet, every, limits, cycle_demand(req, fleet, every, ctx) if req.shared else None)
+    sm = static_of(req, fleet, limits)
+    full = sm.static & capacity_ok(req, fleet, np.arange(fleet.n_nodes, dtype=np.int64), sm.demand)
     ctx.extras[ELIGIBLE_KEY] = _CycleMask(fleet, req, limits, None, full)
     return full[idx]
 

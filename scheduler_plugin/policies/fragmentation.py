@@ -378,9 +378,7 @@ def _frag(st: _Stats, cpu: IntA, acc: BoolA | None, w: Workload, mem: IntA | Non
     return np.asarray(st.total * float(w.prob.sum()) - usable.sum(axis=1), dtype=np.float64)
 
 
-def node_fragmentation(
-    free: I32A, cpu: IntA, acc: BoolA | None, w: Workload, mem: IntA | None = None
-) -> FloatA:
+def node_fragmentation(free: I32A, cpu: IntA, acc: BoolA | None, w: Workload, mem: IntA | None = None) -> FloatA:
     """F_n(M) for each row of ``free`` ((P, G) thousandths free per GPU slot, 0 for padding) and ``cpu`` ((P,)).
 
     With ``mem`` (host memory free per row, bytes) a shape also needs its mean host memory to fit (kelvin's
@@ -481,10 +479,16 @@ def placements(
         taken = np.zeros((p, g), dtype=np.bool_)
         taken[np.arange(p), col] = True
         return Placements(pos, taken, after - before[pos], total_before[pos] - d, old - d, new_cpu_all[pos])
-    take = elig & (np.cumsum(elig, axis=1) <= req.count)
-    pos = np.nonzero(take.sum(axis=1) == req.count)[0]
-    take = take[pos]
-    used = (np.where(take, demand[pos], 0)).sum(axis=1)
+    if req.count == 1:  # the first eligible GPU of each node that has one (the common pod: no cumulative count)
+        pos = np.flatnonzero(elig.any(axis=1))
+        take = np.zeros((len(pos), elig.shape[1]), dtype=np.bool_)
+        take[np.arange(len(pos)), elig[pos].argmax(axis=1)] = True
+    else:
+        take = elig & (np.cumsum(elig, axis=1) <= req.count)
+        pos = np.nonzero(take.sum(axis=1) == req.count)[0]
+        take = take[pos]
+    # A whole GPU's demand is a full GPU on every slot (``demand_milli``), so the pod uses ``count`` of them.
+    used = np.full(len(pos), req.count * MILLI_PER_GPU, dtype=np.int64)
     if w.gpu_shapes.any():
         # Whole GPUs go from fully free (>= every threshold) to empty: every count and share drops alike.
         c = req.count

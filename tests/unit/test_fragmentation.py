@@ -207,7 +207,10 @@ def test_vectorised_fragmentation_equals_the_definition() -> None:
     assert no_mem == pytest.approx(_reference_fragmentation(free, cpu, np.full(300, 2**62), acc, w))
 
 
-@pytest.mark.parametrize("req", [GpuRequest(count=1, milli=300, cpu_milli=2000), GpuRequest(count=2, cpu_milli=4000)])
+@pytest.mark.parametrize(
+    "req",
+    [GpuRequest(count=1, milli=300, cpu_milli=2000), GpuRequest(count=2, cpu_milli=4000), GpuRequest(count=1)],
+)
 def test_incremental_placement_deltas_match_a_full_recount(req: GpuRequest) -> None:
     rng = np.random.default_rng(3)
     nodes = [node(f"n{i}", [int(x) for x in rng.integers(0, 5, size=4) * 250], cpu=64_000) for i in range(40)]
@@ -223,3 +226,90 @@ def test_incremental_placement_deltas_match_a_full_recount(req: GpuRequest) -> N
         free[0, pl.taken[i]] -= req.demand_milli(fleet.mem_total[r])[pl.taken[i]]
         after = node_fragmentation(free, fleet.cpu_free[r : r + 1] - req.cpu_milli, acc[:1], w)
         assert pl.delta[i] == pytest.approx(after[0] - before[r])
+
+
+# --------------------------------------------------------------------------------------------------------------- #
+# The fast paths give exactly what the plain definitions give
+
+
+def test_first_of_kind_keeps_the_lowest_eligible_slot_of_each_key() -> None:
+    from scheduler_plugin.policies.fragmentation import _first_of_kind
+
+    rng = np.random.default_rng(11)
+    for g in (1, 2, 3, 8, 16):
+        key = rng.integers(0, 4, size=(300, g)).astype(np.int64)
+        elig = rng.random((300, g)) < 0.7
+        lower_same = (key[:, :, None] == key[:, None, :]) & elig[:, :, None] & elig[:, None, :]
+        dup = (lower_same & np.tri(g, g, -1, dtype=np.bool_)[None, :, :]).any(axis=2)
+        assert np.array_equal(_first_of_kind(key, elig), elig & ~dup)
+
+
+def test_fleet_stats_follow_in_place_writes_and_match_a_recount() -> None:
+    from scheduler_plugin.policies.fragmentation import _FleetStats, _stats
+
+    rng = np.random.default_rng(5)
+    nodes = [node(f"n{i}", [int(x) for x in rng.integers(0, 5, size=4) * 250]) for i in range(40)]
+    fleet = build_arrays(nodes)
+    w = wl((WHOLE, 3), (HALF, 2), (PodShape(1000, 250, 1, None), 1))
+    memo = _FleetStats()
+    rows = np.array([3, 0, 17, 39, 3], dtype=np.int64)
+    for _ in range(2):  # the second round is served from the memo
+        got, want = memo.rows(fleet, rows, w), _stats(fleet.free_milli[rows], w)
+        assert np.array_equal(got.total, want.total)
+        assert np.array_equal(got.cnt, want.cnt)
+        assert np.array_equal(got.big, want.big)
+    fleet.free_milli[17, 1] = 0  # the simulator writes capacity in place: the memo must notice
+    got, want = memo.rows(fleet, rows, w), _stats(fleet.free_milli[rows], w)
+    assert np.array_equal(got.cnt, want.cnt)
+    assert np.array_equal(got.big, want.big)
+    w2 = wl((WHOLE, 1), (PodShape(1000, 100, 1, None), 1))  # other thresholds
+    got, want = memo.rows(fleet, rows, w2), _stats(fleet.free_milli[rows], w2)
+    assert got.cnt.shape == want.cnt.shape
+    assert np.array_equal(got.big, want.big)
+
+
+def test_placements_with_and_without_a_cycle_context_agree() -> None:
+    """The cycle's caches (eligibility, demand, the fleet's stats) change nothing in the placements."""
+    from scheduler_plugin.policies.eligibility import GpuLimits
+
+    rng = np.random.default_rng(8)
+    nodes = [
+        node(f"n{i}", [int(x) for x in rng.integers(0, 5, size=8) * 125], cpu=64_000, model=("A100", "V100")[i % 2])
+        for i in range(60)
+    ]
+    fleet = build_arrays(nodes)
+    w = wl((WHOLE, 3), (HALF, 2), (PodShape(1000, 250, 1, frozenset({"A100"})), 1), (CPU_ONLY, 1))
+    rows = np.arange(60, dtype=np.int64)
+    for req in (
+        GpuRequest(count=1, milli=250, cpu_milli=1000),
+        GpuRequest(count=1, milli=None, memory_bytes=20 * GIB, cpu_milli=1000),
+        GpuRequest(count=2, cpu_milli=4000),
+        GpuRequest(count=1, cpu_milli=1000, models=frozenset({"V100"})),
+    ):
+        for _ in range(2):
+            ctx = CycleContext(now=0.0)
+            ctx.extras["kelvin.gpu_limits"] = GpuLimits()
+            a = placements(req, fleet, rows, w, ctx, memory_aware=True)
+            b = placements(req, fleet, rows, w, None, memory_aware=True)
+            assert np.array_equal(a.pos, b.pos)
+            assert np.array_equal(a.taken, b.taken)
+            assert np.array_equal(a.delta, b.delta)
+            assert np.array_equal(a.slot_left, b.slot_left)
+
+
+@pytest.mark.parametrize("count", [1, 2, 3])
+def test_whole_gpu_pods_take_the_first_eligible_gpus(count: int) -> None:
+    from scheduler_plugin.policies.fragmentation import eligible_gpus
+
+    rng = np.random.default_rng(21)
+    nodes = [node(f"n{i}", [int(x) for x in rng.choice([0, 0, 250, 1000], size=6)]) for i in range(80)]
+    fleet = build_arrays(nodes)
+    req = GpuRequest(count=count, cpu_milli=1000)
+    rows = np.arange(80, dtype=np.int64)
+    pl = placements(req, fleet, rows, wl((WHOLE, 1), (HALF, 1)))
+    elig, _ = eligible_gpus(req, fleet, rows)
+    take = elig & (np.cumsum(elig, axis=1) <= count)
+    fits = np.flatnonzero(take.sum(axis=1) == count)
+    assert np.array_equal(pl.pos, fits)
+    assert np.array_equal(pl.taken, take[fits])
+    assert np.array_equal(pl.gpu_left, fleet.free_milli[fits].sum(axis=1) - count * 1000)
