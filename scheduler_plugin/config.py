@@ -7,6 +7,9 @@ in docs/configuration.md. A bad value stops startup with :class:`ConfigError`, w
 
 from __future__ import annotations
 
+import logging
+import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -49,6 +52,9 @@ class Settings(BaseSettings):
     bind_enabled: bool = True
 
 
+log = logging.getLogger("kelvin.config")
+
+
 def _env_name(field: str) -> str:
     return "KELVIN_" + field.upper()
 
@@ -60,10 +66,21 @@ def load_settings(**overrides: Any) -> Settings:
     to 65535 (got 70000)``.
     """
     kwargs = {k: v for k, v in overrides.items() if v is not None}
+    for name in unknown_env_vars(os.environ):
+        log.warning("ignoring unknown setting %s (not a kelvin setting: a typo?); see docs/configuration.md", name)
     try:
         return Settings(**kwargs)
     except ValidationError as exc:
         raise ConfigError(format_validation_error(exc, env=True)) from None
+
+
+def unknown_env_vars(environ: Mapping[str, str]) -> list[str]:
+    """``KELVIN_*`` variables that name no setting (the operator's ``KELVIN_OPERATOR_*`` are its own), so that a
+    typo such as ``KELVIN_PROMETEUS_URL`` is reported instead of silently falling back to the default."""
+    known = {_env_name(f) for f in Settings.model_fields}
+    return sorted(
+        k for k in environ if k.startswith("KELVIN_") and not k.startswith("KELVIN_OPERATOR_") and k not in known
+    )
 
 
 def format_validation_error(exc: ValidationError, *, env: bool = False, prefix: str = "") -> str:

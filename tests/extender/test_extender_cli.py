@@ -113,3 +113,10 @@ def test_fleet_state_counts() -> None:
     snap = Snapshot(tuple(src.snapshot_nodes()), taken_at=time.time())
     stranded, stranded_bytes, whole, throttling = fleet_state(snap)
     assert (stranded, stranded_bytes, whole, throttling) == (0, 0, 32, 0)
+
+
+def test_unknown_kelvin_variables_are_named() -> None:
+    from scheduler_plugin.config import unknown_env_vars
+
+    env = {"KELVIN_PROMETEUS_URL": "x", "KELVIN_PORT": "1", "KELVIN_OPERATOR_DRY_RUN": "true", "HOME": "/"}
+    assert unknown_env_vars(env) == ["KELVIN_PROMETEUS_URL"]
