@@ -126,6 +126,7 @@ def build_extender(
         ledger=ledger,
         metrics=TelemetryMetrics(registry, source.name),
         clock=clock,
+        on_publish=lambda snap: framework.warm(snap.arrays),
     )
     if isinstance(source, SimulatedFleetSource):  # its fetch builds 40,000 objects: in slices, around requests
         source.pause = cache.gate.pause

@@ -147,6 +147,7 @@ class SnapshotCache:
         build_slice_nodes: int = DEFAULT_BUILD_SLICE_NODES,
         gate: RequestGate | None = None,
         cooling: CoolingEstimator | None = None,
+        on_publish: Callable[[Snapshot], None] | None = None,
     ) -> None:
         if not refresh_interval_s > 0:
             raise ValueError(f"refresh_interval_s must be > 0, got {refresh_interval_s!r}")
@@ -166,6 +167,9 @@ class SnapshotCache:
         self.gate = gate if gate is not None else RequestGate()
         """Requests in flight: the build steps aside for them between slices."""
         self.cooling = cooling if cooling is not None else CoolingEstimator()
+        self.on_publish = on_publish
+        """Called with each new snapshot just before it is published (e.g. to warm the policies' per-snapshot
+        caches), so that work happens here, in the background, and not in the first request that reads it."""
         """Learns each GPU's cooling quality (thermal resistance) across refreshes; fills the snapshot's
         ``thermal_resistance`` column where the source does not report it."""
         self.freeze_gc = freeze_gc
@@ -215,6 +219,11 @@ class SnapshotCache:
                     gc.freeze()
                 if paused_gc:
                     gc.enable()
+            if self.on_publish is not None:
+                try:
+                    self.on_publish(snap)
+                except Exception:  # a warm-up is an optimisation: never lose a good snapshot over it
+                    log.exception("warming the new snapshot failed; publishing it cold")
             # Keep the old snapshot's nodes alive past the swap and free them in slices (see _retire).
             retired = list(self.snapshot.nodes)
             self.snapshot = snap

@@ -228,3 +228,31 @@ async def test_learns_cooling_quality_once_the_temperature_settles(setup: tuple)
         seen.append(float(cache.snapshot.arrays.thermal_resistance[0, 0]))
     assert math.isnan(seen[0])  # still rising over the trend window: not learned from
     assert seen[-1] == pytest.approx(48 / 600)
+
+
+async def test_on_publish_warms_each_snapshot_before_requests_see_it() -> None:
+    clock = Clock()
+    src = Source(clock)
+    src.nodes = [node("a", [40.0, 41.0])]
+    seen: list[tuple[int, bool]] = []
+    cache: SnapshotCache
+
+    def warm(snap: object) -> None:
+        seen.append((id(snap), cache.snapshot is snap))  # not yet published while warming
+
+    cache = SnapshotCache(src, clock=clock, on_publish=warm)
+    assert await cache.refresh_once()
+    assert seen == [(id(cache.snapshot), False)]
+
+
+async def test_a_failing_warm_up_still_publishes_the_snapshot() -> None:
+    clock = Clock()
+    src = Source(clock)
+    src.nodes = [node("a", [40.0])]
+
+    def broken(snap: object) -> None:
+        raise RuntimeError("warm-up bug")
+
+    cache = SnapshotCache(src, clock=clock, on_publish=broken)
+    assert await cache.refresh_once()
+    assert [n.name for n in cache.snapshot.nodes] == ["a"]
