@@ -17,7 +17,17 @@ Two scorers share that maths:
 * ``fragmentation`` is kelvin's: the same quantised gradient (the quantisation is what makes FGD work: placements
   within a step are equal, instead of chasing noise), computed over a memory-aware F (a typical pod must also find
   its host memory; FGD checks CPU only), against a workload it learns from the requests it sees; inside the node
-  it breaks ties by the raw dF, then the tightest GPU, instead of the lowest index.
+  it breaks ties by the raw dF, then the tightest GPU, instead of the lowest index. Two additions look past FGD's
+  one-pod horizon:
+
+  - **packing plan** (``packingPlan``, :mod:`.packing`): shared pods are ranked first by how far their placement
+    strays from the optimal fractional packing of the workload's shares (the reduced cost of the arc-flow LP), so a
+    0.32 share does not take the gap a 0.47 share would fill to 0.94;
+  - **CPU stranding** (``strandingWeight``): dF is increased by the GPU a node can no longer feed with its free CPU at
+    the workload's CPU-per-GPU ratio (:func:`stranded`). FGD sees CPU only as a cliff, once a node's CPU is below a
+    shape's request; by then the node's remaining GPUs are lost. For GPU pods the term fades out when the fleet as a
+    whole lacks the CPU to feed its free GPUs (:func:`cpu_surplus_factor`): then every node strands and steering
+    pods only moves the loss.
 
 Everything is vectorised over candidate (node, GPU) placements: one call scores 5,000 nodes x 8 GPUs.
 
@@ -44,6 +54,7 @@ from .base import MAX_EXTENDER_PRIORITY, BoolA, CycleContext, FloatA, IntA
 from .config import CamelModel
 from .eligibility import cycle_demand, cycle_eligible
 from .normalize import minmax
+from .packing import DEFAULT_REPLAN_DRIFT, PlanCache
 from .registry import register
 
 I32A = npt.NDArray[np.int32]
@@ -57,6 +68,7 @@ DEFAULT_PRIOR_WEIGHT = 200.0
 DEFAULT_LEVELS = 100
 DEFAULT_MAX_SHAPES = 512
 DEFAULT_REFERENCE_GPU_MEMORY = 80 * GIB
+DEFAULT_STRANDING_WEIGHT = 4.0
 _SEEN_KEYS = 20_000
 
 
@@ -91,6 +103,9 @@ class Workload:
     prob: FloatA
     host_memory: IntA | None = None
     """(M,) mean host memory (bytes) of each shape's pods; used by memory-aware scoring (zeros when unknown)."""
+    shares: tuple[IntA, FloatA] | None = None
+    """(per-GPU thousandths, weights) of *every* one-GPU share seen, before the coverage cut: the packing plan needs
+    the rare small shares too (they are what fills the gaps the common ones leave). ``None``: use the kept shapes."""
     thresholds: IntA = field(init=False, repr=False, compare=False)
     """Distinct per-GPU shares of the GPU shapes (ascending)."""
     tix: IntA = field(init=False, repr=False, compare=False)
@@ -143,6 +158,7 @@ class Workload:
             if acc >= coverage * total - 1e-9:
                 break
         ws = np.array([w for w, _ in kept], dtype=np.float64)
+        shared = [(s.milli, w) for w, s in items if s.gpus == 1 and 0 < s.milli < MILLI_PER_GPU]
         return cls(
             cpu_milli=np.array([s.cpu_milli for _, s in kept], dtype=np.int64),
             milli=np.array([s.milli for _, s in kept], dtype=np.int64),
@@ -150,6 +166,10 @@ class Workload:
             models=tuple(s.models for _, s in kept),
             prob=ws / ws.sum(),
             host_memory=np.array([int((host_memory or {}).get(s, 0)) for _, s in kept], dtype=np.int64),
+            shares=(
+                np.array([m for m, _ in shared], dtype=np.int64),
+                np.array([w for _, w in shared], dtype=np.float64),
+            ),
         )
 
     @classmethod
@@ -164,6 +184,13 @@ class Workload:
 
     def __len__(self) -> int:
         return len(self.prob)
+
+    @property
+    def cpu_per_milli(self) -> float:
+        """Millicores the GPU shapes ask for per thousandth of GPU, weighted by frequency (0 without GPU shapes)."""
+        g = self.gpu_shapes
+        gpu = float((self.prob[g] * self.milli[g] * self.count[g]).sum())
+        return float((self.prob[g] * self.cpu_milli[g]).sum()) / gpu if gpu > 0 else 0.0
 
     def access_table(self, models: tuple[str, ...]) -> BoolA:
         """(len(models) + 1, M): shape m admits GPU model i; the last row (nodes without GPUs) admits everything.
@@ -404,6 +431,10 @@ class Placements:
     """(P,) thousandths left on the GPU chosen (shared pods; 0 otherwise)."""
     cpu_left: IntA
     """(P,) millicores left on the node after the placement."""
+    slot_free: IntA | None = None
+    """(P,) thousandths free on the GPU chosen before the placement (shared pods; ``None`` otherwise)."""
+    used: IntA | None = None
+    """(P,) thousandths of GPU the placement takes (``None``: none, a CPU-only pod)."""
 
     def slots(self, i: int) -> IntA:
         return np.flatnonzero(self.taken[i])
@@ -478,7 +509,7 @@ def placements(
             after = (total_before[pos] - d) * float(w.prob.sum())
         taken = np.zeros((p, g), dtype=np.bool_)
         taken[np.arange(p), col] = True
-        return Placements(pos, taken, after - before[pos], total_before[pos] - d, old - d, new_cpu_all[pos])
+        return Placements(pos, taken, after - before[pos], total_before[pos] - d, old - d, new_cpu_all[pos], old, d)
     if req.count == 1:  # the first eligible GPU of each node that has one (the common pod: no cumulative count)
         pos = np.flatnonzero(elig.any(axis=1))
         take = np.zeros((len(pos), elig.shape[1]), dtype=np.bool_)
@@ -497,8 +528,47 @@ def placements(
     else:
         after = (total_before[pos] - used) * float(w.prob.sum())
     return Placements(
-        pos, take, after - before[pos], total_before[pos] - used, np.zeros(len(pos), dtype=np.int64), new_cpu_all[pos]
+        pos,
+        take,
+        after - before[pos],
+        total_before[pos] - used,
+        np.zeros(len(pos), dtype=np.int64),
+        new_cpu_all[pos],
+        used=used,
     )
+
+
+def stranded(gpu_free: IntA, cpu_free: IntA, cpu_per_milli: float) -> FloatA:
+    """Thousandths of GPU a node's free CPU cannot feed at the workload's CPU-per-GPU ratio: free GPU that typical
+    pods will not be able to use because the CPU they also need runs out first."""
+    if cpu_per_milli <= 0:
+        return np.zeros(np.shape(gpu_free))
+    return np.asarray(np.maximum(0.0, gpu_free - np.maximum(cpu_free, 0) / cpu_per_milli), dtype=np.float64)
+
+
+def stranding_change(req: GpuRequest, pl: Placements, w: Workload) -> FloatA:
+    """Per placement: how much more GPU its node strands for lack of CPU (:func:`stranded`) afterwards than before.
+
+    FGD sees CPU only as a cliff (a node's GPUs count as fragmented for a shape once its CPU is below that shape's
+    request). Nodes whose CPU-to-GPU ratio is below the workload's reach that cliff long before their GPUs are full;
+    this term steers CPU-hungry pods to CPU-rich nodes before then, and CPU-light ones to CPU-poor nodes."""
+    ratio = w.cpu_per_milli
+    used = pl.used if pl.used is not None else np.zeros(len(pl.pos), dtype=np.int64)
+    before = stranded(pl.gpu_left + used, pl.cpu_left + req.cpu_milli, ratio)
+    return np.asarray(stranded(pl.gpu_left, pl.cpu_left, ratio) - before, dtype=np.float64)
+
+
+def cpu_surplus_factor(fleet: FleetArrays, w: Workload, full_at: float) -> float:
+    """0..1: how much of the stranding term GPU pods get. The fleet's free CPU on GPU nodes against what its free GPU
+    needs at the workload's ratio: no surplus (the CPU cannot feed the GPUs anyway, so every node strands and steering
+    GPU pods between nodes only moves the loss) gives 0, a surplus of ``full_at`` (0.5: 50 % more CPU than needed)
+    or more gives 1."""
+    need = w.cpu_per_milli * float(fleet.free_milli[fleet.gpu_present].sum())
+    if need <= 0:
+        return 1.0
+    gpu_nodes = fleet.gpu_present.any(axis=1)
+    have = float(np.maximum(fleet.cpu_free[gpu_nodes], 0).sum())
+    return float(np.clip((have / need - 1.0) / full_at, 0.0, 1.0)) if full_at > 0 else float(have >= need)
 
 
 def _at(a: npt.NDArray[Any] | None, pos: IntA) -> npt.NDArray[Any] | None:
@@ -552,6 +622,24 @@ class FragmentationArgs(CamelModel):
     prior_weight: float = Field(DEFAULT_PRIOR_WEIGHT, ge=0, description="pseudo-pods of the default workload")
     coverage: float = Field(DEFAULT_COVERAGE, gt=0, le=1, description="share of pods the workload's shapes cover")
     reference_gpu_memory_gib: float = Field(80, gt=0, description="GPU size for converting memory pools to shares")
+    packing_plan: bool = Field(
+        True, description="shared pods: prefer placements of the workload's optimal packing (kelvin only, not fgd)"
+    )
+    stranding_weight: float = Field(
+        DEFAULT_STRANDING_WEIGHT,
+        ge=0,
+        le=1000,
+        description="weight of the GPU a node strands for lack of CPU, added to dF (kelvin only; 0 = FGD's measure)",
+    )
+    stranding_full_surplus: float = Field(
+        0.5,
+        ge=0,
+        le=10,
+        description="GPU pods get the full stranding weight once free CPU exceeds what free GPUs need by this share",
+    )
+    replan_drift: float = Field(
+        DEFAULT_REPLAN_DRIFT, gt=0, le=2, description="re-solve the packing plan when the share mix moved this far (L1)"
+    )
 
 
 @dataclass(slots=True)
@@ -559,6 +647,7 @@ class _Base:
     args: FragmentationArgs
     estimator: WorkloadEstimator
     name: str = "fragmentation"
+    plans: PlanCache = field(default_factory=PlanCache)
 
     @classmethod
     def create(cls, args: FragmentationArgs) -> Any:
@@ -568,7 +657,7 @@ class _Base:
             coverage=args.coverage,
             reference_gpu_memory=int(args.reference_gpu_memory_gib * GIB),
         )
-        return cls(args, est)
+        return cls(args, est, plans=PlanCache(args.replan_drift))
 
     @property
     def memory_aware(self) -> bool:
@@ -584,13 +673,15 @@ class _Base:
         ctx.extras[WORKLOAD_KEY] = w
         return w
 
-    def _values(self, req: GpuRequest, fleet: FleetArrays, pl: Placements, for_pick: bool = False) -> FloatA:
+    def _values(
+        self, req: GpuRequest, fleet: FleetArrays, pl: Placements, w: Workload, for_pick: bool = False
+    ) -> FloatA:
         raise NotImplementedError
 
     def score(self, req: GpuRequest, fleet: FleetArrays, idx: IntA, ctx: CycleContext) -> FloatA:
         w = self.workload(req, ctx, learn=True)
         pl = placements(req, fleet, idx, w, ctx, memory_aware=self.memory_aware)
-        best, _ = best_per_row(self._values(req, fleet, pl), pl.pos, len(idx))
+        best, _ = best_per_row(self._values(req, fleet, pl, w), pl.pos, len(idx))
         return best
 
     def normalize(self, raw: FloatA) -> FloatA:
@@ -600,7 +691,7 @@ class _Base:
         w = self.workload(req, ctx, learn=False)
         rows = np.array([row], dtype=np.int64)
         pl = placements(req, fleet, rows, w, ctx, memory_aware=self.memory_aware)
-        _, which = best_per_row(self._values(req, fleet, pl, True), pl.pos, 1)
+        _, which = best_per_row(self._values(req, fleet, pl, w, True), pl.pos, 1)
         if which[0] < 0:
             return None
         return tuple(int(fleet.gpu_index[row, c]) for c in pl.slots(int(which[0])))
@@ -615,7 +706,7 @@ class _Base:
         lines = [f"fragmentation now {before / MILLI_PER_GPU:.2f} GPU (against {len(w)} typical pod shapes)"]
         if len(pl.pos) == 0:
             return [*lines, "the pod does not fit on any GPU of this node"]
-        _, which = best_per_row(self._values(req, fleet, pl, True), pl.pos, 1)
+        _, which = best_per_row(self._values(req, fleet, pl, w, True), pl.pos, 1)
         i = int(which[0])
         gpus = ", ".join(str(int(fleet.gpu_index[row, c])) for c in pl.slots(i)) or "none"
         lines.append(f"best placement (GPU {gpus}) changes it by {pl.delta[i] / MILLI_PER_GPU:+.3f} GPU")
@@ -629,16 +720,41 @@ class FragmentationPolicy(_Base):
     differ by less than a step are equally good, and the caller's tie-break decides. Measured on the Alibaba trace,
     ranking by the raw dF instead chases noise and strands more GPUs. Inside the chosen node the GPU is picked by the
     quantised score, then the smallest raw dF, then the least share left on the GPU.
+
+    Shared pods (``packingPlan``, on by default) are first ranked by the placement's reduced cost in the optimal
+    packing of the workload's shares (:mod:`.packing`), in hundredths of a GPU: FGD's score only decides among
+    placements the plan finds equally good.
     """
 
-    def _values(self, req: GpuRequest, fleet: FleetArrays, pl: Placements, for_pick: bool = False) -> FloatA:
-        primary = quantised(pl.delta, self.args.levels)
+    def _values(
+        self, req: GpuRequest, fleet: FleetArrays, pl: Placements, w: Workload, for_pick: bool = False
+    ) -> FloatA:
+        weight = self.args.stranding_weight
+        if req.wants_gpu:
+            weight *= cpu_surplus_factor(fleet, w, self.args.stranding_full_surplus)
+        primary = quantised(pl.delta + weight * stranding_change(req, pl, w), self.args.levels)
+        penalty = self.plan_penalty(req, pl, w)
+        if penalty is not None:
+            primary = primary - (self.args.levels + 1) * penalty
         if not for_pick:
             return primary
         return np.asarray(
             primary - 1e-3 * np.tanh(pl.delta / MILLI_PER_GPU) + 1e-4 * (1.0 - pl.slot_left / MILLI_PER_GPU),
             dtype=np.float64,
         )
+
+    def plan_penalty(self, req: GpuRequest, pl: Placements, w: Workload) -> FloatA | None:
+        """Each placement's reduced cost in the workload's packing plan (hundredths of a GPU), or ``None``."""
+        if not (self.args.packing_plan and req.shared and pl.slot_free is not None and len(pl.pos)):
+            return None
+        if w.shares is not None:
+            plan = self.plans.plan(*w.shares)
+        else:
+            shares = w.gpu_shapes & (w.count == 1) & (w.milli < MILLI_PER_GPU)
+            plan = self.plans.plan(w.milli[shares], w.prob[shares])
+        if plan is None:
+            return None
+        return plan.penalty(pl.slot_free, pl.slot_free - pl.slot_left)
 
 
 class FgdPolicy(_Base):
@@ -648,7 +764,9 @@ class FgdPolicy(_Base):
     def memory_aware(self) -> bool:
         return False
 
-    def _values(self, req: GpuRequest, fleet: FleetArrays, pl: Placements, for_pick: bool = False) -> FloatA:
+    def _values(
+        self, req: GpuRequest, fleet: FleetArrays, pl: Placements, w: Workload, for_pick: bool = False
+    ) -> FloatA:
         return fgd_value(pl.delta)
 
     def normalize(self, raw: FloatA) -> FloatA:
