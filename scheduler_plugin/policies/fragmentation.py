@@ -710,7 +710,10 @@ class _Base:
         i = int(which[0])
         gpus = ", ".join(str(int(fleet.gpu_index[row, c])) for c in pl.slots(i)) or "none"
         lines.append(f"best placement (GPU {gpus}) changes it by {pl.delta[i] / MILLI_PER_GPU:+.3f} GPU")
-        return lines
+        return [*lines, *self._explain_extras(req, fleet, pl, w, i)]
+
+    def _explain_extras(self, req: GpuRequest, fleet: FleetArrays, pl: Placements, w: Workload, i: int) -> list[str]:
+        return []
 
 
 class FragmentationPolicy(_Base):
@@ -742,6 +745,27 @@ class FragmentationPolicy(_Base):
             primary - 1e-3 * np.tanh(pl.delta / MILLI_PER_GPU) + 1e-4 * (1.0 - pl.slot_left / MILLI_PER_GPU),
             dtype=np.float64,
         )
+
+    def _explain_extras(self, req: GpuRequest, fleet: FleetArrays, pl: Placements, w: Workload, i: int) -> list[str]:
+        out = []
+        penalty = self.plan_penalty(req, pl, w)
+        if penalty is not None:
+            cost = float(penalty[i])
+            out.append(
+                "packing plan: part of the optimal packing of the workload's shares"
+                if cost == 0
+                else f"packing plan: {cost / 100:.2f} GPU worse than the optimal packing of the workload's shares"
+            )
+        change = float(stranding_change(req, pl, w)[i])
+        if change and self.args.stranding_weight:
+            factor = cpu_surplus_factor(fleet, w, self.args.stranding_full_surplus) if req.wants_gpu else 1.0
+            out.append(
+                f"CPU stranding: the node's free CPU would feed {-change / MILLI_PER_GPU:+.2f} GPU"
+                if change < 0
+                else f"CPU stranding: {change / MILLI_PER_GPU:.2f} more GPU left without CPU to feed it "
+                f"(at {w.cpu_per_milli:.1f} millicores per thousandth; weight x{factor:.2f})"
+            )
+        return out
 
     def plan_penalty(self, req: GpuRequest, pl: Placements, w: Workload) -> FloatA | None:
         """Each placement's reduced cost in the workload's packing plan (hundredths of a GPU), or ``None``."""

@@ -168,3 +168,17 @@ def test_bad_args_name_the_field() -> None:
         build("score", "fragmentation", {"strandingWeight": -1}, "scoring.fragmentation.args")
     with pytest.raises(PolicyConfigError, match="replanDrift"):
         build("score", "fragmentation", {"replanDrift": 0}, "scoring.fragmentation.args")
+
+
+def test_explain_names_the_plan_and_the_stranding() -> None:
+    # 12 cores feed ~1,180 of the 1,530 free thousandths at the workload's ~10 millicores per thousandth.
+    fleet = build_arrays([node("pair", [470, 0], cpu=12_000)])
+    w = workload((S470, 2), (S320, 1), (S650, 1), (WHOLE, 4))
+    ctx = CycleContext(now=0.0, extras={WORKLOAD_KEY: w})
+    lines = FragmentationPolicy.create(FragmentationArgs()).explain(
+        GpuRequest(count=1, milli=320, cpu_milli=4000), fleet, 0, ctx
+    )
+    text = "\n".join(lines)
+    assert "packing plan: part of the optimal packing" in text  # the fresh GPU, not the 0.47's gap
+    assert "best placement (GPU 1)" in text
+    assert "more GPU left without CPU to feed it" in text
