@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from scheduler_plugin.policies.config import PolicyConfig
 from scheduler_plugin.policies.registry import PolicyConfigError
-from scheduler_plugin.simulator.engine import prepare, run
-from scheduler_plugin.simulator.policies import POLICIES, build_policy
+from scheduler_plugin.simulator.engine import SimPolicy, prepare, run
+from scheduler_plugin.simulator.policies import POLICIES, build_policy, kelvin_policy
 from scheduler_plugin.simulator.trace import Trace, TraceNode, TracePod, load_trace
 
 GIB = 2**30
@@ -104,3 +106,28 @@ def test_default_kelvin_is_its_fragmentation_score_on_a_fleet_without_telemetry(
         assert default.fleet is not None and frag.fleet is not None
         assert default.fleet.free_milli.tolist() == frag.fleet.free_milli.tolist()
         assert default.failed.tolist() == frag.failed.tolist()
+
+
+@pytest.mark.slow
+def test_packing_plan_and_stranding_each_cut_stranded_gpus_on_the_real_trace(traces_dir: Path) -> None:
+    """Every eighth node and pod of the Alibaba trace, seeds 42-44, % of GPUs unallocated at 100 % arrived.
+    Measured: fgd 6.26, kelvin without its two additions 6.11, with CPU stranding only 4.17, with both 3.82."""
+    full = load_trace(traces_dir / "openb_node_list_gpu_node.csv", traces_dir / "openb_pod_list_default.csv")
+    prep = prepare(trace(list(full.nodes[::8]), list(full.pods[::8])))
+    seeds = (42, 43, 44)
+
+    def unallocated(policy: Callable[[], SimPolicy]) -> list[float]:
+        return [100.0 - run(prep, policy(), s, target=1.0).alloc_at(100) for s in seeds]
+
+    def kelvin(args: dict[str, object]) -> Callable[[], SimPolicy]:
+        cfg = PolicyConfig.from_mapping(
+            {"scoring": {"fragmentation": {"weight": 1.0, "args": args}}, "pickerArgs": args}
+        )
+        return lambda: kelvin_policy(cfg)
+
+    fgd = unallocated(lambda: build_policy("fgd"))
+    neither = unallocated(kelvin({"packingPlan": False, "strandingWeight": 0}))
+    stranding = unallocated(kelvin({"packingPlan": False}))
+    both = unallocated(kelvin({}))
+    assert all(b < f - 1.0 for b, f in zip(both, fgd, strict=True))
+    assert sum(both) < sum(stranding) < sum(neither)
