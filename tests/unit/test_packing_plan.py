@@ -182,3 +182,38 @@ def test_explain_names_the_plan_and_the_stranding() -> None:
     assert "packing plan: part of the optimal packing" in text  # the fresh GPU, not the 0.47's gap
     assert "best placement (GPU 1)" in text
     assert "more GPU left without CPU to feed it" in text
+
+
+def test_a_failed_solve_is_logged_not_retried_and_scores_fall_back_to_fgd(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import scipy.optimize
+
+    class Failed:
+        status = 2
+        message = "infeasible (injected)"
+        eqlin = None
+        fun = 0.0
+
+    calls = []
+
+    def failing(*args: object, **kwargs: object) -> Failed:
+        calls.append(1)
+        return Failed()
+
+    monkeypatch.setattr(scipy.optimize, "linprog", failing)
+    cache = PlanCache()
+    with caplog.at_level("WARNING"):
+        assert cache.plan(np.array([470, 320]), np.array([0.5, 0.5])) is None
+    assert "LP not solved" in caplog.text and "injected" in caplog.text
+    assert cache.plan(np.array([470, 320]), np.array([0.5, 0.5])) is None
+    assert len(calls) == 1  # the same distribution is not solved again
+    # Without a plan, kelvin's score is FGD's measure plus stranding: it still ranks, it does not fail.
+    fleet = build_arrays([node("pair", [470, 1000]), node("fresh", [0, 1000])])
+    w = workload((S470, 2), (S320, 1), (S650, 1), (WHOLE, 4))
+    kelvin = FragmentationPolicy.create(FragmentationArgs(stranding_weight=0))
+    no_plan = FragmentationPolicy.create(FragmentationArgs(stranding_weight=0, packing_plan=False))
+    ctx = CycleContext(now=0.0, extras={WORKLOAD_KEY: w})
+    req = GpuRequest(count=1, milli=320, cpu_milli=4000)
+    idx = np.array([0, 1])
+    assert kelvin.score(req, fleet, idx, ctx).tolist() == no_plan.score(req, fleet, idx, ctx).tolist()
