@@ -87,11 +87,43 @@ def _read_pod(pod_file: Path) -> dict[str, Any]:
         _fail(f"pod file {pod_file} is not YAML/JSON: {exc}")
     if not isinstance(pod, dict):
         _fail(f"pod file {pod_file}: must hold one Pod object")
-    return pod
+    return _pod_of(pod, str(pod_file))
+
+
+#: Workload kinds whose pods ``kelvin explain`` accepts, and where their pod template lives.
+_TEMPLATES: dict[str, tuple[str, ...]] = {
+    "Deployment": ("spec", "template"),
+    "StatefulSet": ("spec", "template"),
+    "DaemonSet": ("spec", "template"),
+    "ReplicaSet": ("spec", "template"),
+    "Job": ("spec", "template"),
+    "CronJob": ("spec", "jobTemplate", "spec", "template"),
+}
+
+
+def _pod_of(obj: dict[str, Any], source: str) -> dict[str, Any]:
+    """The Pod to explain: the object itself, or the pod template of a workload (Deployment, Job, ...)."""
+    kind = obj.get("kind", "Pod")
+    if kind == "Pod":
+        return obj
+    path = _TEMPLATES.get(str(kind))
+    if path is None:
+        _fail(f"{source}: kind {kind!r} has no pod to explain (give a Pod or one of: {', '.join(_TEMPLATES)})")
+    template: Any = obj
+    for key in path:
+        template = template.get(key) if isinstance(template, dict) else None
+    if not isinstance(template, dict) or not isinstance(template.get("spec"), dict):
+        _fail(f"{source}: {kind} has no pod template at {'.'.join(path)}")
+    meta = dict(template.get("metadata") or {})
+    meta.setdefault("name", f"{(obj.get('metadata') or {}).get('name', 'pod')}-template")
+    meta.setdefault("namespace", (obj.get("metadata") or {}).get("namespace", "default"))
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": template["spec"]}
 
 
 def explain(
-    pod_file: Annotated[Path, typer.Argument(help="Pod manifest (YAML or JSON; '-' for stdin).")],
+    pod_file: Annotated[
+        Path, typer.Argument(help="Pod manifest, or a workload's (its pod template); YAML or JSON, '-' for stdin.")
+    ],
     node: Annotated[str, typer.Argument(help="Node to explain the pod on.")],
     url: Annotated[
         str | None,

@@ -759,11 +759,10 @@ class FragmentationPolicy(_Base):
         change = float(stranding_change(req, pl, w)[i])
         if change and self.args.stranding_weight:
             factor = cpu_surplus_factor(fleet, w, self.args.stranding_full_surplus) if req.wants_gpu else 1.0
+            what = "more" if change > 0 else "fewer"
             out.append(
-                f"CPU stranding: the node's free CPU would feed {-change / MILLI_PER_GPU:+.2f} GPU"
-                if change < 0
-                else f"CPU stranding: {change / MILLI_PER_GPU:.2f} more GPU left without CPU to feed it "
-                f"(at {w.cpu_per_milli:.1f} millicores per thousandth; weight x{factor:.2f})"
+                f"CPU stranding: {abs(change) / MILLI_PER_GPU:.2f} {what} GPU left without CPU to feed it "
+                f"(at {w.cpu_per_milli:.1f} millicores per thousandth of GPU; weight x{factor:.2f})"
             )
         return out
 

@@ -87,6 +87,27 @@ def test_explain_bad_pod_file(tmp_path: Path) -> None:
     assert result.exit_code == 2 and "must hold one Pod object" in result.output
 
 
+def test_explain_takes_a_workloads_pod_template() -> None:
+    root = Path(__file__).resolve().parents[2]
+    result = runner.invoke(
+        app, ["explain", str(root / "manifests/examples/shared-gpu-inference.yaml"), "gpu-node-1", "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.output)
+    assert out["request"] == "a share of one GPU (20 GiB, 30% of compute)", out["request"]
+
+
+def test_explain_rejects_an_object_without_a_pod(tmp_path: Path) -> None:
+    f = tmp_path / "svc.yaml"
+    f.write_text("apiVersion: v1\nkind: Service\nmetadata: {name: s}\n")
+    result = runner.invoke(app, ["explain", str(f), "gpu-node-1"])
+    assert result.exit_code == 2 and "kind 'Service' has no pod to explain" in result.output
+    g = tmp_path / "deploy.yaml"
+    g.write_text("apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}\nspec: {replicas: 1}\n")
+    result = runner.invoke(app, ["explain", str(g), "gpu-node-1"])
+    assert result.exit_code == 2 and "no pod template at spec.template" in result.output
+
+
 def test_demo_runs_end_to_end() -> None:
     result = runner.invoke(app, ["demo", "--pods", "30", "--nodes", "6", "--interval", "0", "--no-live"])
     assert result.exit_code == 0, result.output
