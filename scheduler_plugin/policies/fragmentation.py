@@ -641,6 +641,10 @@ class FragmentationArgs(CamelModel):
         DEFAULT_REPLAN_DRIFT, gt=0, le=2, description="re-solve the packing plan when the share mix moved this far (L1)"
     )
 
+    def workload_settings(self) -> tuple[float, float, float, float]:
+        """The arguments that decide what the workload estimator learns."""
+        return (self.half_life_pods, self.prior_weight, self.coverage, self.reference_gpu_memory_gib)
+
 
 @dataclass(slots=True)
 class _Base:
@@ -714,6 +718,10 @@ class _Base:
 
     def _explain_extras(self, req: GpuRequest, fleet: FleetArrays, pl: Placements, w: Workload, i: int) -> list[str]:
         return []
+
+
+FragmentationBase = _Base
+"""The common base of the fragmentation plugins (for callers that share their workload estimator)."""
 
 
 class FragmentationPolicy(_Base):

@@ -27,6 +27,7 @@ from .burst import PLACEMENTS_KEY
 from .config import PolicyConfig, TelemetryPolicy
 from .eligibility import LIMITS_KEY
 from .fit import FitFilter, TelemetryFilter
+from .fragmentation import FragmentationBase
 from .hot import HotNodeFilter
 from .topology import TopologyTables
 
@@ -152,6 +153,7 @@ class Framework:
         self.picker = picker
         self.ledger = ledger
         self._share_topology_tables()
+        self._share_workload()
         self._overlay_key: tuple[object, ...] = ()
         self._overlay: FleetArrays | None = None
 
@@ -193,6 +195,17 @@ class Framework:
             t = getattr(p, "tables", None)
             if isinstance(t, TopologyTables) and t is not tables[0] and t.same_quality(tables[0]):
                 p.tables = tables[0]
+
+    def _share_workload(self) -> None:
+        """Let the picker judge by the workload the scorers learn. A fragmentation picker has an estimator of its own
+        that never observes a pod (scoring does; picking at bind must not count the pod twice): without this it would
+        pick GPUs against the default mix forever. Shared only when both learn alike (same estimator settings)."""
+        source = next((ws.plugin for ws in self.scorers if isinstance(ws.plugin, FragmentationBase)), None)
+        picker = self.picker
+        if source is None or not isinstance(picker, FragmentationBase) or picker is source:
+            return
+        if picker.args.workload_settings() == source.args.workload_settings():
+            picker.estimator = source.estimator
 
     # --- cycle set-up -------------------------------------------------------------------------------------------
 

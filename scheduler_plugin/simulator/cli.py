@@ -82,6 +82,13 @@ def simulate(
     progress: Annotated[bool, typer.Option(help="show a progress bar")] = True,
     thermal: Annotated[bool, typer.Option(help="run the time-stepped thermal scenario instead of a trace")] = False,
     hours: Annotated[float, typer.Option(help="simulated hours of the thermal scenario", min=0.01)] = 4.0,
+    learn_workload: Annotated[
+        bool,
+        typer.Option(
+            help="fragmentation policies learn the workload from the arrivals, as the extender does in a cluster, "
+            "instead of being given the trace's (the paper's protocol)"
+        ),
+    ] = False,
 ) -> None:
     """Replay a trace with the FGD paper's protocol (seeded shuffle, inflation to --target %) and compare policies."""
     err = Console(stderr=True)
@@ -105,7 +112,12 @@ def simulate(
         raise typer.Exit(2)
     err.print(
         f"{len(prep.trace.nodes)} nodes, {prep.capacity_milli // 1000} GPUs, {len(prep.trace.pods)} pods, "
-        f"target workload: {len(prep.workload)} pod shapes; arrivals up to {target:g} % of GPU capacity"
+        + (
+            "target workload: learned from the arrivals"
+            if learn_workload
+            else f"target workload: {len(prep.workload)} pod shapes"
+        )
+        + f"; arrivals up to {target:g} % of GPU capacity"
     )
     results: list[RunResult] = []
     with _progress(err, progress) as bar:
@@ -118,11 +130,12 @@ def simulate(
                         bar.update(task_id, completed=done, total=total)
 
                 pol = build_policy(p, s, policy_file=policy_file)
-                results.append(run(prep, pol, s, target=target / 100.0, progress=tick))
+                results.append(run(prep, pol, s, target=target / 100.0, progress=tick, learn_workload=learn_workload))
     write_curve_csv(results, out / "curve.csv")
     write_plot(results, out / "curve.png", title=f"{nodes.name} / {pods.name}")
     human = err if json_out else Console()
     human.print(summary_table(results))
     human.print(f"curve: {out / 'curve.csv'}  plot: {out / 'curve.png'}")
     if json_out:
-        sys.stdout.write(json.dumps(json_summary(results), indent=2) + "\n")
+        summary = {**json_summary(results), "workload": "learned" if learn_workload else "trace"}
+        sys.stdout.write(json.dumps(summary, indent=2) + "\n")

@@ -168,10 +168,14 @@ def run(
     target: float = DEFAULT_TARGET,
     progress: Callable[[int, int], None] | None = None,
     workload: Workload | None = None,
+    learn_workload: bool = False,
 ) -> RunResult:
     """Replay ``prep``'s trace through ``policy`` with the paper's protocol and ``seed``.
 
     Ties between equally ranked nodes go to a node order drawn at random per seed (as in the paper's simulator).
+    The fragmentation policies get the trace's target workload (``workload``, default ``prep.workload``: the paper's
+    M), or with ``learn_workload`` none at all: they learn it from the pods they score, as the extender does in a
+    cluster (a decayed histogram seeded with a default mix).
     """
     started = time.perf_counter()
     order = arrival_order(prep.trace.pods, prep.capacity_milli, seed, target)
@@ -194,7 +198,8 @@ def run(
         names.append(pod.name)
         demand_so_far += pod.gpu_demand_milli
         ctx = policy.context(fleet, 0.0)
-        ctx.extras[WORKLOAD_KEY] = w
+        if not learn_workload:
+            ctx.extras[WORKLOAD_KEY] = w
         cand = policy.feasible(req, fleet, all_rows, ctx)
         gpus: tuple[int, ...] | None = None
         row = -1

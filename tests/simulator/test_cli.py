@@ -73,3 +73,14 @@ def test_simulate_thermal_json() -> None:
 def test_simulate_needs_nodes_and_pods_without_thermal() -> None:
     res = runner.invoke(app, ["simulate", "--no-progress"])
     assert res.exit_code == 2 and "--nodes and --pods are required" in res.output
+
+
+def test_simulate_learned_workload_is_reported(small_trace: tuple[Path, Path], tmp_path: Path) -> None:
+    nodes, pods = small_trace
+    args = ["simulate", "--nodes", str(nodes), "--pods", str(pods), "--out", str(tmp_path), "--json", "--no-progress"]
+    res = runner.invoke(app, [*args, "--learn-workload"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["workload"] == "learned"
+    assert "target workload: learned from the arrivals" in res.stderr
+    res = runner.invoke(app, args)
+    assert json.loads(res.stdout)["workload"] == "trace"

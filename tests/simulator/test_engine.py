@@ -131,3 +131,21 @@ def test_packing_plan_and_stranding_each_cut_stranded_gpus_on_the_real_trace(tra
     both = unallocated(kelvin({}))
     assert all(b < f - 1.0 for b, f in zip(both, fgd, strict=True))
     assert sum(both) < sum(stranding) < sum(neither)
+
+
+def test_learned_workload_mode_leaves_m_to_the_policys_estimator(small_trace: tuple[Path, Path]) -> None:
+    prep = prepare(load_trace(*small_trace))
+    given = build_policy("kelvin-fragmentation")
+    learned = build_policy("kelvin-fragmentation")
+    run(prep, given, 1, target=1.0)
+    run(prep, learned, 1, target=1.0, learn_workload=True)
+
+    def estimator_of(policy: SimPolicy) -> int:
+        frag = policy.scorers[0][0]
+        return int(frag.estimator.observed)  # type: ignore[attr-defined]
+
+    assert estimator_of(given) == 0  # the trace's M was given: nothing learned
+    assert estimator_of(learned) > 0
+    shapes = {(int(m), int(c)) for m, c in zip(prep.workload.milli, prep.workload.count, strict=True)}
+    learned_w = learned.scorers[0][0].estimator.workload()  # type: ignore[attr-defined]
+    assert shapes & {(int(m), int(c)) for m, c in zip(learned_w.milli, learned_w.count, strict=True)}

@@ -202,8 +202,14 @@ def test_a_failed_solve_is_logged_not_retried_and_scores_fall_back_to_fgd(
         return Failed()
 
     monkeypatch.setattr(scipy.optimize, "linprog", failing)
+    # other tests (the operator's, the CLI's) configure logging; make sure this logger reaches caplog
+    import logging
+
+    name = "scheduler_plugin.policies.packing"
+    monkeypatch.setattr(logging.getLogger(name), "disabled", False)
+    monkeypatch.setattr(logging.getLogger(name), "propagate", True)
     cache = PlanCache()
-    with caplog.at_level("WARNING"):
+    with caplog.at_level("WARNING", logger=name):
         assert cache.plan(np.array([470, 320]), np.array([0.5, 0.5])) is None
     assert "LP not solved" in caplog.text and "injected" in caplog.text
     assert cache.plan(np.array([470, 320]), np.array([0.5, 0.5])) is None

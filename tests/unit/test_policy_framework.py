@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from scheduler_plugin.model import FleetArrays, GpuNode
+from scheduler_plugin.model import FleetArrays, GpuNode, GpuRequest
 from scheduler_plugin.policies import Framework, PolicyConfig
 from tests.unit.fleet_helpers import NOW, dgx, fleet, gpu, node, nvlink_pairs, pcie_box, request, whole
 
@@ -160,3 +160,22 @@ def test_overlay_is_applied_once_in_explain() -> None:
     assert ex.gpu_details[0].startswith("gpu 0 (A100, 80.0 GiB): 56.0 GiB and 70% free")
     assert fw.filter(request(1, share=700), f, all_rows(f), ctx).passed.tolist() == [0]
     assert fw.filter(request(1, share=701), f, all_rows(f), ctx).passed.tolist() == []
+
+
+def test_the_picker_judges_by_the_workload_the_scorer_learns() -> None:
+    from scheduler_plugin.policies.fragmentation import FragmentationPolicy
+
+    fw = Framework.from_config(PolicyConfig())
+    scorer = next(ws.plugin for ws in fw.scorers if ws.name == "fragmentation")
+    assert isinstance(scorer, FragmentationPolicy) and isinstance(fw.picker, FragmentationPolicy)
+    assert fw.picker.estimator is scorer.estimator
+    # the picker never observes (bind must not count a pod twice); what the scorer learned is what it picks by
+    before = fw.picker.estimator.observed
+    for i in range(300):  # outweigh the default mix's 200 pseudo-pods
+        scorer.estimator.observe(GpuRequest(count=1, milli=470, cpu_milli=8000, pod_key=f"ns/p{i}"))
+    assert fw.picker.estimator.observed == before + 300
+    assert 470 in fw.picker.estimator.workload().milli.tolist()
+    # estimators that learn differently stay apart
+    other = Framework.from_config(PolicyConfig.from_mapping({"pickerArgs": {"halfLifePods": 50}}))
+    other_scorer = next(ws.plugin for ws in other.scorers if ws.name == "fragmentation")
+    assert other.picker.estimator is not other_scorer.estimator  # type: ignore[attr-defined]
