@@ -85,18 +85,20 @@ def published(path: Path) -> dict[str, tuple[float, float]]:
 _PREP: dict[str, Prepared] = {}
 
 
-def _job(args: tuple[str, Trace, str, int]) -> RunResult:
-    key, trace, policy, seed = args
+def _job(args: tuple[str, Trace, str, int, bool]) -> RunResult:
+    key, trace, policy, seed, learn = args
     prep = _PREP.get(key)
     if prep is None:
         prep = _PREP[key] = prepare(trace)
-    r = run(prep, build_policy(policy, seed), seed)
+    r = run(prep, build_policy(policy, seed), seed, learn_workload=learn)
     r.fleet = None  # keep the result small across processes
     return r
 
 
-def run_all(key: str, trace: Trace, policies: Sequence[str], seeds: Sequence[int], jobs: int) -> list[RunResult]:
-    work = [(key, trace, p, s) for p in policies for s in seeds]
+def run_all(
+    key: str, trace: Trace, policies: Sequence[str], seeds: Sequence[int], jobs: int, learn: bool = False
+) -> list[RunResult]:
+    work = [(key, trace, p, s, learn) for p in policies for s in seeds]
     if jobs <= 1:
         return [_job(w) for w in work]
     with ProcessPoolExecutor(max_workers=jobs) as pool:
@@ -182,6 +184,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--variants", action="store_true", help="also run the workload variants")
     ap.add_argument("--variant-seeds", default="42-43")
     ap.add_argument("--thermal", action="store_true", help="also run the thermal scenario")
+    ap.add_argument(
+        "--learned",
+        action="store_true",
+        help="also run kelvin learning the target workload from the arrivals (as the extender does in a cluster)",
+    )
     ap.add_argument("--jobs", type=int, default=1, help="parallel runs (processes)")
     ap.add_argument("--plot", type=Path, default=None, help="write the allocation curves as PNG")
     ap.add_argument("--csv", type=Path, default=None, help="write the curves (per policy and seed) as CSV")
@@ -209,6 +216,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                     f"{p}: {k_un:.2f} % of GPUs unallocated at 100 % arrived vs fgd {fgd_un:.2f} % "
                     f"({fgd_un - k_un:+.2f} pp; target <= 3.80 %)"
                 )
+    if args.learned:
+        learned = run_all("default", trace, ["kelvin"], seeds, args.jobs, learn=True)
+        un = [100 - r.alloc_at(100) for r in learned]
+        con.print(
+            f"kelvin learning the workload from the arrivals (no trace M): {mean(un):.2f} % unallocated at 100 % "
+            f"(per seed {min(un):.2f}-{max(un):.2f})"
+        )
     floor = [share_packing_floor(trace, s) for s in seeds]
     con.print(
         f"floor for a policy that places every shared pod (optimal fractional packing of the arrived shares, no CPU "
