@@ -774,6 +774,15 @@ class FragmentationPolicy(_Base):
             )
         return out
 
+    def warm_plan(self) -> None:
+        """Re-solve the packing plan for the learned workload off the request path (the framework calls it when a
+        snapshot is published) once the share mix has moved half of ``replanDrift``."""
+        if not self.args.packing_plan:
+            return
+        w = self.estimator.workload()
+        if w.shares is not None:
+            self.plans.plan(*w.shares, drift=self.args.replan_drift / 2)
+
     def plan_penalty(self, req: GpuRequest, pl: Placements, w: Workload) -> FloatA | None:
         """Each placement's reduced cost in the workload's packing plan (hundredths of a GPU), or ``None``."""
         if not (self.args.packing_plan and req.shared and pl.slot_free is not None and len(pl.pos)):

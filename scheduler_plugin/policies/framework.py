@@ -27,7 +27,7 @@ from .burst import PLACEMENTS_KEY
 from .config import PolicyConfig, TelemetryPolicy
 from .eligibility import LIMITS_KEY
 from .fit import FitFilter, TelemetryFilter
-from .fragmentation import FragmentationBase
+from .fragmentation import FragmentationBase, FragmentationPolicy
 from .hot import HotNodeFilter
 from .topology import TopologyTables
 
@@ -206,11 +206,14 @@ class Framework:
             return
         if picker.args.workload_settings() == source.args.workload_settings():
             picker.estimator = source.estimator
+            if picker.args.replan_drift == source.args.replan_drift:
+                picker.plans = source.plans
 
     # --- cycle set-up -------------------------------------------------------------------------------------------
 
     def warm(self, fleet: FleetArrays) -> None:
-        """Precompute per-snapshot caches (wiring patterns of every topology-aware plugin) off the hot path.
+        """Precompute per-snapshot caches (wiring patterns of every topology-aware plugin, the fragmentation policy's
+        packing plan for the workload learned so far) off the hot path.
 
         Call it when a new snapshot is published; otherwise the first cycle on the new snapshot pays for it.
         """
@@ -219,6 +222,8 @@ class Framework:
             tables = getattr(p, "tables", None)
             if isinstance(tables, TopologyTables):
                 tables.for_fleet(fleet)
+            if isinstance(p, FragmentationPolicy):
+                p.warm_plan()
 
     def context(self, fleet: FleetArrays, now: float) -> CycleContext:
         """A cycle context with per-node staleness computed from ``observed_at`` and the configured max age."""

@@ -181,22 +181,25 @@ class PlanCache:
         self._last: tuple[IntA, FloatA, PackingPlan | None] | None = None
         self.solves = 0
 
-    def plan(self, milli: IntA, prob: FloatA) -> PackingPlan | None:
+    def plan(self, milli: IntA, prob: FloatA, *, drift: float | None = None) -> PackingPlan | None:
         """The plan for shares ``milli`` with weights ``prob``. The same two array objects as the last call (a
-        workload is immutable, and asked for on every placement) get the same answer without any work."""
+        workload is immutable, and asked for on every placement) get the same answer without any work.
+
+        ``drift`` overrides the cache's threshold for this call: a background caller passes a smaller one, so the
+        plan is usually re-solved there before a request would have to."""
         last = self._last
-        if last is not None and last[0] is milli and last[1] is prob:
+        if drift is None and last is not None and last[0] is milli and last[1] is prob:
             return last[2]
-        out = self._plan_for(milli, prob)
+        out = self._plan_for(milli, prob, self.drift if drift is None else drift)
         self._last = (milli, prob, out)
         return out
 
-    def _plan_for(self, milli: IntA, prob: FloatA) -> PackingPlan | None:
+    def _plan_for(self, milli: IntA, prob: FloatA, drift: float) -> PackingPlan | None:
         sizes, weights = share_distribution(milli, prob)
         if len(sizes) == 0:
             return None
         current = self._plan
-        if current is not None and current.distance(sizes, weights) <= self.drift:
+        if current is not None and current.distance(sizes, weights) <= drift:
             return current
         key = (sizes.tobytes(), np.round(weights, 6).tobytes())
         if current is None and self._tried == key:

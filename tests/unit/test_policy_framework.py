@@ -179,3 +179,23 @@ def test_the_picker_judges_by_the_workload_the_scorer_learns() -> None:
     other = Framework.from_config(PolicyConfig.from_mapping({"pickerArgs": {"halfLifePods": 50}}))
     other_scorer = next(ws.plugin for ws in other.scorers if ws.name == "fragmentation")
     assert other.picker.estimator is not other_scorer.estimator  # type: ignore[attr-defined]
+
+
+def test_warm_solves_the_packing_plan_off_the_request_path() -> None:
+    from scheduler_plugin.policies.fragmentation import FragmentationPolicy
+
+    fw = Framework.from_config(PolicyConfig())
+    scorer = next(ws.plugin for ws in fw.scorers if ws.name == "fragmentation")
+    assert isinstance(scorer, FragmentationPolicy) and fw.picker.plans is scorer.plans  # type: ignore[attr-defined]
+    f = fleet(dgx("n1"), dgx("n2"))
+    fw.warm(f)
+    solved = scorer.plans.solves
+    assert solved == 1  # the default mix has shares: planned once
+    req = GpuRequest(count=1, milli=250, cpu_milli=1000, pod_key="ns/x")
+    ctx = fw.context(f, NOW)
+    fw.prioritize(req, f, np.arange(f.n_nodes), ctx)
+    assert scorer.plans.solves == solved  # scoring used the warmed plan
+    for i in range(400):  # the mix moves: the next warm re-solves, not a request
+        scorer.estimator.observe(GpuRequest(count=1, milli=470, cpu_milli=8000, pod_key=f"ns/p{i}"))
+    fw.warm(f)
+    assert scorer.plans.solves == solved + 1
