@@ -6,11 +6,16 @@
 3. ``--variants``: the same policies on workload variants built from the trace (multi-GPU heavy, sharing heavy,
    model constrained, CPU heavy), to check generality.
 4. ``--thermal``: the time-stepped thermal scenario (throttled GPU-minutes, placements on hot nodes).
+5. ``--learned``: kelvin again, learning the target workload from the arrivals (as the extender does in a cluster)
+   instead of being given the trace's M.
+
+It also prints a floor: the GPUs any policy that places every arrived shared pod must leave unallocated (the
+optimal fractional packing of those shares, without CPU or node limits).
 
 Usage::
 
     python bench/placement_quality.py                       # validation + kelvin vs FGD, seeds 42-51
-    python bench/placement_quality.py --seeds 42-43 --variants --thermal --jobs 2
+    python bench/placement_quality.py --seeds 42-43 --variants --thermal --learned --jobs 2
     python bench/placement_quality.py --plot docs/img/placement_quality.png
 
 The trace is read from ../shared/traces/openb (``--traces``); it is public (alibaba/clusterdata,
