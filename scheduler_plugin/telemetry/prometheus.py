@@ -225,11 +225,9 @@ class PrometheusSource:
         for key, gpu in gpus.items():
             if key[0] in node_seen:
                 gpu.values["seen"] = node_seen[key[0]]
-        for signal in ("temp", "mem_temp", "reasons", "clock", "util", "mem_util", "power", "xid"):
-            for labels, value in answers[signal]:
-                found = gpus.get(_kelvin_key(labels))  # type: ignore[arg-type]
-                if found is not None:
-                    found.values[signal] = value
+        _assign(
+            gpus, answers, ("temp", "mem_temp", "reasons", "clock", "util", "mem_util", "power", "xid"), _kelvin_key
+        )
         for labels, value in answers["procs"]:
             found = gpus.get(_kelvin_key(labels))  # type: ignore[arg-type]
             if found is not None and labels.get("pid", "").isdigit():
@@ -262,25 +260,26 @@ class PrometheusSource:
                 gpu.processes.append(
                     GpuProcess(pid=0, used_bytes=int(value * MIB), pod_namespace=namespace, pod_name=pod)
                 )
-        for signal in (
-            "fb_free",
-            "fb_reserved",
-            "seen",
-            "temp",
-            "mem_temp",
-            "slowdown",
-            "shutdown",
-            "reasons",
-            "clock",
-            "clock_max",
-            "util",
-            "mem_util",
-            "power",
-        ):
-            for labels, value in answers[signal]:
-                key = self._dcgm_key(labels)
-                if key in gpus:
-                    gpus[key].values[signal] = value
+        _assign(
+            gpus,
+            answers,
+            (
+                "fb_free",
+                "fb_reserved",
+                "seen",
+                "temp",
+                "mem_temp",
+                "slowdown",
+                "shutdown",
+                "reasons",
+                "clock",
+                "clock_max",
+                "util",
+                "mem_util",
+                "power",
+            ),
+            self._dcgm_key,
+        )
         for labels, value in answers["xid"]:
             key = self._dcgm_key(labels)
             if key in gpus:
@@ -354,6 +353,20 @@ class PrometheusSource:
         return out
 
 
+def _assign(
+    gpus: Mapping[GpuKey, _Gpu],
+    answers: Mapping[str, list[Sample]],
+    signals: Iterable[str],
+    key_of: Callable[[Mapping[str, str]], GpuKey | None],
+) -> None:
+    """Each sample of each signal onto its GPU's values (samples of GPUs not in ``gpus`` are ignored)."""
+    for signal in signals:
+        for labels, value in answers[signal]:
+            key = key_of(labels)
+            if key is not None and key in gpus:
+                gpus[key].values[signal] = value
+
+
 def _kelvin_key(labels: Mapping[str, str]) -> GpuKey | None:
     node, gpu = labels.get("node"), labels.get("gpu")
     return (node, gpu) if node and gpu else None
@@ -366,11 +379,7 @@ def _kelvin_static(answers: Mapping[str, list[Sample]]) -> dict[GpuKey, _Gpu]:
         key = _kelvin_key(labels)
         if key is not None and key[1].isdigit():
             gpus[key] = _Gpu(int(key[1]), labels.get("uuid", ""), labels.get("model", ""), {"total": value})
-    for signal in ("slowdown", "shutdown", "clock_max", "numa"):
-        for labels, value in answers[signal]:
-            found = gpus.get(_kelvin_key(labels))  # type: ignore[arg-type]
-            if found is not None:
-                found.values[signal] = value
+    _assign(gpus, answers, ("slowdown", "shutdown", "clock_max", "numa"), _kelvin_key)
     for labels, _ in answers["nvlink"]:
         found = gpus.get(_kelvin_key(labels))  # type: ignore[arg-type]
         peer = labels.get("peer_gpu", "")
