@@ -103,7 +103,7 @@ class Extender:
         try:
             req = parse_pod(args.pod)
         except RequestError as exc:
-            reason = f"pod annotation or resource {exc}"
+            reason = f"invalid pod: {exc}"
             self.metrics.rejections.labels("bad_request").inc(len(names))
             self.metrics.decisions.labels("filter", "rejected").inc(len(names))
             return wire.filter_result(args, [], {}, dict.fromkeys(names, reason))

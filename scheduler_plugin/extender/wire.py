@@ -130,8 +130,9 @@ def parse_args(body: bytes) -> ParsedArgs:
         raise WireError(f"Nodes.items: must be a list of Node objects, not {_type_name(items)}")
     names: list[str] = []
     for i, nd in enumerate(items):
-        name = nd.get("metadata", {}).get("name") if isinstance(nd, dict) else None
-        if not isinstance(name, str) or not isinstance(nd.get("metadata"), dict):
+        meta = nd.get("metadata") if isinstance(nd, dict) else None
+        name = meta.get("name") if isinstance(meta, dict) else None
+        if not isinstance(name, str):
             raise WireError(f"Nodes.items[{i}].metadata.name: missing or not a string")
         names.append(name)
     return ParsedArgs(pod=pod, names=names, node_objects=items)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import re
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal, DecimalException
 
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 _DECIMAL = {
@@ -25,34 +25,51 @@ _DECIMAL = {
 _RE = re.compile(r"^([+-]?(?:\d+(?:\.\d*)?|\.\d+))(?:([eE][+-]?\d+)|(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E))?$")
 
 
+MAX_QUANTITY = Decimal(2**63 - 1)
+"""The largest magnitude accepted, in the quantity's own unit (Kubernetes keeps quantities in int64 too). A larger
+value (``1e400``, ``9e18`` cores in millicores) would overflow the int64/float arithmetic that consumes it."""
+_MAX_TEXT = 64
+_MAX_EXPONENT = 40
+
+
 class QuantityError(ValueError):
     """A string that is not a Kubernetes quantity."""
 
 
+def _bounded(value: Decimal, text: object) -> Decimal:
+    if abs(value) > MAX_QUANTITY:
+        raise QuantityError(f"{text!r} is too large (at most {MAX_QUANTITY:.3e})")
+    return value
+
+
 def parse_quantity(text: str | int | float) -> Decimal:
-    """Parse a Kubernetes quantity into an exact :class:`~decimal.Decimal`."""
+    """Parse a Kubernetes quantity into an exact :class:`~decimal.Decimal` of magnitude at most ``MAX_QUANTITY``."""
     if isinstance(text, bool):
         raise QuantityError(f"{text!r} is not a quantity")
     if isinstance(text, int):
-        return Decimal(text)
+        return _bounded(Decimal(text), text)
     if isinstance(text, float):
         if not math.isfinite(text):
             raise QuantityError(f"{text!r} is not a finite quantity")
-        return Decimal(repr(text))
+        return _bounded(Decimal(repr(text)), text)
     s = str(text).strip()
+    if len(s) > _MAX_TEXT:
+        raise QuantityError(f"{s[:20]!r}... is not a quantity (longer than {_MAX_TEXT} characters)")
     m = _RE.match(s)
     if not m:
         raise QuantityError(f"{text!r} is not a quantity (expected e.g. 20Gi, 512Mi, 1.5, 500m)")
     number, exponent, suffix = m.groups()
+    if exponent and abs(int(exponent[1:])) > _MAX_EXPONENT:
+        raise QuantityError(f"{text!r}: exponent out of range (at most e{_MAX_EXPONENT})")
     try:
         value = Decimal(number)
         if exponent:
             value = value * (Decimal(10) ** int(exponent[1:]))
-    except (InvalidOperation, ValueError) as exc:  # pragma: no cover - the regex already guards this
+    except (DecimalException, ValueError) as exc:  # pragma: no cover - the regex and bounds already guard this
         raise QuantityError(f"{text!r} is not a quantity") from exc
     if suffix in _BINARY:
-        return value * _BINARY[suffix]
-    return value * _DECIMAL[suffix or ""]
+        return _bounded(value * _BINARY[suffix], text)
+    return _bounded(value * _DECIMAL[suffix or ""], text)
 
 
 def parse_bytes(text: str | int | float) -> int:
@@ -68,7 +85,7 @@ def parse_cpu_milli(text: str | int | float) -> int:
     value = parse_quantity(text)
     if value < 0:
         raise QuantityError(f"{text!r} is negative")
-    return int((value * 1000).to_integral_value(rounding="ROUND_CEILING"))
+    return int(_bounded(value * 1000, text).to_integral_value(rounding="ROUND_CEILING"))
 
 
 def format_gib(n_bytes: float) -> str:

@@ -92,17 +92,18 @@ MAX_GPUS_PER_POD = 1024
 
 
 def _container_resources(c: Mapping[str, Any], field: str) -> Mapping[str, Any]:
-    res = c.get("resources") or {}
+    res = _or_empty(c.get("resources"))
     if not isinstance(res, Mapping):
         raise RequestError(f"spec.containers[{c.get('name', '?')}].resources", res, "must be a mapping")
-    out = res.get(field) or {}
+    out = _or_empty(res.get(field))
     if not isinstance(out, Mapping):
         raise RequestError(f"spec.containers[{c.get('name', '?')}].resources.{field}", out, "must be a mapping")
     return out
 
 
 def _containers(spec: Mapping[str, Any], field: str) -> list[Mapping[str, Any]]:
-    items = spec.get(field) or []
+    items = spec.get(field)
+    items = [] if items is None else items
     if not isinstance(items, list):
         raise RequestError(f"spec.{field}", items, "must be a list of containers")
     for c in items:
@@ -130,7 +131,7 @@ def _pod_resource(spec: Mapping[str, Any], name: str, parse: Any) -> int:
     inits = _containers(spec, "initContainers")
     total = sum(one(c) for c in containers)
     init_max = max((one(c) for c in inits), default=0)
-    overhead_map = spec.get("overhead") or {}
+    overhead_map = _or_empty(spec.get("overhead"))
     if not isinstance(overhead_map, Mapping):
         raise RequestError("spec.overhead", overhead_map, "must be a mapping")
     overhead_raw = overhead_map.get(name)
@@ -139,6 +140,12 @@ def _pod_resource(spec: Mapping[str, Any], name: str, parse: Any) -> int:
     except QuantityError as exc:
         raise RequestError(f"spec.overhead.{name}", overhead_raw, str(exc)) from exc
     return int(max(total, init_max) + overhead)
+
+
+def _or_empty(value: Any) -> Any:
+    """An absent (null) field reads as empty; any other value is type-checked by the caller (``""`` or ``[]`` where
+    an object belongs is an error, not an empty object)."""
+    return {} if value is None else value
 
 
 def _gpu_count(raw: Any) -> int:
@@ -154,11 +161,11 @@ def parse_pod(pod: Mapping[str, Any]) -> GpuRequest:
     """Parse a Pod (API JSON, camelCase) into a :class:`GpuRequest`. Raises :class:`RequestError` on bad input."""
     if not isinstance(pod, Mapping):
         raise RequestError("Pod", type(pod).__name__, "must be an object")
-    meta = pod.get("metadata") or {}
-    spec = pod.get("spec") or {}
+    meta = _or_empty(pod.get("metadata"))
+    spec = _or_empty(pod.get("spec"))
     if not isinstance(meta, Mapping) or not isinstance(spec, Mapping):
         raise RequestError("Pod", "metadata/spec", "metadata and spec must be objects")
-    annotations = meta.get("annotations") or {}
+    annotations = _or_empty(meta.get("annotations"))
     if not isinstance(annotations, Mapping):
         raise RequestError("metadata.annotations", annotations, "must be a mapping of strings")
 

@@ -51,6 +51,8 @@ def _src(ext: Extender) -> StaticSource:
         (b'{"Pod": {"metadata": {"name": "p"}}, "Nodes": null, "NodeNames": null}', "Nodes and NodeNames"),
         (b'{"Pod": {"metadata": {"name": "p"}}, "Nodes": {"items": [{"spec": {}}]}}', "Nodes.items[0].metadata"),
         (b'{"Pod": {"metadata": {"name": "p"}}, "Nodes": {"items": 5}}', "Nodes.items: must be a list"),
+        (b'{"Pod": {"metadata": {"name": "p"}}, "Nodes": {"items": [{"metadata": null}]}}', "Nodes.items[0].metadata"),
+        (b'{"Pod": {"metadata": {"name": "p"}}, "Nodes": {"items": [{"metadata": "x"}]}}', "Nodes.items[0].metadata"),
     ],
 )
 @pytest.mark.parametrize("verb", ["filter", "prioritize"])

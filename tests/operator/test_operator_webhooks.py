@@ -38,7 +38,9 @@ def test_mutate_without_mps_and_two_gpu_sizes() -> None:
     assert env["KELVIN_GPU_MEMORY_LIMIT_BYTES"] == str(20 * 2**30)
     assert env["TF_FORCE_GPU_ALLOW_GROWTH"] == "true"
     assert "XLA_PYTHON_CLIENT_MEM_FRACTION" not in env  # 40 and 80 GiB GPUs: no single exact fraction
-    assert mutate(p, snapshot=SNAP, mps_label="kelvin.dev/mps", framework_env=False) is not None
+    # frameworkEnv off: only kelvin's own limit variable, none of the TF/XLA/PyTorch ones
+    off = env_of(mutate(p, snapshot=SNAP, mps_label="kelvin.dev/mps", framework_env=False))
+    assert off == {"KELVIN_GPU_MEMORY_LIMIT_BYTES": str(20 * 2**30)}
 
 
 def test_mutate_mps_by_node_selector_keeps_user_env() -> None:
@@ -56,3 +58,9 @@ def test_mutate_leaves_whole_gpu_and_invalid_pods() -> None:
     assert mutate(pod("w", gpus=2), snapshot=SNAP, mps_label="kelvin.dev/mps", framework_env=True) is None
     bad = pod("b", gpus=0, annotations={ann.GPU_MEMORY: "lots"})
     assert mutate(bad, snapshot=SNAP, mps_label="kelvin.dev/mps", framework_env=True) is None
+
+
+def test_absurd_memory_pool_is_refused_naming_the_annotation() -> None:
+    # 1e400 bytes used to parse and then overflow the operator's float maths (and the webhook answered 500)
+    reason = validate(pod("p", gpus=1, annotations={ann.GPU_MEMORY: "1e400"}), SIZES)
+    assert reason is not None and "kelvin.dev/gpu-memory='1e400'" in reason and "exponent out of range" in reason

@@ -131,6 +131,21 @@ def test_errors_name_the_field(annotations: dict[str, str], gpus: object, field:
             "container 'a' resource nvidia.com/gpu",
         ),
         ({"metadata": {"annotations": ["x"]}, "spec": {}}, "metadata.annotations"),
+        # an empty value of the wrong type is an error, not "no containers"
+        ({"metadata": {}, "spec": {"containers": {}}}, "spec.containers"),
+        ({"metadata": {}, "spec": {"containers": [{"name": "a", "resources": ""}]}}, "spec.containers[a].resources"),
+        # quantities beyond int64 (or with absurd exponents) are refused, never overflow later
+        (
+            {"metadata": {}, "spec": {"containers": [{"name": "a", "resources": {"requests": {"cpu": "9e18"}}}]}},
+            "container 'a' resource cpu",
+        ),
+        (
+            {
+                "metadata": {"annotations": {ann.GPU_MEMORY: "1e30"}},
+                "spec": {"containers": [{"name": "a", "resources": {"limits": {ann.GPU_RESOURCE: "1"}}}]},
+            },
+            ann.GPU_MEMORY,
+        ),
         (
             {"metadata": {}, "spec": {"containers": [{"name": "c", "resources": {"limits": ["x"]}}]}},
             "spec.containers[c].resources.limits",
@@ -156,3 +171,19 @@ def test_init_containers_and_limits_only() -> None:
 
 def test_helper_request_matches_parse() -> None:
     assert request(2, topology="nvlink-preferred").topology is Topology.NVLINK_PREFERRED
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("1e999999999", "exponent out of range"),
+        ("1e400", "exponent out of range"),
+        ("8Ei", "too large"),
+        ("9223372036854775808", "too large"),
+        ("1" * 80, "longer than 64 characters"),
+    ],
+)
+def test_quantities_are_bounded(text: str, problem: str) -> None:
+    with pytest.raises(QuantityError, match=problem):
+        parse_bytes(text)
+    assert parse_bytes("7Ei") == 7 * 2**60  # the largest binary quantity below the bound still parses

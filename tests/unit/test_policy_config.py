@@ -114,7 +114,6 @@ def test_yaml_errors(tmp_path: Path) -> None:
 
 
 def test_default_config_builds() -> None:
-    pytest.importorskip("scheduler_plugin.policies.fragmentation", reason="the fragmentation policy is not written yet")
     assert "fragmentation" in names("score")
     fw = Framework.from_config(PolicyConfig())
     assert {ws.name for ws in fw.scorers} == {"fragmentation", "topology", "thermal", "noise", "burst"}
