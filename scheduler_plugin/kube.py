@@ -143,14 +143,25 @@ class KubeClient:
         except httpx.HTTPError as exc:
             raise KubeError(0, f"{method} {path}: API server unreachable: {exc}") from exc
         data: dict[str, Any] = {}
+        malformed = False
         if resp.content:
             try:
                 parsed = orjson.loads(resp.content)
                 data = parsed if isinstance(parsed, dict) else {"items": parsed}
+                malformed = not isinstance(parsed, dict)
             except orjson.JSONDecodeError:
                 data = {"message": resp.text[:500]}
+                malformed = True
         if resp.status_code >= 400:
             raise KubeError(resp.status_code, f"{method} {path}: {data.get('message', resp.reason_phrase)}", data)
+        if malformed:
+            # A success whose body is not a JSON object cannot be acted on (a caller would read it as an empty
+            # object and, e.g., patch a node's taints away): treat it as an error naming the call.
+            raise KubeError(
+                resp.status_code,
+                f"{method} {path}: malformed answer from the API server (HTTP {resp.status_code}, not a JSON object: "
+                f"{resp.text[:200]!r})",
+            )
         return data
 
     async def get(self, path: str, params: Mapping[str, str] | None = None) -> dict[str, Any]:

@@ -91,6 +91,10 @@ class OperatorKube:
         overwrite other taints; the next cycle retries.
         """
         obj = await self.client.get(f"/api/v1/nodes/{node}")
+        rv = (obj.get("metadata") or {}).get("resourceVersion")
+        if not rv:
+            # Without it the merge patch could not fail on a concurrent change and would replace the taint list.
+            raise KubeError(0, f"GET /api/v1/nodes/{node}: node has no metadata.resourceVersion; not patching taints")
         taints: list[dict[str, Any]] = list((obj.get("spec") or {}).get("taints") or [])
         ours = [t for t in taints if t.get("key") == key]
         wanted = {"key": key, "value": value, "effect": effect}
@@ -102,10 +106,7 @@ class OperatorKube:
             if not ours:
                 return False
             new = [t for t in taints if t.get("key") != key]
-        patch: dict[str, Any] = {"spec": {"taints": new}}
-        rv = (obj.get("metadata") or {}).get("resourceVersion")
-        if rv:
-            patch["metadata"] = {"resourceVersion": rv}
+        patch: dict[str, Any] = {"spec": {"taints": new}, "metadata": {"resourceVersion": rv}}
         await self.client.patch_merge(f"/api/v1/nodes/{node}", patch)
         return True
 
