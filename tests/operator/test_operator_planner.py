@@ -131,6 +131,11 @@ def test_handshake_steps() -> None:
     late = {ann.CHECKPOINT_REQUESTED: format_time(T0 - 601)}
     assert decide(late, T0, 600).step is Step.EVICT_TIMEOUT
     assert decide({ann.CHECKPOINT_REQUESTED: "yesterday"}, T0, 600).step is Step.REQUEST
+    # left over from an earlier hot episode (the node cooled, or a PDB kept blocking): ask for a fresh checkpoint
+    stale_done = {ann.CHECKPOINT_REQUESTED: format_time(T0 - 86400), ann.CHECKPOINT_DONE: format_time(T0 - 86340)}
+    assert decide(stale_done, T0, 600).step is Step.REQUEST
+    assert decide({ann.CHECKPOINT_REQUESTED: format_time(T0 - 1201)}, T0, 600).step is Step.REQUEST
+    assert decide({ann.CHECKPOINT_REQUESTED: format_time(T0 - 1199)}, T0, 600).step is Step.EVICT_TIMEOUT
 
 
 # --- strategies --------------------------------------------------------------------------------------------------
