@@ -18,7 +18,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 import orjson
 from prometheus_client import CollectorRegistry, make_wsgi_app
 
-from ..model.serde import node_to_json
+from ..model.serde import GPU_ERRORS_HEADER, node_to_json
 from .backend import NvmlApi
 from .cgroups import PodDirectory
 from .collector import NvmlCollector
@@ -83,7 +83,13 @@ class Exporter:
             if not reading.nvml_up and not reading.gpus:
                 return _respond(start_response, "503 Service Unavailable", {"error": "; ".join(reading.errors)})
             body = node_to_json(to_gpu_node(reading))
-            start_response("200 OK", [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
+            headers = [("Content-Type", "application/json"), ("Content-Length", str(len(body)))]
+            if reading.errors:
+                # Some GPUs could not be read (off the bus, lost): the body holds the others; say which are missing.
+                headers.append(
+                    (GPU_ERRORS_HEADER, "; ".join(reading.errors)[:2000].encode("ascii", "replace").decode())
+                )
+            start_response("200 OK", headers)
             return [body]
         if path == "/healthz":
             last = self.collector.last

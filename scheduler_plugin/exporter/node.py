@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pynvml
 
 from ..model import GpuInfo, GpuNode, GpuProcess
@@ -58,7 +60,7 @@ def to_gpu_node(reading: NodeReading) -> GpuNode:
                 model=g.model,
                 memory_total_bytes=total,
                 memory_used_bytes=used,
-                temperature_celsius=g.temperature_celsius if g.temperature_celsius is not None else 0.0,
+                temperature_celsius=g.temperature_celsius if g.temperature_celsius is not None else math.nan,
                 memory_temperature_celsius=g.memory_temperature_celsius,
                 slowdown_celsius=g.slowdown_celsius if g.slowdown_celsius is not None else d.slowdown_celsius,
                 shutdown_celsius=g.shutdown_celsius if g.shutdown_celsius is not None else d.shutdown_celsius,

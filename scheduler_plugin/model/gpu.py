@@ -10,6 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import IntFlag
 
+from pydantic import ConfigDict
+
 GIB = 2**30
 MIB = 2**20
 MILLI_PER_GPU = 1000
@@ -67,12 +69,17 @@ class GpuProcess:
 class GpuInfo:
     """One physical GPU as telemetry last saw it."""
 
+    # JSON (model/serde.py, the exporter's /v1/node) writes NaN as NaN, not null: an unknown temperature stays
+    # unknown on the way from the exporter to the extender instead of failing validation or becoming 0 °C.
+    __pydantic_config__ = ConfigDict(ser_json_inf_nan="constants")
+
     index: int
     uuid: str
     model: str
     memory_total_bytes: int
     memory_used_bytes: int = 0
     temperature_celsius: float = 40.0
+    """NaN when the source has no reading: policies treat it as no thermal headroom (never as a cool GPU)."""
     memory_temperature_celsius: float | None = None
     slowdown_celsius: float = 90.0
     shutdown_celsius: float = 95.0

@@ -17,6 +17,11 @@ _NODE = TypeAdapter(GpuNode)
 _NODES = TypeAdapter(list[GpuNode])
 
 
+GPU_ERRORS_HEADER = "X-Kelvin-Gpu-Errors"
+"""Response header of the exporter's ``/v1/node``: the GPUs NVML could not read this time, left out of the body (the
+scrape source logs it)."""
+
+
 class ModelJSONError(ValueError):
     """A JSON document that is not a valid node; the message names every bad field."""
 

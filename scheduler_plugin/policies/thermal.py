@@ -21,7 +21,8 @@ at under a pod is predicted, and the quality is the lower of the two::
 
 so a poorly cooled node scores low before it is loaded, and the scheduler does not fill it first.
 
-Active thermal throttling sets q to 0; any other clock slowdown (power cap, hardware slowdown, power brake) multiplies
+A GPU whose temperature is unknown (NaN: the source has no reading) has q = 0. Active thermal throttling sets q
+to 0; any other clock slowdown (power cap, hardware slowdown, power brake) multiplies
 it by ``throttlePenalty`` and by the clock ratio (SM clock / max). A node's raw score mixes the GPUs the pod would get
 (the mean of the best ``count`` usable GPUs, or of all its GPUs when fewer are usable) with the node's worst GPU
 (heat spreads inside a chassis, and a job on a hot node shares its fans and PSUs)::
@@ -174,6 +175,7 @@ def gpu_quality(fleet: FleetArrays, idx: IntA, args: ThermalArgs) -> FloatA:
     slowed = (thr & SLOWDOWN_MASK) != 0
     q = np.where(slowed, q * args.throttle_penalty * fleet.clock_ratio[idx], q)
     q = np.where((thr & THERMAL_THROTTLE_MASK) != 0, 0.0, q)
+    q = np.where(np.isnan(fleet.temp[idx]), 0.0, q)  # no temperature reading: no headroom, never a cool GPU
     return np.where(fleet.gpu_present[idx], q, np.nan)
 
 

@@ -14,6 +14,7 @@ See docs/telemetry-sources.md.
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -26,6 +27,8 @@ import orjson
 from ..model import MIB, GpuInfo, GpuNode, GpuProcess
 from .model_defaults import ModelDefaults, defaults_for
 from .source import SourceError, remember_nodes
+
+log = logging.getLogger(__name__)
 
 MetricsFlavour = Literal["auto", "kelvin", "dcgm"]
 
@@ -155,6 +158,8 @@ class PrometheusSource:
         self.static_every = max(1, static_every)
         self._static: dict[GpuKey, _Gpu] | None = None
         self._refreshes = 0
+        self._no_temperature: set[GpuKey] = set()
+        """GPUs already reported as missing a temperature series (warned once each)."""
         # a few queries at a time: Prometheus runs at most --query.max-concurrency (20) for everyone
         self._slots = asyncio.Semaphore(max_concurrency)
 
@@ -316,6 +321,15 @@ class PrometheusSource:
             for g in members:
                 d = defaults_for(g.model, self.model_overrides)
                 v = g.values
+                if "temp" not in v and (node, str(g.index)) not in self._no_temperature:
+                    self._no_temperature.add((node, str(g.index)))
+                    log.warning(
+                        "node %s GPU %d: no temperature series in Prometheus (%s); its temperature is unknown and "
+                        "scores as no thermal headroom",
+                        node,
+                        g.index,
+                        "DCGM_FI_DEV_GPU_TEMP" if dcgm else "kelvin_gpu_temperature_celsius",
+                    )
                 if "seen" in v:
                     seen.append(v["seen"])
                 peers = set(g.nvlink_peers)
@@ -332,7 +346,7 @@ class PrometheusSource:
                         model=g.model,
                         memory_total_bytes=int(v.get("total", d.memory_total_bytes)),
                         memory_used_bytes=int(v.get("used", 0.0)),
-                        temperature_celsius=v.get("temp", 0.0),
+                        temperature_celsius=v.get("temp", math.nan),
                         memory_temperature_celsius=v.get("mem_temp"),
                         slowdown_celsius=v.get("slowdown", d.slowdown_celsius),
                         shutdown_celsius=v.get("shutdown", d.shutdown_celsius),

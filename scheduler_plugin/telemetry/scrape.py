@@ -20,7 +20,7 @@ import httpx
 
 from ..kube import KubeClient, KubeError
 from ..model import GpuNode
-from ..model.serde import ModelJSONError, node_from_json
+from ..model.serde import GPU_ERRORS_HEADER, ModelJSONError, node_from_json
 from .source import SourceError, remember_nodes
 
 log = logging.getLogger(__name__)
@@ -117,6 +117,10 @@ class ScrapeSource:
         if resp.status_code != 200:
             return f"HTTP {resp.status_code}: {resp.text[:200]}"
         try:
-            return node_from_json(resp.content)
+            node = node_from_json(resp.content)
         except ModelJSONError as exc:
             return str(exc)
+        missing = resp.headers.get(GPU_ERRORS_HEADER)
+        if missing:
+            log.warning("exporter %s (node %s) could not read some GPUs, left out: %s", target.url, node.name, missing)
+        return node

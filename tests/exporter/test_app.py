@@ -104,3 +104,29 @@ def test_serde_names_the_bad_field() -> None:
         node_from_json(b'{"gpus": []}')
     with pytest.raises(ModelJSONError):
         node_from_json(b"not json")
+
+
+def test_v1_node_keeps_an_unknown_temperature_unknown(served: tuple[str, FakeNvml]) -> None:
+    import math
+
+    import pynvml
+
+    url, fake = served
+    fake.set_error("nvmlDeviceGetTemperature", pynvml.NVML_ERROR_NOT_SUPPORTED, gpu=1)
+    node = node_from_json(httpx.get(f"{url}/v1/node", timeout=5).content)
+    assert math.isnan(node.gpu(1).temperature_celsius)  # not 0 °C, the coolest GPU of the fleet
+    assert not math.isnan(node.gpu(0).temperature_celsius)
+
+
+def test_v1_node_names_the_gpus_it_could_not_read(served: tuple[str, FakeNvml]) -> None:
+    import pynvml
+
+    from scheduler_plugin.model.serde import GPU_ERRORS_HEADER
+
+    url, fake = served
+    fake.set_error("nvmlDeviceGetMemoryInfo", pynvml.NVML_ERROR_GPU_IS_LOST, gpu=1)
+    r = httpx.get(f"{url}/v1/node", timeout=5)
+    assert r.status_code == 200
+    node = node_from_json(r.content)
+    assert [g.index for g in node.gpus] == [0, 2, 3, 4, 5, 6, 7]
+    assert r.headers[GPU_ERRORS_HEADER].startswith("gpu 1: ") and "lost" in r.headers[GPU_ERRORS_HEADER]

@@ -307,3 +307,47 @@ async def test_static_signals_are_cached_until_a_new_gpu_appears() -> None:
         assert len(asked) == len(KELVIN_QUERIES)
     finally:
         await source.close()
+
+
+async def test_a_missing_temperature_is_unknown_not_cool(caplog: pytest.LogCaptureFixture) -> None:
+    """No temperature series for n1's GPU: NaN (warned once), and the thermal score gives it no headroom, where
+    reading it as 0 °C made it the coolest GPU of the fleet."""
+    import math
+
+    import numpy as np
+
+    from scheduler_plugin.model import GpuRequest, build_arrays
+    from scheduler_plugin.policies.base import CycleContext
+    from scheduler_plugin.policies.thermal import ThermalArgs, ThermalScore
+    from scheduler_plugin.telemetry.prometheus import KELVIN_QUERIES
+
+    now = time.time()
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        query = request.url.params["query"]
+        key = next(k for k, q in KELVIN_QUERIES.items() if q.replace("{xid_window}", "10m") == query)
+        values = {"seen": str(now), "temp": "50", "total": str(80 * GIB), "slowdown": "87", "shutdown": "92"}
+        result = [
+            {
+                "metric": {"node": n, "gpu": "0", "uuid": f"GPU-{n}", "model": "NVIDIA H100 80GB HBM3"},
+                "value": [now, values.get(key, "0")],
+            }
+            for n in ("n1", "n2")
+            if key not in ("nvlink", "topology", "procs") and not (key == "temp" and n == "n1")
+        ]
+        return httpx.Response(200, json={"status": "success", "data": {"resultType": "vector", "result": result}})
+
+    source = PrometheusSource("http://prom", metrics="kelvin", transport=httpx.MockTransport(answer))
+    try:
+        with caplog.at_level("WARNING", logger="scheduler_plugin.telemetry.prometheus"):
+            nodes = _by_name(await source.fetch())
+            await source.fetch()
+    finally:
+        await source.close()
+    assert math.isnan(nodes["n1"].gpus[0].temperature_celsius)
+    assert nodes["n2"].gpus[0].temperature_celsius == 50
+    warned = [r.getMessage() for r in caplog.records if "no temperature series" in r.getMessage()]
+    assert len(warned) == 1 and "node n1 GPU 0" in warned[0] and "kelvin_gpu_temperature_celsius" in warned[0]
+    fleet = build_arrays([nodes["n1"], nodes["n2"]])
+    raw = ThermalScore(ThermalArgs()).score(GpuRequest(count=1), fleet, np.arange(2), CycleContext(now=now))
+    assert raw[0] == 0.0 and raw[1] > 0.5

@@ -179,3 +179,21 @@ def test_targets_from_slices() -> None:
         ("http://[fd00::7]:9401", "c"),
         ("http://10.0.0.8:9400", None),
     ]
+
+
+async def test_a_gpu_the_exporter_could_not_read_is_logged_by_name(
+    api: FakeApi, exporters: dict[str, tuple[Exporter, int]], caplog: pytest.LogCaptureFixture
+) -> None:
+    import pynvml
+
+    exp, port = exporters["gpu-1"]
+    exp.nvml.set_error("nvmlDeviceGetMemoryInfo", pynvml.NVML_ERROR_GPU_IS_LOST, gpu=2)  # type: ignore[attr-defined]
+    api.slices = [endpoint_slice("kelvin-exporter-1", port, [endpoint("127.0.0.1", "gpu-1")])]
+    source = source_for(api)
+    try:
+        with caplog.at_level("WARNING", logger="scheduler_plugin.telemetry.scrape"):
+            (node,) = await source.fetch()
+    finally:
+        await source.close()
+    assert [g.index for g in node.gpus] == [0, 1, 3]
+    assert any("node gpu-1" in r.getMessage() and "gpu 2: GPU is lost" in r.getMessage() for r in caplog.records)
