@@ -13,7 +13,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError
+import httpx
+from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -51,6 +52,20 @@ class Settings(BaseSettings):
     port: int = Field(8888, ge=0, le=65535)
     bind_enabled: bool = True
 
+    @field_validator("prometheus_url")
+    @classmethod
+    def _prometheus_base_url(cls, v: str) -> str:
+        text = v.strip()
+        try:
+            url = httpx.URL(text)
+        except (httpx.InvalidURL, TypeError) as exc:
+            raise ValueError(f"not a URL: {exc}") from None
+        if url.scheme not in ("http", "https") or not url.host or any(c.isspace() for c in text):
+            raise ValueError("must be an http(s) URL with a host, e.g. http://prometheus.monitoring:9090")
+        if "/api/v1" in url.path:
+            raise ValueError("give Prometheus' base URL, without /api/v1/... (kelvin adds /api/v1/query itself)")
+        return text
+
 
 log = logging.getLogger("kelvin.config")
 
@@ -69,9 +84,18 @@ def load_settings(**overrides: Any) -> Settings:
     for name in unknown_env_vars(os.environ):
         log.warning("ignoring unknown setting %s (not a kelvin setting: a typo?); see docs/configuration.md", name)
     try:
-        return Settings(**kwargs)
+        settings = Settings(**kwargs)
     except ValidationError as exc:
         raise ConfigError(format_validation_error(exc, env=True)) from None
+    if settings.max_telemetry_age_s <= settings.refresh_interval_s:
+        # A deployment so configured turns every snapshot stale before the next refresh and flaps readiness.
+        # (Checked here, at startup, not in the model: tests and benchmarks build Settings that never refresh.)
+        raise ConfigError(
+            f"max_telemetry_age_s ({_env_name('max_telemetry_age_s')}): {settings.max_telemetry_age_s:g} s must be "
+            f"more than refresh_interval_s ({_env_name('refresh_interval_s')}, {settings.refresh_interval_s:g} s); "
+            "at least twice it is advised"
+        )
+    return settings
 
 
 def unknown_env_vars(environ: Mapping[str, str]) -> list[str]:

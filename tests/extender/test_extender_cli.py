@@ -33,6 +33,13 @@ runner = CliRunner()
         (["--policy-file", "{bad}"], {}, "scoring.thermal.weight"),
         (["--policy-file", "/nonexistent/policy.yaml"], {}, "cannot read the policy file"),
         (["--fleet-file", "{fleet}"], {}, "groups.0.topology"),
+        ([], {"KELVIN_PROMETHEUS_URL": "http://prom:9090/api/v1/query"}, "prometheus_url (KELVIN_PROMETHEUS_URL)"),
+        ([], {"KELVIN_PROMETHEUS_URL": "http://prom :9090"}, "must be an http(s) URL with a host"),
+        (
+            [],
+            {"KELVIN_REFRESH_INTERVAL_S": "120"},
+            "max_telemetry_age_s (KELVIN_MAX_TELEMETRY_AGE_S): 30 s must be more than refresh_interval_s",
+        ),
     ],
 )
 def test_bad_config_stops_startup_naming_the_field(
