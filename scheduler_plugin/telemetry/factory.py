@@ -21,11 +21,6 @@ def build_source(settings: Settings) -> TelemetrySource:
             )
         return SimulatedFleetSource(spec)
     if settings.source == "prometheus":
-        if not settings.prometheus_url.startswith(("http://", "https://")):
-            raise ValueError(
-                f"prometheus_url (KELVIN_PROMETHEUS_URL): must start with http:// or https://, "
-                f"got {settings.prometheus_url!r}"
-            )
         # forget a vanished node after 10 staleness windows (at least 10 minutes)
         return PrometheusSource(
             settings.prometheus_url,

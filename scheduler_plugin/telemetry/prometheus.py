@@ -113,16 +113,25 @@ def _samples(doc: Any, query: str) -> list[Sample]:
         error = doc.get("error", "no status") if isinstance(doc, dict) else "not a JSON object"
         raise SourceError(f"prometheus query {query!r} failed: {error}")
     data = doc.get("data") or {}
+    if not isinstance(data, dict):
+        raise SourceError(f"prometheus query {query!r}: data is not an object ({type(data).__name__})")
     if data.get("resultType") != "vector":
         raise SourceError(f"prometheus query {query!r}: expected a vector, got {data.get('resultType')!r}")
+    result = data.get("result")
+    result = [] if result is None else result
+    if not isinstance(result, list):
+        raise SourceError(f"prometheus query {query!r}: data.result is not a list ({type(result).__name__})")
     out: list[Sample] = []
-    for item in data.get("result") or ():
+    for item in result:
         try:
             value = float(item["value"][1])
         except (KeyError, IndexError, TypeError, ValueError):
             continue
+        metric = item.get("metric") or {}
+        if not isinstance(metric, dict):
+            raise SourceError(f"prometheus query {query!r}: a sample's metric is not a label map ({metric!r:.80})")
         if value == value and abs(value) != math.inf:  # not NaN, not infinite
-            out.append((item.get("metric") or {}, value))
+            out.append((metric, value))
     return out
 
 
@@ -159,6 +168,8 @@ class PrometheusSource:
         self._static: dict[GpuKey, _Gpu] | None = None
         self._refreshes = 0
         self._no_temperature: set[GpuKey] = set()
+        self._no_total: set[GpuKey] = set()
+        """GPUs seen without a memory-total series (warned once each; they do not trigger static re-reads)."""
         """GPUs already reported as missing a temperature series (warned once each)."""
         # a few queries at a time: Prometheus runs at most --query.max-concurrency (20) for everyone
         self._slots = asyncio.Semaphore(max_concurrency)
@@ -206,10 +217,24 @@ class PrometheusSource:
         static_due = self._static is None or self._refreshes % self.static_every == 0
         self._refreshes += 1
         answers = await self._query_all(queries if static_due else dynamic)
-        if static_due or any(_kelvin_key(labels) not in (self._static or {}) for labels, _ in answers["used"]):
+        unknown = {k for labels, _ in answers["used"] if (k := _kelvin_key(labels)) is not None} - set(
+            self._static or {}
+        )
+        if static_due or unknown - self._no_total:
             if not static_due:  # a GPU the cache has not seen: read the static signals now
                 answers.update(await self._query_all({k: queries[k] for k in KELVIN_STATIC}))
             self._static = _kelvin_static(answers)
+            # GPUs with a used-memory series but no total one cannot be sized: left out, warned once, and not a
+            # reason to re-read the static signals on every refresh (only when they are due again).
+            missing = unknown - set(self._static)
+            for node, index in sorted(missing - self._no_total):
+                log.warning(
+                    "node %s GPU %s: kelvin_gpu_memory_total_bytes is missing in Prometheus; the GPU is left out of "
+                    "the snapshot until it appears (a relabelling or recording rule dropping it?)",
+                    node,
+                    index,
+                )
+            self._no_total = missing
         static = self._static or {}
         gpus: dict[GpuKey, _Gpu] = {}
         for labels, value in answers["used"]:
@@ -261,10 +286,12 @@ class PrometheusSource:
             pod = labels.get("pod") or labels.get("pod_name")
             if pod:
                 namespace = labels.get("namespace") or labels.get("pod_namespace") or None
-                # dcgm-exporter attributes a whole GPU to the pod it is allocated to, not a process: pid 0
-                gpu.processes.append(
-                    GpuProcess(pid=0, used_bytes=int(value * MIB), pod_namespace=namespace, pod_name=pod)
-                )
+                # dcgm-exporter attributes a whole GPU to the pod it is allocated to, not a process: pid 0. The same
+                # series scraped by two jobs (differing only in instance/job) is one pod, not two.
+                if not any(p.pod_name == pod and p.pod_namespace == namespace for p in gpu.processes):
+                    gpu.processes.append(
+                        GpuProcess(pid=0, used_bytes=int(value * MIB), pod_namespace=namespace, pod_name=pod)
+                    )
         _assign(
             gpus,
             answers,
@@ -285,10 +312,15 @@ class PrometheusSource:
             ),
             self._dcgm_key,
         )
+        # One count per GPU and XID code: duplicate series (two scrape jobs on one exporter) are the same count.
+        xids: dict[tuple[GpuKey, str], float] = {}
         for labels, value in answers["xid"]:
             key = self._dcgm_key(labels)
-            if key in gpus:
-                gpus[key].xid += value
+            if key is not None and key in gpus:
+                code = labels.get("xid") or labels.get("err_code") or ""
+                xids[(key, code)] = max(value, xids.get((key, code), 0.0))
+        for (key, _), value in xids.items():
+            gpus[key].xid += value
         for gpu in gpus.values():
             v = gpu.values
             used_mib = v["fb_used"] + v.get("fb_reserved", 0.0)

@@ -31,8 +31,10 @@ async def test_prometheus() -> None:
 
 
 def test_prometheus_url_must_be_http() -> None:
-    with pytest.raises(ValueError, match=r"prometheus_url \(KELVIN_PROMETHEUS_URL\)"):
-        build_source(Settings(source="prometheus", prometheus_url="prom:9090"))
+    from scheduler_plugin.config import ConfigError, load_settings
+
+    with pytest.raises(ConfigError, match=r"prometheus_url \(KELVIN_PROMETHEUS_URL\): .*must be an http\(s\) URL"):
+        load_settings(source="prometheus", prometheus_url="prom:9090")
 
 
 async def test_scrape() -> None:

@@ -351,3 +351,91 @@ async def test_a_missing_temperature_is_unknown_not_cool(caplog: pytest.LogCaptu
     fleet = build_arrays([nodes["n1"], nodes["n2"]])
     raw = ThermalScore(ThermalArgs()).score(GpuRequest(count=1), fleet, np.arange(2), CycleContext(now=now))
     assert raw[0] == 0.0 and raw[1] > 0.5
+
+
+async def test_dcgm_series_scraped_twice_count_once() -> None:
+    from scheduler_plugin.telemetry.prometheus import DCGM_QUERIES
+
+    now = time.time()
+    base = {"Hostname": "n1", "gpu": "0", "UUID": "GPU-1", "modelName": "NVIDIA H100 80GB HBM3"}
+    per_key = {
+        "fb_used": ({**base, "pod": "train-0", "namespace": "ml"}, "1024"),
+        "fb_free": (base, "80000"),
+        "seen": (base, str(now)),
+        "temp": (base, "60"),
+        "xid": ({**base, "xid": "79"}, "1"),
+    }
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        key = next(k for k, q in DCGM_QUERIES.items() if q == request.url.params["query"])
+        result = []
+        if key in per_key:
+            labels, value = per_key[key]
+            # two scrape jobs on the same exporter: the same series with another instance/job label
+            result = [
+                {"metric": {**labels, "instance": i, "job": j}, "value": [now, value]}
+                for i, j in (("a", "x"), ("b", "y"))
+            ]
+        return httpx.Response(200, json={"status": "success", "data": {"resultType": "vector", "result": result}})
+
+    source = PrometheusSource("http://prom", metrics="dcgm", transport=httpx.MockTransport(answer))
+    try:
+        (node,) = await source.fetch()
+    finally:
+        await source.close()
+    gpu = node.gpu(0)
+    assert gpu.xid_errors == 1 and len(gpu.processes) == 1 and gpu.processes[0].pod_name == "train-0"
+
+
+@pytest.mark.parametrize(
+    ("doc", "words"),
+    [
+        ({"status": "success", "data": [1]}, "data is not an object"),
+        ({"status": "success", "data": {"resultType": "vector", "result": {"a": 1}}}, "data.result is not a list"),
+        (
+            {"status": "success", "data": {"resultType": "vector", "result": [{"metric": "x", "value": [0, "1"]}]}},
+            "a sample's metric is not a label map",
+        ),
+    ],
+)
+async def test_a_malformed_answer_names_the_query(doc: dict[str, object], words: str) -> None:
+    source = PrometheusSource(
+        "http://prom", metrics="kelvin", transport=httpx.MockTransport(lambda r: httpx.Response(200, json=doc))
+    )
+    try:
+        with pytest.raises(SourceError, match=f"prometheus query '.*': {words}"):
+            await source.fetch()
+    finally:
+        await source.close()
+
+
+async def test_a_gpu_without_memory_total_is_named_once_and_not_requeried(caplog: pytest.LogCaptureFixture) -> None:
+    from scheduler_plugin.telemetry.prometheus import KELVIN_QUERIES, KELVIN_STATIC
+
+    now = time.time()
+    asked: list[str] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        query = request.url.params["query"]
+        asked.append(query)
+        key = next(k for k, q in KELVIN_QUERIES.items() if q.replace("{xid_window}", "10m") == query)
+        result = [
+            {"metric": {"node": n, "gpu": "0", "uuid": f"GPU-{n}", "model": "NVIDIA H100 80GB HBM3"}, "value": [now, v]}
+            for n in ("n1", "n2")
+            if key not in ("nvlink", "topology", "procs") and not (key == "total" and n == "n2")
+            for v in [str(now) if key == "seen" else "1"]
+        ]
+        return httpx.Response(200, json={"status": "success", "data": {"resultType": "vector", "result": result}})
+
+    source = PrometheusSource("http://prom", metrics="kelvin", transport=httpx.MockTransport(answer))
+    try:
+        with caplog.at_level("WARNING", logger="scheduler_plugin.telemetry.prometheus"):
+            for i in range(4):
+                asked.clear()
+                nodes = await source.fetch()
+                assert [n.name for n in nodes] == ["n1"]
+                assert len(asked) == len(KELVIN_QUERIES) - (len(KELVIN_STATIC) if i else 0)
+    finally:
+        await source.close()
+    warned = [r.getMessage() for r in caplog.records if "kelvin_gpu_memory_total_bytes is missing" in r.getMessage()]
+    assert len(warned) == 1 and warned[0].startswith("node n2 GPU 0")
