@@ -103,9 +103,17 @@ class Reconciler:
         candidates: list[Candidate] = []
         if new.hot and obs is not None and self.cfg.thermal_enabled:
             candidates += thermal(gpu_node, obs, views, self.cfg.hotness.cool_celsius)
-        candidates += noisy_neighbours(gpu_node, views, self.cfg.noisy)
-        result.violations = await self._pools(name, node_obj, gpu_node, views, now)
-        candidates += pool_candidates(result.violations)
+        # Each strategy is isolated: an unexpected error in one (a pod's data it cannot handle) is logged with the
+        # node and strategy, and the others (above all the thermal one) still act this cycle.
+        try:
+            candidates += noisy_neighbours(gpu_node, views, self.cfg.noisy)
+        except Exception:
+            log.exception("node %s: the noisy-neighbour strategy failed; skipped this cycle", name)
+        try:
+            result.violations = await self._pools(name, node_obj, gpu_node, views, now)
+            candidates += pool_candidates(result.violations)
+        except Exception:
+            log.exception("node %s: the memory-pool strategy failed; skipped this cycle", name)
         ranked, protected = plan(candidates, now, self.cfg.protection)
         result.candidates, result.protected = ranked, protected
         for p in protected:
