@@ -19,4 +19,5 @@ app.command("extender")(__import__("scheduler_plugin.extender.cli", fromlist=["e
 app.command("explain")(__import__("scheduler_plugin.extender.cli", fromlist=["explain"]).explain)
 app.command("demo")(__import__("scheduler_plugin.extender.cli", fromlist=["demo"]).demo)
 app.command("operator")(__import__("kelvin_operator.cli", fromlist=["operator"]).operator)
+app.command("device-plugin")(__import__("scheduler_plugin.deviceplugin.cli", fromlist=["x"]).device_plugin)
 app.command("simulate")(__import__("scheduler_plugin.simulator.cli", fromlist=["simulate"]).simulate)

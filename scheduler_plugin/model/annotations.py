@@ -23,6 +23,7 @@ CHECKPOINT_DONE = PREFIX + "checkpoint-done"  # written by the workload: RFC 333
 # Written by kelvin
 GPU_ASSIGNED = PREFIX + "gpu-assigned"  # GPU indices chosen at bind: "0,1"
 GPU_ASSIGNED_NODE = PREFIX + "gpu-assigned-node"
+GPU_ALLOCATED = PREFIX + "gpu-allocated"  # GPU indices `kelvin device-plugin` handed to the pod's containers: "0,1"
 CHECKPOINT_REQUESTED = PREFIX + "checkpoint-requested"
 
 # Node taint written by the operator

@@ -1,0 +1,126 @@
+"""``kelvin device-plugin``: the kubelet device plugin serving the GPUs kelvin's extender assigned (a DaemonSet)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from .devices import RESOURCES
+from .plugin import DEFAULT_SLOTS, DEFAULT_SOCKET_DIR
+
+_STRATEGIES = ("env", "cdi")
+
+
+def device_plugin(
+    node_name: Annotated[
+        str, typer.Option(envvar="NODE_NAME", help="This node's name (downward API spec.nodeName). Required.")
+    ] = "",
+    socket_dir: Annotated[
+        Path, typer.Option(help="The kubelet's device-plugins folder (kubelet.sock lives there).")
+    ] = DEFAULT_SOCKET_DIR,
+    resource: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--resource", help=f"A resource to serve (repeat for several): {', '.join(RESOURCES)}. Default: both."
+        ),
+    ] = None,
+    shared_slots_per_gpu: Annotated[
+        int, typer.Option(help="Devices advertised per GPU for kelvin.dev/shared-gpu (pool pods per GPU), 1..128.")
+    ] = DEFAULT_SLOTS,
+    device_list_strategy: Annotated[
+        str,
+        typer.Option(
+            help="How the container runtime learns the GPUs: 'env' (NVIDIA_VISIBLE_DEVICES=<uuids>) or 'cdi' "
+            "(CDI device names <cdi-kind>=<uuid>)."
+        ),
+    ] = "env",
+    cdi_kind: Annotated[
+        str, typer.Option(help="CDI kind of the GPUs' CDI names (with --device-list-strategy cdi).")
+    ] = ("nvidia.com/gpu"),
+    health_interval: Annotated[float, typer.Option(min=0.05, help="Seconds between NVML health checks.")] = 2.0,
+    xid_hold_seconds: Annotated[
+        float, typer.Option(min=0.0, help="Seconds a GPU stays Unhealthy after a critical XID.")
+    ] = 300.0,
+    kubeconfig: Annotated[
+        str | None, typer.Option(help="kubeconfig for the pod lookup (default: $KUBECONFIG, else in-cluster).")
+    ] = None,
+    api_server: Annotated[
+        str | None, typer.Option(help="Plain API server URL without credentials (tests, demo).", hidden=True)
+    ] = None,
+    fake: Annotated[bool, typer.Option("--fake", help="Simulated GPUs instead of NVML (demo, tests).")] = False,
+    fake_gpus: Annotated[int, typer.Option(min=1, max=16, help="GPUs of the fake backend.")] = 8,
+    fake_model: Annotated[str, typer.Option(help="Model of the fake GPUs.")] = "H100-SXM-80GB",
+    fake_seed: Annotated[int, typer.Option(help="Seed of the fake backend (UUIDs).")] = 0,
+    log_level: Annotated[str, typer.Option(help="Python log level: DEBUG, INFO, WARNING, ERROR.")] = "INFO",
+) -> None:
+    """Serve nvidia.com/gpu and kelvin.dev/shared-gpu to the kubelet, handing each pod the GPUs kelvin assigned."""
+    import pynvml
+
+    from ..exporter.backend import NvmlApi, real_nvml
+    from ..exporter.events import XidWatcher
+    from ..exporter.fake_nvml import FakeNvml
+    from ..kube import KubeClient, KubeConfig, KubeError
+    from .plugin import DevicePluginRunner, PluginConfig
+    from .pods import NodePods
+
+    level = logging.getLevelName(log_level.upper())
+    if not isinstance(level, int):
+        raise typer.BadParameter(
+            f"{log_level!r} is not a log level (DEBUG, INFO, WARNING, ERROR)", param_hint="--log-level"
+        )
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if device_list_strategy not in _STRATEGIES:
+        raise typer.BadParameter(
+            f"{device_list_strategy!r} is not one of {', '.join(_STRATEGIES)}", param_hint="--device-list-strategy"
+        )
+    if not socket_dir.is_dir():
+        raise typer.BadParameter(f"{socket_dir} is not a folder (mount the kubelet's)", param_hint="--socket-dir")
+    try:
+        config = PluginConfig(
+            node=node_name,
+            socket_dir=socket_dir,
+            resources=tuple(resource) if resource else RESOURCES,
+            slots=shared_slots_per_gpu,
+            cdi_kind=cdi_kind if device_list_strategy == "cdi" else None,
+            health_s=health_interval,
+            xid_hold_s=xid_hold_seconds,
+        )
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    nvml: NvmlApi
+    if fake:
+        try:
+            nvml = FakeNvml(fake_gpus, fake_model, seed=fake_seed)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--fake-model") from None
+    else:
+        nvml = real_nvml()
+    try:
+        nvml.nvmlInit()
+    except pynvml.NVMLError as exc:
+        typer.echo(f"Error: NVML cannot initialise: {exc} (no NVIDIA driver on this node?)", err=True)
+        raise typer.Exit(1) from None
+    try:
+        kube = KubeClient(KubeConfig.load(kubeconfig, api_server))
+    except (KubeError, OSError) as exc:
+        raise typer.BadParameter(f"cannot configure the API client: {exc}", param_hint="--kubeconfig") from None
+
+    runner = DevicePluginRunner(config, nvml, NodePods(kube, node_name), xids=XidWatcher(nvml))
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        try:
+            await runner.run(stop)
+        finally:
+            await kube.close()
+
+    logging.getLogger(__name__).info("kelvin device plugin for node %s in %s (fake=%s)", node_name, socket_dir, fake)
+    asyncio.run(main())
