@@ -5,6 +5,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out="${1:-.}"
-python -m grpc_tools.protoc -I. \
+"${PYTHON:-python}" -m grpc_tools.protoc -I. \
   --python_out="$out" --pyi_out="$out" --grpc_python_out="$out" \
   scheduler_plugin/deviceplugin/v1beta1/api.proto

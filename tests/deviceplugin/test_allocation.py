@@ -1,0 +1,137 @@
+"""The pure allocation logic: which pod an Allocate is for, which GPUs and environment it gets, the preference."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+from dpkit import NODE, pod
+
+from scheduler_plugin.deviceplugin.allocation import (
+    AllocationError,
+    admission_order,
+    container_counts,
+    grant,
+    next_indices,
+    pick_pod,
+    preferred,
+)
+from scheduler_plugin.deviceplugin.devices import Gpu, device_ids, discover
+from scheduler_plugin.deviceplugin.plugin import PluginConfig
+from scheduler_plugin.exporter.fake_nvml import FakeNvml
+from scheduler_plugin.model import annotations as ann
+
+GPUS = [Gpu(i, f"GPU-{i:08d}-0000-0000-0000-000000000000", numa_node=i // 2) for i in range(4)]
+WHOLE = ann.GPU_RESOURCE
+SHARED = ann.SHARED_GPU_RESOURCE
+
+
+def two_containers(assigned: str, allocated: str | None = None) -> dict[str, Any]:
+    p = pod("multi", assigned=assigned)
+    one = {"limits": {WHOLE: "1"}}
+    p["spec"]["containers"] = [{"name": "a", "resources": one}, {"name": "b", "resources": one}]
+    if allocated is not None:
+        p["metadata"]["annotations"][ann.GPU_ALLOCATED] = allocated
+    return p
+
+
+def test_containers_of_one_pod_get_its_gpus_in_turn() -> None:
+    p = two_containers("2,0")
+    first = grant(pick_pod([p], node=NODE, resource=WHOLE, count=1), node=NODE, resource=WHOLE, count=1, gpus=GPUS)
+    assert first.indices == (2,) and first.allocated == (2,)
+    p = two_containers("2,0", allocated="2")
+    second = grant(pick_pod([p], node=NODE, resource=WHOLE, count=1), node=NODE, resource=WHOLE, count=1, gpus=GPUS)
+    assert second.indices == (0,) and second.allocated == (2, 0)
+    assert second.envs == {"NVIDIA_VISIBLE_DEVICES": GPUS[0].uuid}
+    with pytest.raises(AllocationError, match="no pod bound here is waiting"):
+        pick_pod([two_containers("2,0", allocated="2,0")], node=NODE, resource=WHOLE, count=1)
+
+
+def test_order_is_scheduled_time_then_creation_time() -> None:
+    a = pod("a", gpus=1, assigned="0", scheduled="2026-12-01T04:00:02Z", created="2026-12-01T03:00:00Z")
+    b = pod("b", gpus=1, assigned="1", scheduled="2026-12-01T04:00:01Z", created="2026-12-01T03:30:00Z")
+    c = pod("c", gpus=1, assigned="2", scheduled="2026-12-01T04:00:01Z", created="2026-12-01T03:10:00Z")
+    assert [p["metadata"]["name"] for p in sorted([a, b, c], key=admission_order)] == ["c", "b", "a"]
+    assert pick_pod([a, b, c], node=NODE, resource=WHOLE, count=1)["metadata"]["name"] == "c"
+
+
+def test_deleted_and_finished_pods_are_not_candidates() -> None:
+    gone = pod("gone", gpus=1, assigned="0")
+    gone["metadata"]["deletionTimestamp"] = "2026-12-01T04:01:00Z"
+    failed = pod("failed", gpus=1, assigned="1", phase="Failed")
+    with pytest.raises(AllocationError):
+        pick_pod([gone, failed], node=NODE, resource=WHOLE, count=1)
+
+
+def test_malformed_allocated_annotation_is_named() -> None:
+    p = pod("p", gpus=1, assigned="1")
+    p["metadata"]["annotations"][ann.GPU_ALLOCATED] = "one"
+    with pytest.raises(AllocationError, match=re.escape("kelvin.dev/gpu-allocated='one' is not a comma-separated")):
+        grant(pick_pod([p], node=NODE, resource=WHOLE, count=1), node=NODE, resource=WHOLE, count=1, gpus=GPUS)
+
+
+def test_bad_pool_annotation_is_named() -> None:
+    p = pod("p", shared=1, assigned="1", annotations={ann.GPU_MEMORY: "lots"})
+    with pytest.raises(
+        AllocationError, match=re.escape("pod ml/p: kelvin.dev/gpu-memory='lots': not a memory quantity")
+    ):
+        grant(p, node=NODE, resource=SHARED, count=1, gpus=GPUS)
+
+
+def test_whole_gpu_pod_without_pool_annotations_has_no_mps_env() -> None:
+    g = grant(pod("p", gpus=2, assigned="1,3"), node=NODE, resource=WHOLE, count=2, gpus=GPUS)
+    assert g.envs == {"NVIDIA_VISIBLE_DEVICES": f"{GPUS[1].uuid},{GPUS[3].uuid}"}
+
+
+def test_compute_share_only_sets_the_thread_percentage() -> None:
+    g = grant(
+        pod("p", shared=1, assigned="0", annotations={ann.GPU_SHARE: "333"}),
+        node=NODE,
+        resource=SHARED,
+        count=1,
+        gpus=GPUS,
+    )
+    assert g.envs == {"NVIDIA_VISIBLE_DEVICES": GPUS[0].uuid, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "33"}
+
+
+def test_container_counts_read_limits_then_requests_and_skip_bad_values() -> None:
+    p = pod("p")
+    p["spec"]["containers"] = [
+        {"name": "a", "resources": {"requests": {WHOLE: "2"}}},
+        {"name": "b", "resources": {"limits": {WHOLE: "1.5"}}},
+        {"name": "c", "resources": {"limits": {WHOLE: "x"}}},
+        "not a container",
+    ]
+    p["spec"]["initContainers"] = [{"name": "i", "resources": {"limits": {WHOLE: "1"}}}]
+    assert container_counts(p, WHOLE) == [1, 2]
+
+
+def test_preferred_fills_from_available_when_kelvins_gpu_is_taken() -> None:
+    ids = [g.uuid for g in GPUS]
+    # kelvin's GPU 1 is not available (the kubelet gave it away): the first available fills the gap
+    assert preferred((1,), resource=WHOLE, gpus=GPUS, available=[ids[0], ids[2]], must_include=[], size=1) == [ids[0]]
+    slots = [d for d, _ in device_ids(SHARED, GPUS, 2)]
+    assert preferred((3,), resource=SHARED, gpus=GPUS, available=slots, must_include=[], size=1) == [f"{ids[3]}::0"]
+    assert next_indices(pod("p", gpus=1, assigned="bad"), 1) is None
+
+
+def test_mig_gpus_are_not_served() -> None:
+    fake = FakeNvml(3, "A100-SXM-80GB")
+    fake.gpus[1].mig_enabled = True
+    fake.nvmlInit()
+    assert [g.index for g in discover(fake)] == [0, 2]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"node": ""}, "node name is empty"),
+        ({"resources": ("nvidia.com/mig-1g.10gb",)}, "'nvidia.com/mig-1g.10gb' is not one of"),
+        ({"resources": ()}, "serve at least one resource"),
+        ({"slots": 0}, "shared slots per GPU must be 1..128"),
+    ],
+)
+def test_plugin_config_refuses_bad_values(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        PluginConfig(**{"node": NODE, **kwargs})
