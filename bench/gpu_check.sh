@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Run on a machine with an NVIDIA GPU (e.g. an H200 node): the gpu-marked tests, then one real exporter scrape.
+# Run on a machine with an NVIDIA GPU (e.g. an H200 node): the gpu-marked tests (exporter, device plugin), then one
+# real exporter scrape.
 # Usage: bash bench/gpu_check.sh   (from the repository root, with the venv active or at .venv)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -f .venv/bin/activate ] && . .venv/bin/activate
 export PYTHONPATH=".:operator${PYTHONPATH:+:$PYTHONPATH}"
 nvidia-smi --query-gpu=index,name,memory.total,temperature.gpu,power.draw --format=csv || true
-python -m pytest tests/exporter/test_real_gpu.py -m gpu -rs -q -s
+python -m pytest tests/exporter/test_real_gpu.py tests/deviceplugin/test_real_gpu.py -m gpu -rs -q -s
 python - <<'PY'
 import time
 from prometheus_client import generate_latest
