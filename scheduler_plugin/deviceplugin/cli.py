@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 from pathlib import Path
@@ -123,4 +124,11 @@ def device_plugin(
             await kube.close()
 
     logging.getLogger(__name__).info("kelvin device plugin for node %s in %s (fake=%s)", node_name, socket_dir, fake)
-    asyncio.run(main())
+    try:
+        asyncio.run(main())
+    except pynvml.NVMLError as exc:
+        typer.echo(f"Error: NVML cannot list the GPUs: {exc}", err=True)
+        raise typer.Exit(1) from None
+    finally:
+        with contextlib.suppress(pynvml.NVMLError):
+            nvml.nvmlShutdown()

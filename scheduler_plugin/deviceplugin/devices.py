@@ -35,11 +35,16 @@ class Gpu:
 
 
 def discover(nvml: NvmlApi) -> list[Gpu]:
-    """The GPUs NVML sees, less those in MIG mode. NVML must be initialised; NVML errors propagate."""
+    """The GPUs NVML sees, less those in MIG mode and those it cannot read. NVML must be initialised; an NVML that
+    cannot count its GPUs raises ``NVMLError``."""
     gpus: list[Gpu] = []
     for index in range(nvml.nvmlDeviceGetCount()):
-        handle = nvml.nvmlDeviceGetHandleByIndex(index)
-        uuid = nvml.nvmlDeviceGetUUID(handle)
+        try:
+            handle = nvml.nvmlDeviceGetHandleByIndex(index)
+            uuid = nvml.nvmlDeviceGetUUID(handle)
+        except pynvml.NVMLError as exc:
+            log.warning("GPU %d cannot be read (%s): not served until the plugin restarts", index, exc)
+            continue
         if _mig_enabled(nvml, handle):
             log.warning("GPU %d (%s) is in MIG mode: not served by kelvin's device plugin", index, uuid)
             continue

@@ -154,34 +154,37 @@ class DevicePluginService(pb_grpc.DevicePluginServicer):
                 f"kelvin device plugin on node {self.node}: the kubelet asked for unknown {self.resource} "
                 f"device {unknown[0]!r}"
             )
-        for attempt in (1, 2):
-            pod = pick_pod(await self.pods.list(), node=self.node, resource=self.resource, count=len(devices))
-            g = grant(
-                pod,
-                node=self.node,
-                resource=self.resource,
-                count=len(devices),
-                gpus=self.state.gpus,
-                cdi_kind=self.cdi_kind,
-            )
-            sick = sorted(set(g.indices) & self.state.unhealthy)
-            if sick:
-                raise AllocationError(f"pod {g.key}: its assigned GPU {sick[0]} on node {self.node} is Unhealthy")
-            if self.resource == WHOLE_RESOURCE:
-                offered = sorted(devices)
-                mine = sorted(gpu.uuid for gpu in self.state.gpus if gpu.index in g.indices)
-                if offered != mine:
-                    log.warning(
-                        "pod %s: the kubelet picked %s, kelvin assigned %s: the container gets kelvin's GPUs",
-                        g.key,
-                        offered,
-                        mine,
-                    )
-            try:
-                await self.pods.mark(g)
-            except KubeError as exc:
-                if exc.status == 409 and attempt == 1:
-                    continue  # the pod changed since it was read: read again
+        g = await self._pick(devices)
+        try:
+            await self.pods.mark(g)
+        except KubeError as exc:
+            if exc.status != 409:
                 raise
-            return g
-        raise AssertionError("unreachable")
+            g = await self._pick(devices)  # the pod changed since it was read: read again, once
+            await self.pods.mark(g)
+        return g
+
+    async def _pick(self, devices: list[str]) -> Grant:
+        pod = pick_pod(await self.pods.list(), node=self.node, resource=self.resource, count=len(devices))
+        g = grant(
+            pod,
+            node=self.node,
+            resource=self.resource,
+            count=len(devices),
+            gpus=self.state.gpus,
+            cdi_kind=self.cdi_kind,
+        )
+        sick = sorted(set(g.indices) & self.state.unhealthy)
+        if sick:
+            raise AllocationError(f"pod {g.key}: its assigned GPU {sick[0]} on node {self.node} is Unhealthy")
+        if self.resource == WHOLE_RESOURCE:
+            offered = sorted(devices)
+            mine = sorted(gpu.uuid for gpu in self.state.gpus if gpu.index in g.indices)
+            if offered != mine:
+                log.warning(
+                    "pod %s: the kubelet picked %s, kelvin assigned %s: the container gets kelvin's GPUs",
+                    g.key,
+                    offered,
+                    mine,
+                )
+        return g

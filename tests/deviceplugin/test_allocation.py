@@ -135,3 +135,10 @@ def test_mig_gpus_are_not_served() -> None:
 def test_plugin_config_refuses_bad_values(kwargs: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         PluginConfig(**{"node": NODE, **kwargs})
+
+
+def test_a_gpu_lost_at_startup_is_left_out() -> None:
+    fake = FakeNvml(3, "H100-SXM-80GB")
+    fake.nvmlInit()
+    fake.lose_gpu(1)
+    assert [g.index for g in discover(fake)] == [0, 2]
