@@ -158,11 +158,7 @@ def pick_pod(pods: Sequence[Mapping[str, Any]], *, node: str, resource: str, cou
         msg += f"; pods asking for {resource} here without one: {', '.join(others[:5])}"
     if stale:
         msg += f"; pods whose {ann.GPU_ASSIGNED_NODE} names another node: {', '.join(stale[:5])}"
-    return _raise(msg + ". GPUs on kelvin nodes go only to pods bound by kelvin's scheduler extender")
-
-
-def _raise(msg: str) -> Mapping[str, Any]:
-    raise AllocationError(msg)
+    raise AllocationError(msg + ". GPUs on kelvin nodes go only to pods bound by kelvin's scheduler extender")
 
 
 def grant(
@@ -203,7 +199,6 @@ def grant(
     if resource == SHARED_RESOURCE and count != 1:
         raise AllocationError(f"pod {key}: a container asks for {count} {resource}; a shared GPU is requested as 1")
     mine = tuple(remaining[:count])
-    # a shared slot is one GPU whatever the slot count; whole GPUs are one each
     uuids = [served[i].uuid for i in mine]
     envs: dict[str, str] = {}
     cdi: tuple[str, ...] = ()
