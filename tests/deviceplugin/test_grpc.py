@@ -10,11 +10,13 @@ from typing import Any
 import grpc
 import kmock as km
 import pytest
-from dpkit import NODE, add_pods, pod, running_plugin, stored_annotations, until
+from dpkit import NODE, FakeKubelet, add_pods, pod, running_plugin, stored_annotations, until
 
-from scheduler_plugin.deviceplugin.plugin import endpoint_name
+from scheduler_plugin.deviceplugin.plugin import DevicePluginRunner, PluginConfig, endpoint_name
+from scheduler_plugin.deviceplugin.pods import NodePods
 from scheduler_plugin.deviceplugin.v1beta1 import api_pb2 as pb
 from scheduler_plugin.exporter.fake_nvml import FakeNvml
+from scheduler_plugin.kube import KubeClient, KubeConfig
 from scheduler_plugin.model import annotations as ann
 
 GPU = ann.GPU_RESOURCE
@@ -276,3 +278,26 @@ async def test_lost_gpu_is_unhealthy_until_it_reads_again(
         fake.restore_gpu(2)
         assert set((await next_devices(stream)).values()) == {"Healthy"}
         stream.cancel()
+
+
+async def test_plugin_started_before_the_kubelet_registers_when_it_comes(
+    kmock: km.KubernetesEmulator, fake: FakeNvml, socket_dir: Path
+) -> None:
+    client = KubeClient(KubeConfig(server=str(kmock.url)), timeout_s=5.0)
+    runner = DevicePluginRunner(
+        PluginConfig(node=NODE, socket_dir=socket_dir, poll_s=0.05), fake, NodePods(client, NODE)
+    )
+    stop, ready = asyncio.Event(), asyncio.Event()
+    task = asyncio.create_task(runner.run(stop, ready))
+    kubelet = FakeKubelet(socket_dir)
+    try:
+        await asyncio.sleep(0.3)
+        assert not ready.is_set() and runner.registrations == 0  # no kubelet.sock yet: waiting
+        await kubelet.start()
+        await asyncio.wait_for(ready.wait(), 10)
+        assert {r.resource_name for r in await kubelet.wait_registrations(2)} == {GPU, SHARED}
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 10)
+        await kubelet.stop()
+        await client.close()
