@@ -74,9 +74,9 @@ def with_resource(p: dict, name: str, container: int = 0, kind: str = "container
 
 def test_pool_only_pod_is_rejected_naming_both_fixes() -> None:
     """A pool or share without any GPU resource never reaches the extender (managedResources): refused at admission."""
-    for annotations in ({ann.GPU_MEMORY: "20Gi"}, {ann.GPU_SHARE: "300"}):
-        msg = validate(pod("p", gpus=0, annotations=annotations), SIZES)
-        assert msg is not None, annotations
+    for anns in ({ann.GPU_MEMORY: "20Gi"}, {ann.GPU_SHARE: "300"}):
+        msg = validate(pod("p", gpus=0, annotations=anns), SIZES)
+        assert msg is not None, anns
         assert "no container requests a GPU resource (nvidia.com/gpu or kelvin.dev/shared-gpu)" in msg
         assert "request nvidia.com/gpu: 1" in msg and "devicePlugin.enabled=true" in msg
     # either GPU resource, in a container or an init container, takes the pod to the extender
