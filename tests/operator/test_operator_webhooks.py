@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from kelvin_operator.webhooks import GpuSizes, mutate, runs_mps, validate
 from opkit import gpu, node, pod
 
@@ -66,7 +68,7 @@ def test_absurd_memory_pool_is_refused_naming_the_annotation() -> None:
     assert reason is not None and "kelvin.dev/gpu-memory='1e400'" in reason and "exponent out of range" in reason
 
 
-def with_resource(p: dict, name: str, container: int = 0, kind: str = "containers") -> dict:
+def with_resource(p: dict[str, Any], name: str, container: int = 0, kind: str = "containers") -> dict[str, Any]:
     c = p["spec"].setdefault(kind, [{"name": "init"}])[container]
     c.setdefault("resources", {}).setdefault("limits", {})[name] = "1"
     return p
@@ -94,7 +96,7 @@ def test_pool_only_pod_is_rejected_naming_both_fixes() -> None:
 def test_mutate_requests_a_shared_gpu_slot_for_a_pool_only_pod() -> None:
     p = pod("p", gpus=0, annotations={ann.GPU_MEMORY: "20Gi"})
     p["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "1"}}
-    args = {"snapshot": SNAP, "mps_label": "kelvin.dev/mps", "framework_env": False}
+    args: dict[str, Any] = {"snapshot": SNAP, "mps_label": "kelvin.dev/mps", "framework_env": False}
     containers = mutate(p, shared_gpu_resource=True, **args)
     assert containers is not None
     res = containers[0]["resources"]
