@@ -114,12 +114,12 @@ class PolicyConfig(CamelModel):
             cfg = cls.model_validate(keys.data)
         except ValidationError as exc:
             raise PolicyConfigError(format_validation_error(exc, source, cls)) from exc
-        renamed = [*keys.renamed, *cfg._renamed_args()]
+        renamed = [*keys.renamed, *cfg._renamed_args(source)]
         for r in renamed:
             log.warning("%s", r.warning(source))
         return cfg
 
-    def _renamed_args(self) -> list[Renamed]:
+    def _renamed_args(self, source: str) -> list[Renamed]:
         """Old spellings inside the policies' ``args`` (their models are the registry's; unknown names are left to
         :meth:`Framework.from_config <scheduler_plugin.policies.framework.Framework.from_config>`)."""
         out: list[Renamed] = []
@@ -132,7 +132,7 @@ class PolicyConfig(CamelModel):
                 continue
             keys = normalise(model, args, path)
             if keys.duplicates:
-                raise PolicyConfigError("; ".join(keys.duplicates))
+                raise PolicyConfigError(f"{source}: " + "; ".join(keys.duplicates))
             out += keys.renamed
         return out
 

@@ -356,3 +356,18 @@ def test_only_gpu_or_tainted_nodes_get_a_timer() -> None:
     assert _gpu_node(kopf.Body(node_obj("g", gpus=8)))
     assert not _gpu_node(kopf.Body(node_obj("cpu", gpus=0)))
     assert _gpu_node(kopf.Body(node_obj("cpu-tainted", gpus=0, tainted=True)))  # so its taint can still be removed
+
+
+def test_shared_gpu_pods_and_nodes_are_watched() -> None:
+    """kelvin.dev/shared-gpu (kelvin's device plugin) marks GPU pods and GPU nodes as nvidia.com/gpu does; init
+    containers count."""
+    from kelvin_operator.handlers import _gpu_node, _gpu_pod
+
+    def indexed(kind: str, resources: dict[str, Any]) -> bool:
+        body = kopf.Body({"spec": {"nodeName": "n1", "containers": [{"name": "c"}], kind: [{"resources": resources}]}})
+        return _gpu_pod(spec=body.spec, annotations=body.metadata.annotations)
+
+    assert indexed("containers", {"requests": {"kelvin.dev/shared-gpu": "1"}})
+    assert indexed("initContainers", {"limits": {"nvidia.com/gpu": "1"}})
+    assert not indexed("containers", {"requests": {"cpu": "1"}})
+    assert _gpu_node(kopf.Body({"status": {"capacity": {"kelvin.dev/shared-gpu": "16"}}}))
