@@ -161,3 +161,8 @@ def test_a_key_in_both_spellings_is_refused() -> None:
         PolicyConfig.from_mapping({"ledger": {"ttlSeconds": 3, "ttl_seconds": 4}})
     with pytest.raises(PolicyConfigError, match=r"scoring.noise.args.utilWeight: set twice"):
         PolicyConfig.from_mapping({"scoring": {"noise": {"args": {"utilWeight": 1, "util_weight": 2}}}})
+
+
+def test_hotness_cross_field_error_speaks_camel_case() -> None:
+    with pytest.raises(PolicyConfigError, match=r"hotness: Value error, coolCelsius \(85.0\) must be below hotCelsius"):
+        PolicyConfig.from_mapping({"hotness": {"hotCelsius": 80, "coolCelsius": 85}})
