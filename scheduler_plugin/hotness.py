@@ -65,7 +65,7 @@ class HotnessConfig(BaseModel):
     def _ordered(self) -> HotnessConfig:
         if self.cool_celsius >= self.hot_celsius:
             raise ValueError(
-                f"cool_celsius ({self.cool_celsius}) must be below hot_celsius ({self.hot_celsius}): "
+                f"coolCelsius ({self.cool_celsius}) must be below hotCelsius ({self.hot_celsius}): "
                 "the gap between them is the hysteresis"
             )
         return self

@@ -4,10 +4,16 @@ Sources, later ones winning: defaults, the ``operator:`` section of the policy Y
 reads; a top-level ``hotness:`` section is shared with the extender unless ``operator.hotness`` overrides it), then
 ``KELVIN_OPERATOR_*`` environment variables (nested with ``__``, e.g. ``KELVIN_OPERATOR_LIMITS__MAX_TOTAL=3``), then
 CLI flags. A bad value stops startup with :class:`~scheduler_plugin.config.ConfigError` naming the field.
+
+The policy file's keys are camelCase in every section (``operator: {dryRun: true, limits: {maxTotal: 3}}``; a field
+``*_s`` is ``*Seconds``: ``intervalSeconds``), the old snake_case spelling accepted with one warning per key
+(:mod:`scheduler_plugin.policies.keys`). The operator validates the whole file, the extender's sections included, so a
+file one of them refuses never starts the other.
 """
 
 from __future__ import annotations
 
+import logging
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
@@ -18,6 +24,11 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from scheduler_plugin.config import ConfigError
 from scheduler_plugin.hotness import HotnessConfig
+from scheduler_plugin.policies import Framework, PolicyConfig
+from scheduler_plugin.policies.keys import display_path, normalise
+from scheduler_plugin.policies.registry import PolicyConfigError
+
+log = logging.getLogger("kelvin.operator")
 
 ENV_PREFIX = "KELVIN_OPERATOR_"
 SYSTEM_CRITICAL_PRIORITY = 2_000_000_000
@@ -81,6 +92,11 @@ class WebhookConfig(_Section):
     )
     mps_label: str = Field("kelvin.dev/mps", description="node label (true) of node pools running CUDA MPS")
     framework_env: bool = Field(True, description="also inject PYTORCH_CUDA_ALLOC_CONF and TF memory envs")
+    shared_gpu_resource: bool = Field(
+        False,
+        description="kelvin device plugins advertise kelvin.dev/shared-gpu: the mutating webhook requests one for a "
+        "pool-only pod (kelvin.dev/gpu-memory or gpu-share, no GPU resource); off: the validating webhook rejects it",
+    )
 
     @model_validator(mode="after")
     def _pair(self) -> WebhookConfig:
@@ -139,20 +155,36 @@ def _merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
 
 
 def read_policy_section(path: Path) -> dict[str, Any]:
-    """The ``operator:`` section of the policy file, with the shared top-level ``hotness:`` folded in."""
+    """The ``operator:`` section of the policy file in field names, with the shared top-level ``hotness:`` folded in.
+
+    The whole file is validated as the extender validates it (unknown sections and keys, bad values, unknown policy
+    names and args: :class:`ConfigError` naming the path). Keys in the old snake_case spelling are logged once each.
+    """
     try:
         doc = yaml.safe_load(path.read_text()) or {}
     except (OSError, yaml.YAMLError) as exc:
         raise ConfigError(f"policy file {path}: cannot read: {exc}") from None
     if not isinstance(doc, dict):
         raise ConfigError(f"policy file {path}: must be a mapping at the top level")
-    section = doc.get("operator") or {}
+    section = doc.get("operator")
+    if section is None:
+        section = {}
     if not isinstance(section, dict):
-        raise ConfigError(f"policy file {path}: operator: must be a mapping")
-    shared = doc.get("hotness")
-    if isinstance(shared, dict) and "hotness" not in section:
-        section = {**section, "hotness": shared}
-    return section
+        raise ConfigError(f"policy file {path}: operator: must be a mapping, got {type(section).__name__}")
+    try:
+        policy = PolicyConfig.from_mapping(doc, source=f"policy file {path}")
+        Framework.from_config(policy)
+    except PolicyConfigError as exc:
+        raise ConfigError(str(exc)) from None
+    keys = normalise(OperatorConfig, section, "operator.")
+    if keys.duplicates:
+        raise ConfigError(f"policy file {path}: " + "; ".join(keys.duplicates))
+    for r in keys.renamed:
+        log.warning("%s", r.warning(f"policy file {path}"))
+    out: dict[str, Any] = dict(keys.data)
+    if "hotness" in policy.model_fields_set and "hotness" not in out:
+        out["hotness"] = policy.hotness.model_dump()
+    return out
 
 
 def load_operator_config(policy_file: Path | None = None, **overrides: Any) -> OperatorConfig:
@@ -173,12 +205,12 @@ def load_operator_config(policy_file: Path | None = None, **overrides: Any) -> O
 
 
 def _describe(exc: ValidationError) -> str:
-    """Every bad field as ``operator.limits.max_total (KELVIN_OPERATOR_LIMITS__MAX_TOTAL): problem (got x)``."""
+    """Every bad field as ``operator.limits.maxTotal (KELVIN_OPERATOR_LIMITS__MAX_TOTAL): problem (got x)``."""
     parts = []
     for e in exc.errors():
         loc = [str(p) for p in e["loc"]]
-        name = "operator." + ".".join(loc) if loc else "operator"
-        env = f" ({ENV_PREFIX}{'__'.join(loc).upper()})" if loc else ""
+        name = "operator." + display_path(OperatorConfig, loc) if loc else "operator"
+        env = f" ({ENV_PREFIX}{'__'.join(loc).upper()})" if loc and e["type"] != "extra_forbidden" else ""
         got = e.get("input")
         shown = "" if isinstance(got, dict) or got is None else f" (got {got!r})"
         parts.append(f"{name}{env}: {e['msg']}{shown}")

@@ -32,17 +32,13 @@ def _gpu_pod(spec: kopf.Spec, annotations: kopf.Annotations, **_: Any) -> bool:
         return False
     if ann.GPU_MEMORY in annotations or ann.GPU_SHARE in annotations:
         return True
-    for c in spec.get("containers") or []:
-        res = c.get("resources") or {}
-        if ann.GPU_RESOURCE in (res.get("limits") or {}) or ann.GPU_RESOURCE in (res.get("requests") or {}):
-            return True
-    return False
+    return webhooks.requests_gpu_resource({"spec": spec})
 
 
 def _gpu_node(body: kopf.Body, **_: Any) -> bool:
     """Nodes worth a cycle: they have GPUs (capacity), or still carry kelvin's thermal taint."""
     capacity = (body.get("status") or {}).get("capacity") or {}
-    if str(capacity.get(ann.GPU_RESOURCE, "0")) not in ("", "0"):
+    if any(str(capacity.get(r, "0")) not in ("", "0") for r in webhooks.GPU_RESOURCES):
         return True
     taints = (body.get("spec") or {}).get("taints") or []
     return any(t.get("key") == ann.THERMAL_TAINT_KEY for t in taints)
@@ -114,7 +110,11 @@ def build_registry(
         def validate_pod(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
             rt: Runtime = memo.runtime
             try:
-                message = webhooks.validate(dict(body), webhooks.GpuSizes.of(rt.snapshot()))
+                message = webhooks.validate(
+                    dict(body),
+                    webhooks.GpuSizes.of(rt.snapshot()),
+                    shared_gpu_resource=cfg.webhook.shared_gpu_resource,
+                )
             except Exception:
                 rt.metrics.webhook_requests.labels("validate", "error").inc()
                 raise
@@ -131,6 +131,7 @@ def build_registry(
                     snapshot=rt.snapshot(),
                     mps_label=cfg.webhook.mps_label,
                     framework_env=cfg.webhook.framework_env,
+                    shared_gpu_resource=cfg.webhook.shared_gpu_resource,
                 )
             except Exception:
                 rt.metrics.webhook_requests.labels("mutate", "error").inc()

@@ -4,8 +4,15 @@ Validation rejects ``kelvin.dev/gpu-memory`` requests that cannot be honoured, w
 gives (the parsing is :func:`scheduler_plugin.model.request.parse_pod`'s): a bad quantity, a pool combined with a
 multi-GPU request, or a pool larger than any GPU in the cluster (per the current telemetry snapshot).
 
-Mutation injects into every container of a pod with a pool or a compute share the environment variables that CUDA
-MPS and the ML frameworks honour. A variable the pod already sets is never overwritten. See docs/operator.md for each.
+A **pool-only** pod (``kelvin.dev/gpu-memory`` or ``kelvin.dev/gpu-share`` but no ``nvidia.com/gpu`` nor
+``kelvin.dev/shared-gpu`` in any container) would never reach the extender: kube-scheduler only calls it for pods that
+request one of its ``managedResources``, and would place the pod GPU-blind. With ``webhook.sharedGpuResource`` (the
+chart sets it when kelvin's device plugin advertises ``kelvin.dev/shared-gpu``) the mutating webhook requests
+``kelvin.dev/shared-gpu: 1`` for it; the validating webhook (which sees the pod after every mutation) rejects any
+pool-only pod left, saying what is missing and the two ways to fix it.
+
+Mutation also injects into every container of a pod with a pool or a compute share the environment variables that
+CUDA MPS and the ML frameworks honour. A variable the pod already sets is never overwritten. See docs/operator.md.
 """
 
 from __future__ import annotations
@@ -41,12 +48,66 @@ class GpuSizes:
         return max(items, key=lambda mb: mb[1]) if items else None
 
 
-def validate(pod: Mapping[str, Any], sizes: GpuSizes) -> str | None:
-    """``None`` when the pod is admissible, else the message to reject it with."""
+# kubectl's annotation naming a pod's main container; the shared-GPU slot goes there (else to the first container)
+DEFAULT_CONTAINER = "kubectl.kubernetes.io/default-container"
+GPU_RESOURCES = (ann.GPU_RESOURCE, ann.SHARED_GPU_RESOURCE)
+
+
+def _all_containers(pod: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    spec = pod.get("spec") or {}
+    out: list[Mapping[str, Any]] = []
+    for kind in ("initContainers", "containers"):
+        items = spec.get(kind) if isinstance(spec, Mapping) else None
+        out += [c for c in items or [] if isinstance(c, Mapping)]
+    return out
+
+
+def requests_gpu_resource(pod: Mapping[str, Any]) -> bool:
+    """Some container (init containers included) requests or limits nvidia.com/gpu or kelvin.dev/shared-gpu."""
+    for c in _all_containers(pod):
+        res = c.get("resources") or {}
+        for part in ("requests", "limits"):
+            values = res.get(part) if isinstance(res, Mapping) else None
+            if isinstance(values, Mapping) and any(r in values for r in GPU_RESOURCES):
+                return True
+    return False
+
+
+def pool_only(pod: Mapping[str, Any]) -> bool:
+    """The pod asks for a share of a GPU (memory pool or compute share) but requests no GPU resource at all."""
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    wants_share = ann.GPU_MEMORY in annotations or ann.GPU_SHARE in annotations
+    return wants_share and not requests_gpu_resource(pod)
+
+
+def pool_only_message(*, shared_gpu_resource: bool) -> str:
+    head = (
+        f"the pod sets {ann.GPU_MEMORY} or {ann.GPU_SHARE} but no container requests a GPU resource "
+        f"({ann.GPU_RESOURCE} or {ann.SHARED_GPU_RESOURCE}): kube-scheduler would never ask kelvin about it and "
+        "would place it without looking at GPUs. "
+    )
+    if shared_gpu_resource:
+        return head + (
+            f"kelvin's mutating webhook adds {ann.SHARED_GPU_RESOURCE}: 1 to such pods but did not run for this one "
+            f"(is it reachable?); request {ann.SHARED_GPU_RESOURCE}: 1 (or {ann.GPU_RESOURCE}: 1) in the container "
+            "that uses the GPU, or retry"
+        )
+    return head + (
+        f"Fix it either way: request {ann.GPU_RESOURCE}: 1 in the container that uses the GPU (resources.limits), or "
+        f"enable kelvin's device plugin (Helm value devicePlugin.enabled=true), which advertises "
+        f"{ann.SHARED_GPU_RESOURCE} on GPU nodes and makes this webhook request one slot for such pods"
+    )
+
+
+def validate(pod: Mapping[str, Any], sizes: GpuSizes, *, shared_gpu_resource: bool = False) -> str | None:
+    """``None`` when the pod is admissible, else the message to reject it with. ``shared_gpu_resource`` only picks
+    the advice given to a pool-only pod (which is always rejected: the mutating webhook has run by now)."""
     try:
         req = parse_pod(pod)
     except RequestError as exc:
         return f"invalid GPU request: {exc}"
+    if pool_only(pod):
+        return pool_only_message(shared_gpu_resource=shared_gpu_resource)
     if req.memory_bytes is None:
         return None
     big = sizes.largest(req.models)
@@ -100,26 +161,56 @@ def injected_env(req: GpuRequest, *, mps: bool, sizes: GpuSizes, framework_env: 
     return env
 
 
+def slot_container(pod: Mapping[str, Any]) -> int:
+    """Index of the container that gets the shared-GPU slot: the one kubectl's default-container annotation names,
+    else the first."""
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    wanted = annotations.get(DEFAULT_CONTAINER)
+    containers = (pod.get("spec") or {}).get("containers") or []
+    for i, c in enumerate(containers):
+        if wanted and isinstance(c, Mapping) and c.get("name") == wanted:
+            return i
+    return 0
+
+
+def _with_slot(c: Mapping[str, Any]) -> dict[str, Any]:
+    res = dict(c.get("resources") or {})
+    for part in ("requests", "limits"):  # extended resources: requests must equal limits
+        res[part] = {**(res.get(part) or {}), ann.SHARED_GPU_RESOURCE: "1"}
+    return {**c, "resources": res}
+
+
 def mutate(
-    pod: Mapping[str, Any], *, snapshot: Snapshot | None, mps_label: str, framework_env: bool
+    pod: Mapping[str, Any],
+    *,
+    snapshot: Snapshot | None,
+    mps_label: str,
+    framework_env: bool,
+    shared_gpu_resource: bool = False,
 ) -> list[dict[str, Any]] | None:
-    """The pod's containers with the variables added (``None``: nothing to change). Invalid pods are left to the
-    validating webhook (``None``)."""
+    """The pod's containers with the shared-GPU slot and the variables added (``None``: nothing to change). Invalid
+    pods are left to the validating webhook (``None``).
+
+    ``shared_gpu_resource``: a pool-only pod gets ``kelvin.dev/shared-gpu: "1"`` (requests and limits) in its
+    :func:`slot_container`, so that kube-scheduler sends it to the extender."""
     try:
         req = parse_pod(pod)
     except RequestError:
         return None
+    containers: Sequence[Mapping[str, Any]] = (pod.get("spec") or {}).get("containers") or []
+    out: list[dict[str, Any]] = [dict(c) for c in containers]
+    changed = False
+    if shared_gpu_resource and out and pool_only(pod):
+        i = slot_container(pod)
+        out[i] = _with_slot(out[i])
+        changed = True
     env = injected_env(
         req, mps=runs_mps(pod, mps_label, snapshot), sizes=GpuSizes.of(snapshot), framework_env=framework_env
     )
-    if not env:
-        return None
-    containers: Sequence[Mapping[str, Any]] = (pod.get("spec") or {}).get("containers") or []
-    out: list[dict[str, Any]] = []
-    changed = False
-    for c in containers:
+    for i, c in enumerate(out):
         have = {e.get("name") for e in c.get("env") or []}
         add = [e for e in env if e["name"] not in have]
-        changed |= bool(add)
-        out.append({**c, "env": [*(c.get("env") or []), *add]})
+        if add:
+            changed = True
+            out[i] = {**c, "env": [*(c.get("env") or []), *add]}
     return out if changed else None

@@ -1,22 +1,27 @@
 """The policy configuration: which filters and scores run, with what weights and arguments (YAML, validated at load).
 
-Every field has a documented default (docs/policies.md). Keys are accepted in camelCase (``maxAgeSeconds``) or
-snake_case (``max_age_seconds``); unknown keys are errors. Structural errors name the field path, e.g.
+Every field has a documented default (docs/policies.md). Keys are camelCase (``maxAgeSeconds``) in every section;
+the old snake_case spelling (``max_age_seconds``) is still accepted with one warning per key naming its camelCase
+form (:mod:`.keys`). Unknown keys are errors. Structural errors name the field path, e.g.
 ``scoring.thermal.weight: Input should be greater than or equal to 0``. Policy names and their ``args`` are checked
 by :meth:`scheduler_plugin.policies.framework.Framework.from_config` through the registry, which also names the path.
 """
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from pydantic.alias_generators import to_camel
 
 from ..hotness import HotnessConfig
+from . import registry
+from .keys import Renamed, camel, display_path, normalise
 from .registry import PolicyConfigError
+
+log = logging.getLogger("kelvin.policy")
 
 DEFAULT_MAX_AGE_S = 30.0
 DEFAULT_LEDGER_TTL_S = 30.0
@@ -24,9 +29,10 @@ DEFAULT_PICKER = "fragmentation"
 
 
 class CamelModel(BaseModel):
-    """Base of every config and policy-args model: camelCase aliases, snake_case accepted, unknown keys rejected."""
+    """Base of every config and policy-args model: camelCase keys (:func:`.keys.camel`), the field name accepted too,
+    unknown keys rejected."""
 
-    model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True, frozen=True)
+    model_config = ConfigDict(extra="forbid", alias_generator=camel, populate_by_name=True, frozen=True)
 
 
 class TelemetryPolicy(CamelModel):
@@ -95,15 +101,40 @@ class PolicyConfig(CamelModel):
 
     @classmethod
     def from_mapping(cls, data: Any, *, source: str = "policy config") -> PolicyConfig:
-        """Validate parsed YAML/JSON. Raises :class:`PolicyConfigError` naming every bad field by its path."""
+        """Validate parsed YAML/JSON. Raises :class:`PolicyConfigError` naming every bad field by its path; logs one
+        warning per key written in the old snake_case spelling."""
         if data is None:
             data = {}
         if not isinstance(data, dict):
             raise PolicyConfigError(f"{source}: must be a mapping at the top level, got {type(data).__name__}")
+        keys = normalise(cls, data)
+        if keys.duplicates:
+            raise PolicyConfigError(f"{source}: " + "; ".join(keys.duplicates))
         try:
-            return cls.model_validate(data)
+            cfg = cls.model_validate(keys.data)
         except ValidationError as exc:
-            raise PolicyConfigError(format_validation_error(exc, source)) from exc
+            raise PolicyConfigError(format_validation_error(exc, source, cls)) from exc
+        renamed = [*keys.renamed, *cfg._renamed_args(source)]
+        for r in renamed:
+            log.warning("%s", r.warning(source))
+        return cfg
+
+    def _renamed_args(self, source: str) -> list[Renamed]:
+        """Old spellings inside the policies' ``args`` (their models are the registry's; unknown names are left to
+        :meth:`Framework.from_config <scheduler_plugin.policies.framework.Framework.from_config>`)."""
+        out: list[Renamed] = []
+        sections = [("score", name, sc.args, f"scoring.{name}.args.") for name, sc in self.scoring.items()]
+        sections.append(("picker", self.picker, self.picker_args, "pickerArgs."))
+        for kind, name, args, path in sections:
+            try:
+                model = registry.lookup(kind, name).args_model
+            except PolicyConfigError:
+                continue
+            keys = normalise(model, args, path)
+            if keys.duplicates:
+                raise PolicyConfigError(f"{source}: " + "; ".join(keys.duplicates))
+            out += keys.renamed
+        return out
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> PolicyConfig:
@@ -119,10 +150,10 @@ class PolicyConfig(CamelModel):
         return cls.from_mapping(data, source=str(p))
 
 
-def format_validation_error(exc: ValidationError, source: str) -> str:
-    """One line per problem: ``<source>: <dotted.path>: <message>``."""
+def format_validation_error(exc: ValidationError, source: str, model: type[BaseModel] | None = None) -> str:
+    """One line per problem: ``<source>: <dotted.path>: <message>``, the path in camelCase keys."""
     lines = []
     for e in exc.errors():
-        path = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        path = display_path(model, e["loc"]) or "(top level)"
         lines.append(f"{path}: {e['msg']}")
     return f"{source}: " + "; ".join(lines)

@@ -18,6 +18,9 @@ NAMESPACE = "kelvin-system"
 # The Kubernetes version the rendered objects are validated against (kubernetes-validate's bundled schemas); the
 # chart's default kube-scheduler image is v1.32.6, and the chart supports 1.28 and later.
 K8S_VERSION = "1.32"
+# The API group/version of the Prometheus Operator's CRDs: the chart renders ServiceMonitor/PrometheusRule only when the
+# cluster serves it (helm template: --api-versions).
+PROMETHEUS_OPERATOR_API = "monitoring.coreos.com/v1"
 
 Doc = dict[str, Any]
 Render = Callable[..., list[Doc]]

@@ -278,7 +278,10 @@ def test_scheduler_config_calls_the_sidecar_extender(render: Render, fixtures_di
     (ext,) = cfg["extenders"]
     assert set(ext) <= set(real["extenders"][0]) | {"bindVerb"}
     assert ext["nodeCacheCapable"] is True and ext["ignorable"] is False and ext["bindVerb"] == "bind"
-    assert ext["managedResources"] == [{"name": "nvidia.com/gpu", "ignoredByScheduler": False}]
+    assert ext["managedResources"] == [
+        {"name": "nvidia.com/gpu", "ignoredByScheduler": False},
+        {"name": "kelvin.dev/shared-gpu", "ignoredByScheduler": False},  # pool-only pods reach the extender too
+    ]
     assert cfg["profiles"] == [{"schedulerName": "kelvin-scheduler"}]
     le = cfg["leaderElection"]
     assert le["leaderElect"] is True and le["resourceLock"] == "leases" and le["resourceNamespace"] == NAMESPACE
@@ -291,8 +294,8 @@ def test_scheduler_config_calls_the_sidecar_extender(render: Render, fixtures_di
     dep = one(docs, "Deployment", "scheduler")
     containers = {c["name"]: c for c in pod_spec(dep)["containers"]}
     assert set(containers) == {"kube-scheduler", "extender"}
-    port = containers["extender"]["ports"][0]["containerPort"]
-    assert ext["urlPrefix"] == f"http://127.0.0.1:{port}"
+    env = {e["name"]: e.get("value") for e in containers["extender"]["env"]}
+    assert ext["urlPrefix"] == f"http://127.0.0.1:{env['KELVIN_PORT']}" and env["KELVIN_HOST"] == "127.0.0.1"
     assert containers["extender"]["args"][0] == "extender"
     assert any(
         a.startswith("--config=/etc/kubernetes/kelvin-scheduler/") for a in containers["kube-scheduler"]["command"]

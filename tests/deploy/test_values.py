@@ -139,7 +139,7 @@ def test_shared_policy_with_an_operator_section_loads_in_both(render: Render, tm
 
     from scheduler_plugin.policies.config import PolicyConfig
 
-    cm = one(render(None, "policy.operator.dry_run=true"), "ConfigMap", "policy")
+    cm = one(render(None, "policy.operator.dryRun=true"), "ConfigMap", "policy")
     path = tmp_path / "policy.yaml"
     path.write_text(cm["data"]["policy.yaml"])
     assert load_operator_config(path).dry_run is True

@@ -150,14 +150,14 @@ async def test_admission_over_https(kmock: km.KubernetesEmulator, cert: tuple[Pa
         url = f"https://localhost:{port}"
         await asyncio.sleep(0.5)  # the first snapshot is taken at startup; the server starts right after
 
-        too_big = pod("big", annotations={ann.GPU_MEMORY: "100Gi"}, gpus=0)
+        too_big = pod("big", annotations={ann.GPU_MEMORY: "100Gi"}, gpus=1)
         r = (await http.post(f"{url}/gpu-memory", json=review(too_big, "u1"))).json()
         assert r["kind"] == "AdmissionReview" and r["response"]["uid"] == "u1"
         assert r["response"]["allowed"] is False
         assert "larger than the largest GPU in the cluster (H100, 80.0 GiB)" in r["response"]["status"]["message"]
         assert r["response"]["status"]["code"] == 400
 
-        bad = pod("bad", annotations={ann.GPU_MEMORY: "twenty gigs"}, gpus=0)
+        bad = pod("bad", annotations={ann.GPU_MEMORY: "twenty gigs"}, gpus=1)
         r = (await http.post(f"{url}/gpu-memory", json=review(bad))).json()
         assert (
             not r["response"]["allowed"] and "kelvin.dev/gpu-memory='twenty gigs'" in r["response"]["status"]["message"]
@@ -167,7 +167,7 @@ async def test_admission_over_https(kmock: km.KubernetesEmulator, cert: tuple[Pa
         r = (await http.post(f"{url}/gpu-memory", json=review(multi))).json()
         assert not r["response"]["allowed"] and "requests 2 whole GPUs" in r["response"]["status"]["message"]
 
-        ok = pod("ok", annotations={ann.GPU_MEMORY: "20Gi", ann.GPU_SHARE: "250"}, gpus=0)
+        ok = pod("ok", annotations={ann.GPU_MEMORY: "20Gi", ann.GPU_SHARE: "250"}, gpus=1)
         r = (await http.post(f"{url}/gpu-memory", json=review(ok))).json()
         assert r["response"]["allowed"] is True
 
@@ -184,10 +184,54 @@ async def test_admission_over_https(kmock: km.KubernetesEmulator, cert: tuple[Pa
         r = (await http.post(f"{url}/gpu-env", json=review(whole))).json()
         assert r["response"]["allowed"] is True and "patch" not in r["response"]
 
+        # a pool-only pod (no GPU resource) would bypass the extender: refused, naming both fixes
+        pool_only = pod("pool-only", annotations={ann.GPU_MEMORY: "20Gi"}, gpus=0)
+        r = (await http.post(f"{url}/gpu-memory", json=review(pool_only))).json()
+        assert not r["response"]["allowed"]
+        assert "nvidia.com/gpu: 1" in r["response"]["status"]["message"]
+        assert "devicePlugin.enabled=true" in r["response"]["status"]["message"]
+        r = (await http.post(f"{url}/gpu-env", json=review(pool_only, "m2"))).json()
+        patched = jsonpatch.apply_patch(pool_only, json.loads(base64.b64decode(r["response"]["patch"])))
+        assert "kelvin.dev/shared-gpu" not in patched["spec"]["containers"][0]["resources"].get("limits", {})
+
         # and plain HTTP is refused: the server only speaks TLS
         with pytest.raises(httpx.HTTPError):
             async with httpx.AsyncClient(timeout=3) as plain:
                 await plain.post(f"http://localhost:{port}/gpu-memory", json=review(ok))
+
+
+async def test_pool_only_pod_gets_a_shared_gpu_slot(kmock: km.KubernetesEmulator, cert: tuple[Path, Path]) -> None:
+    """webhook.sharedGpuResource (the device plugin is on): the mutating webhook requests kelvin.dev/shared-gpu: 1
+    for a pool-only pod, and the validating webhook, which sees the mutated pod, admits it."""
+    port = free_port()
+    cfg = OperatorConfig(
+        standalone=True,
+        metrics_port=0,
+        interval_s=3600,
+        webhook={
+            "addr": "127.0.0.1",
+            "port": port,
+            "host": "localhost",
+            "certfile": cert[0],
+            "pkeyfile": cert[1],
+            "shared_gpu_resource": True,
+        },
+    )
+    ctx = ssl.create_default_context(cafile=str(cert[0]))
+    async with running(kmock, cfg, [node("n1", gpu(0, total_gib=80))]), httpx.AsyncClient(verify=ctx) as http:
+        url = f"https://localhost:{port}"
+        await asyncio.sleep(0.5)
+        p = pod("pool-only", annotations={ann.GPU_MEMORY: "20Gi"}, gpus=0)
+        r = (await http.post(f"{url}/gpu-env", json=review(p, "m1"))).json()
+        assert r["response"]["allowed"] is True
+        patched = jsonpatch.apply_patch(p, json.loads(base64.b64decode(r["response"]["patch"])))
+        resources = patched["spec"]["containers"][0]["resources"]
+        assert resources["requests"]["kelvin.dev/shared-gpu"] == "1" == resources["limits"]["kelvin.dev/shared-gpu"]
+        r = (await http.post(f"{url}/gpu-memory", json=review(patched, "v1"))).json()
+        assert r["response"]["allowed"] is True
+        # had the mutating webhook not run, the pod is still refused
+        r = (await http.post(f"{url}/gpu-memory", json=review(p, "v2"))).json()
+        assert not r["response"]["allowed"] and "did not run" in r["response"]["status"]["message"]
 
 
 async def test_timer_taints_and_evicts_through_the_index(kmock: km.KubernetesEmulator) -> None:
@@ -312,3 +356,18 @@ def test_only_gpu_or_tainted_nodes_get_a_timer() -> None:
     assert _gpu_node(kopf.Body(node_obj("g", gpus=8)))
     assert not _gpu_node(kopf.Body(node_obj("cpu", gpus=0)))
     assert _gpu_node(kopf.Body(node_obj("cpu-tainted", gpus=0, tainted=True)))  # so its taint can still be removed
+
+
+def test_shared_gpu_pods_and_nodes_are_watched() -> None:
+    """kelvin.dev/shared-gpu (kelvin's device plugin) marks GPU pods and GPU nodes as nvidia.com/gpu does; init
+    containers count."""
+    from kelvin_operator.handlers import _gpu_node, _gpu_pod
+
+    def indexed(kind: str, resources: dict[str, Any]) -> bool:
+        body = kopf.Body({"spec": {"nodeName": "n1", "containers": [{"name": "c"}], kind: [{"resources": resources}]}})
+        return _gpu_pod(spec=body.spec, annotations=body.metadata.annotations)
+
+    assert indexed("containers", {"requests": {"kelvin.dev/shared-gpu": "1"}})
+    assert indexed("initContainers", {"limits": {"nvidia.com/gpu": "1"}})
+    assert not indexed("containers", {"requests": {"cpu": "1"}})
+    assert _gpu_node(kopf.Body({"status": {"capacity": {"kelvin.dev/shared-gpu": "16"}}}))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from kelvin_operator.webhooks import GpuSizes, mutate, runs_mps, validate
 from opkit import gpu, node, pod
 
@@ -20,13 +22,13 @@ def env_of(containers: list[dict] | None) -> dict[str, str]:
 
 
 def test_validate() -> None:
-    assert validate(pod("ok", gpus=0, annotations={ann.GPU_MEMORY: "40Gi"}), SIZES) is None
-    msg = validate(pod("big", gpus=0, annotations={ann.GPU_MEMORY: "81Gi"}), SIZES)
+    assert validate(pod("ok", gpus=1, annotations={ann.GPU_MEMORY: "40Gi"}), SIZES) is None
+    msg = validate(pod("big", gpus=1, annotations={ann.GPU_MEMORY: "81Gi"}), SIZES)
     assert msg is not None and "largest GPU in the cluster (H100, 80.0 GiB)" in msg
     # no telemetry yet: the size cannot be judged, the quantity still is
-    assert validate(pod("big", gpus=0, annotations={ann.GPU_MEMORY: "81Gi"}), GpuSizes.of(None)) is None
-    assert "must be more than zero" in (validate(pod("z", gpus=0, annotations={ann.GPU_MEMORY: "0"}), SIZES) or "")
-    unknown = pod("m", gpus=0, annotations={ann.GPU_MEMORY: "8Gi", ann.GPU_MODELS: "B200"})
+    assert validate(pod("big", gpus=1, annotations={ann.GPU_MEMORY: "81Gi"}), GpuSizes.of(None)) is None
+    assert "must be more than zero" in (validate(pod("z", gpus=1, annotations={ann.GPU_MEMORY: "0"}), SIZES) or "")
+    unknown = pod("m", gpus=1, annotations={ann.GPU_MEMORY: "8Gi", ann.GPU_MODELS: "B200"})
     assert "no GPU of the models B200" in (validate(unknown, SIZES) or "")
     assert validate(pod("whole", gpus=4), SIZES) is None
 
@@ -64,3 +66,64 @@ def test_absurd_memory_pool_is_refused_naming_the_annotation() -> None:
     # 1e400 bytes used to parse and then overflow the operator's float maths (and the webhook answered 500)
     reason = validate(pod("p", gpus=1, annotations={ann.GPU_MEMORY: "1e400"}), SIZES)
     assert reason is not None and "kelvin.dev/gpu-memory='1e400'" in reason and "exponent out of range" in reason
+
+
+def with_resource(p: dict[str, Any], name: str, container: int = 0, kind: str = "containers") -> dict[str, Any]:
+    c = p["spec"].setdefault(kind, [{"name": "init"}])[container]
+    c.setdefault("resources", {}).setdefault("limits", {})[name] = "1"
+    return p
+
+
+def test_pool_only_pod_is_rejected_naming_both_fixes() -> None:
+    """A pool or share without any GPU resource never reaches the extender (managedResources): refused at admission."""
+    for anns in ({ann.GPU_MEMORY: "20Gi"}, {ann.GPU_SHARE: "300"}):
+        msg = validate(pod("p", gpus=0, annotations=anns), SIZES)
+        assert msg is not None, anns
+        assert "no container requests a GPU resource (nvidia.com/gpu or kelvin.dev/shared-gpu)" in msg
+        assert "request nvidia.com/gpu: 1" in msg and "devicePlugin.enabled=true" in msg
+    # either GPU resource, in a container or an init container, takes the pod to the extender
+    assert (
+        validate(with_resource(pod("p", gpus=0, annotations={ann.GPU_MEMORY: "20Gi"}), ann.GPU_RESOURCE), SIZES) is None
+    )
+    shared = with_resource(pod("p", gpus=0, annotations={ann.GPU_MEMORY: "20Gi"}), ann.SHARED_GPU_RESOURCE)
+    assert validate(shared, SIZES) is None
+    init = with_resource(pod("p", gpus=0, annotations={ann.GPU_SHARE: "300"}), ann.GPU_RESOURCE, kind="initContainers")
+    assert validate(init, SIZES) is None
+    # pods without kelvin's share annotations are not concerned
+    assert validate(pod("cpu", gpus=0), SIZES) is None
+
+
+def test_mutate_requests_a_shared_gpu_slot_for_a_pool_only_pod() -> None:
+    p = pod("p", gpus=0, annotations={ann.GPU_MEMORY: "20Gi"})
+    p["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "1"}}
+    args: dict[str, Any] = {"snapshot": SNAP, "mps_label": "kelvin.dev/mps", "framework_env": False}
+    containers = mutate(p, shared_gpu_resource=True, **args)
+    assert containers is not None
+    res = containers[0]["resources"]
+    assert res == {"requests": {"cpu": "1", "kelvin.dev/shared-gpu": "1"}, "limits": {"kelvin.dev/shared-gpu": "1"}}
+    assert env_of(containers)["KELVIN_GPU_MEMORY_LIMIT_BYTES"] == str(20 * 2**30)
+    assert "kelvin.dev/shared-gpu" not in p["spec"]["containers"][0]["resources"]["requests"]  # input untouched
+    # the validating webhook sees the mutated pod: admitted; unmutated, it is refused with the right advice
+    mutated = {**p, "spec": {**p["spec"], "containers": containers}}
+    assert validate(mutated, SIZES, shared_gpu_resource=True) is None
+    assert "did not run" in (validate(p, SIZES, shared_gpu_resource=True) or "")
+    # off (no device plugin): no slot is requested, the validating webhook refuses instead
+    off = mutate(p, shared_gpu_resource=False, **args)
+    assert off is not None and "kelvin.dev/shared-gpu" not in off[0]["resources"]["requests"]
+    # a pod that requests a GPU resource already is left as it is
+    whole = with_resource(pod("w", gpus=0, annotations={ann.GPU_MEMORY: "20Gi"}), ann.GPU_RESOURCE)
+    kept = mutate(whole, shared_gpu_resource=True, **args)
+    assert kept is not None and "kelvin.dev/shared-gpu" not in kept[0]["resources"]["limits"]
+
+
+def test_the_slot_goes_to_kubectls_default_container() -> None:
+    p = pod("p", gpus=0, annotations={ann.GPU_SHARE: "250", "kubectl.kubernetes.io/default-container": "train"})
+    p["spec"]["containers"] = [{"name": "sidecar"}, {"name": "train"}]
+    containers = mutate(p, snapshot=SNAP, mps_label="kelvin.dev/mps", framework_env=True, shared_gpu_resource=True)
+    assert containers is not None
+    assert "resources" not in containers[0]
+    assert containers[1]["resources"]["limits"] == {"kelvin.dev/shared-gpu": "1"}
+    # an annotation naming no container: the first one
+    p["metadata"]["annotations"]["kubectl.kubernetes.io/default-container"] = "gone"
+    first = mutate(p, snapshot=SNAP, mps_label="kelvin.dev/mps", framework_env=True, shared_gpu_resource=True)
+    assert first is not None and first[0]["resources"]["limits"] == {"kelvin.dev/shared-gpu": "1"}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -117,3 +118,51 @@ def test_default_config_builds() -> None:
     assert "fragmentation" in names("score")
     fw = Framework.from_config(PolicyConfig())
     assert {ws.name for ws in fw.scorers} == {"fragmentation", "topology", "thermal", "noise", "burst"}
+
+
+def test_hotness_is_camel_case_too() -> None:
+    """The shared hotness section speaks the file's one key style (`*_s` fields spelled out: holdSeconds)."""
+    cfg = PolicyConfig.from_mapping(
+        {"hotness": {"hotCelsius": 84, "coolCelsius": 74, "holdSeconds": 60, "minTrendCelsiusPerMinute": 1}}
+    )
+    assert (cfg.hotness.hot_celsius, cfg.hotness.hold_s, cfg.hotness.min_trend_c_per_min) == (84, 60, 1)
+    with pytest.raises(PolicyConfigError, match=r"hotness.holdSeconds: Input should be greater than or equal to 0"):
+        PolicyConfig.from_mapping({"hotness": {"holdSeconds": -1}})
+    with pytest.raises(PolicyConfigError, match=r"hotness: Input should be a valid dictionary"):
+        PolicyConfig.from_mapping({"hotness": 5})
+
+
+def test_old_spelling_is_accepted_with_one_warning_per_key(caplog: pytest.LogCaptureFixture) -> None:
+    data = {
+        "telemetry": {"max_age_seconds": 12, "onStale": "allow"},
+        "hotness": {"hot_celsius": 80, "cool_celsius": 70},
+        "scoring": {"thermal": {"weight": 1, "args": {"node_share": 0.5}}},
+        "picker_args": {},
+    }
+    with caplog.at_level(logging.WARNING, logger="kelvin.policy"):
+        cfg = PolicyConfig.from_mapping(data, source="policy.yaml")
+    assert cfg.telemetry.max_age_seconds == 12 and cfg.hotness.cool_celsius == 70
+    assert Framework.from_config(cfg).scorers[0].plugin.args.node_share == 0.5  # type: ignore[attr-defined]
+    warned = sorted(r.getMessage() for r in caplog.records)
+    assert warned == sorted(
+        f"policy.yaml: {old} is the old snake_case spelling, accepted for now; write {new}"
+        for old, new in [
+            ("telemetry.max_age_seconds", "telemetry.maxAgeSeconds"),
+            ("hotness.hot_celsius", "hotness.hotCelsius"),
+            ("hotness.cool_celsius", "hotness.coolCelsius"),
+            ("scoring.thermal.args.node_share", "scoring.thermal.args.nodeShare"),
+            ("picker_args", "pickerArgs"),
+        ]
+    )
+
+
+def test_a_key_in_both_spellings_is_refused() -> None:
+    with pytest.raises(PolicyConfigError, match=r"ledger.ttlSeconds: set twice, as ttlSeconds and as ttl_seconds"):
+        PolicyConfig.from_mapping({"ledger": {"ttlSeconds": 3, "ttl_seconds": 4}})
+    with pytest.raises(PolicyConfigError, match=r"scoring.noise.args.utilWeight: set twice"):
+        PolicyConfig.from_mapping({"scoring": {"noise": {"args": {"utilWeight": 1, "util_weight": 2}}}})
+
+
+def test_hotness_cross_field_error_speaks_camel_case() -> None:
+    with pytest.raises(PolicyConfigError, match=r"hotness: Value error, coolCelsius \(85.0\) must be below hotCelsius"):
+        PolicyConfig.from_mapping({"hotness": {"hotCelsius": 80, "coolCelsius": 85}})

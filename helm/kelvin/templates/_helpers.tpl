@@ -187,3 +187,43 @@ cert-manager.io/inject-ca-from: {{ printf "%s/%s" .Release.Namespace (include "k
   value: {{ .Values.exporter.port | quote }}
 {{- end }}
 {{- end }}
+
+{{/* "true" when the cluster serves the Prometheus Operator's API (monitoring.coreos.com/v1), else "". `helm template`
+knows no cluster: pass --api-versions monitoring.coreos.com/v1. */}}
+{{- define "kelvin.hasPrometheusOperator" -}}
+{{- if .Capabilities.APIVersions.Has "monitoring.coreos.com/v1" }}true{{ end }}
+{{- end }}
+
+{{/* Whether kelvin's device plugin advertises kelvin.dev/shared-gpu (the operator's webhook.sharedGpuResource). */}}
+{{- define "kelvin.sharedGpuResource" -}}
+{{- $dp := .Values.devicePlugin | default dict }}
+{{- ($dp.enabled | default false) | toString }}
+{{- end }}
+
+{{/*
+The webhooks' matchConditions (CEL, evaluated by the API server; Kubernetes 1.28+ beta on by default, GA in 1.30):
+call the webhook only for a pod that requests a GPU resource of scheduler.extender.managedResources (requests or
+limits, any container or init container) or carries a kelvin.dev/ annotation. Every field that may be absent is
+guarded with has(), so the expression never errors (an error would apply the failurePolicy).
+*/}}
+{{- define "kelvin.webhookMatchConditions" -}}
+{{- $names := list }}
+{{- range .Values.scheduler.extender.managedResources }}{{ $names = append $names (printf "'%s'" .name) }}{{ end }}
+{{- $gpus := printf "[%s]" (join ", " $names) }}
+{{- $asks := printf "has(c.resources) && ((has(c.resources.requests) && c.resources.requests.exists(r, r in %s)) || (has(c.resources.limits) && c.resources.limits.exists(r, r in %s)))" $gpus $gpus -}}
+- name: kelvin-gpu-pods
+  expression: >-
+    (has(object.metadata.annotations) && object.metadata.annotations.exists(k, k.startsWith('kelvin.dev/')))
+    || object.spec.containers.exists(c, {{ $asks }})
+    || (has(object.spec.initContainers) && object.spec.initContainers.exists(c, {{ $asks }}))
+{{- end }}
+
+{{/* The Prometheus peer of the NetworkPolicies (both selectors: pods matching podSelector in namespaces matching
+namespaceSelector). */}}
+{{- define "kelvin.prometheusPeer" -}}
+{{- $p := .Values.networkPolicy.prometheus -}}
+- namespaceSelector:
+    {{- toYaml ($p.namespaceSelector | default dict) | nindent 4 }}
+  podSelector:
+    {{- toYaml ($p.podSelector | default dict) | nindent 4 }}
+{{- end }}
