@@ -27,6 +27,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+
 import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -53,7 +54,9 @@ def body_for(case: str, mb: float, fleet: int) -> bytes:
     target = int(mb * 1_000_000)
     if case == "prioritize-names":
         n = target // len('"gpu-node-100000",')
-        return json.dumps({"Pod": pod, "Nodes": None, "NodeNames": [f"gpu-node-{i % (2 * fleet) + 1}-{i}" for i in range(n)]}).encode()
+        return json.dumps(
+            {"Pod": pod, "Nodes": None, "NodeNames": [f"gpu-node-{i % (2 * fleet) + 1}-{i}" for i in range(n)]}
+        ).encode()
     size = len(json.dumps(node))
     items = []
     for i in range(max(1, target // size)):
@@ -141,4 +144,3 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
-

@@ -18,10 +18,10 @@ import httpx
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-
 #: 64 MiB: a nodeCacheCapable=false request carries whole Node objects. The Node of the real kube-scheduler capture
-#: (fixtures/extender/*nodecache-false*) is 2.5 kB; production GPU nodes with feature-discovery labels, 50 image
-#: entries and managedFields run 8 to 13 kB, so 5,000 of them fit with room to spare. NodeNames bodies are ~100 kB.
+#: (fixtures/extender/*nodecache-false*) is 2.5 kB, so 5,000 of them are 12.4 MB; 64 MiB leaves 13 kB a node for
+#: production nodes (feature-discovery labels, the kubelet's 50 image entries, managedFields). A NodeNames body
+#: (nodeCacheCapable true) is ~20 bytes a node: 100 kB for 5,000 nodes. See docs/configuration.md.
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
 #: More nodes than the largest supported clusters (GKE: 65,000) send in one request (kube-scheduler sends the nodes
 #: that passed its own filters, at most every node).
@@ -58,8 +58,8 @@ class Settings(BaseSettings):
     fleet_gpus_per_node: int = Field(8, ge=1, le=16)
     fleet_model: str = "H100-SXM-80GB"
     fleet_seed: int = 0
-    # service: the verbs (filter, prioritize, bind, explain) on host:port, loopback by default because
-    # kube-scheduler runs beside the extender in the same pod; /healthz, /readyz and /metrics on metrics_host:metrics_port
+    # service: the verbs (filter, prioritize, bind, explain) on host:port, loopback by default because kube-scheduler
+    # runs beside the extender in the same pod; /healthz, /readyz and /metrics on metrics_host:metrics_port
     host: str = "127.0.0.1"
     port: int = Field(8888, ge=0, le=65535)
     metrics_host: str = "0.0.0.0"

@@ -155,9 +155,7 @@ def parse_args(body: bytes, *, max_node_names: int | None = None) -> ParsedArgs:
     try:
         data = _ARGS.decode(body)
     except msgspec.ValidationError:  # (a subclass of DecodeError) valid JSON, but not an object
-        raise WireError(
-            f"request body must be a JSON object (ExtenderArgs), not {_type_name(_loads(body))}"
-        ) from None
+        raise WireError(f"request body must be a JSON object (ExtenderArgs), not {_type_name(_loads(body))}") from None
     except msgspec.DecodeError as exc:
         raise WireError(f"request body is not valid JSON: {exc}") from None
     pod = data.Pod
