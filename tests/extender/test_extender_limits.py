@@ -185,3 +185,22 @@ def test_a_big_body_is_decoded_in_a_worker_thread_a_small_one_inline(
         assert c.post(f"/{verb}", content=args(pod("p1"))).status_code == 200
         assert c.post(f"/{verb}", content=big).status_code == 200
     assert on_loop == [True, False]
+
+
+@pytest.mark.parametrize(
+    ("body", "words"),
+    [
+        (b'{"Pod": {"metadata": {"name": "p"}}, "Nodes": 5}', "Nodes: must be a NodeList object, not int"),
+        (b'{"Pod": {"metadata": {"name": "p"}}, "Nodes": {"items": [1]}}', "Nodes.items[0].metadata.name: missing"),
+        (b'{"Pod": 1, "Nodes": {"items": 1}}', "Pod: must be a Pod object, not int"),
+        (b'{"Pod": {"metadata": {"name": "p"}}, "Nodes": {"items": {}}}', "Nodes.items: must be a list"),
+    ],
+)
+def test_bodies_of_another_shape_name_the_field(body: bytes, words: str) -> None:
+    with pytest.raises(wire.WireError, match=words.replace("[", r"\[").replace("]", r"\]")):
+        wire.parse_args(body)
+
+
+def test_node_names_next_to_an_odd_nodes_field_are_read_as_before() -> None:
+    parsed = wire.parse_args(b'{"Pod": {"metadata": {"name": "p"}}, "Nodes": 5, "NodeNames": ["a", "a", "b"]}')
+    assert parsed.names == ["a", "b"] and parsed.node_cache_capable
