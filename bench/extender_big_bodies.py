@@ -97,6 +97,7 @@ def run_case(case: str, mb: float, args: argparse.Namespace) -> str:
             rss0 = status_kb(proc.pid, "VmRSS")
             worst: list[float] = [0.0]
             done = threading.Event()
+            polling = threading.Event()
 
             def poll() -> None:
                 with httpx.Client(base_url=base, timeout=60.0) as c:
@@ -104,10 +105,12 @@ def run_case(case: str, mb: float, args: argparse.Namespace) -> str:
                         t = time.perf_counter()
                         c.get("/healthz")
                         worst[0] = max(worst[0], time.perf_counter() - t)
+                        polling.set()
                         time.sleep(0.02)
 
             th = threading.Thread(target=poll, daemon=True)
             th.start()
+            polling.wait(30)
             t0 = time.perf_counter()
             r = client.post(f"/{case.split('-')[0]}", content=body, headers={"Content-Type": "application/json"})
             elapsed = time.perf_counter() - t0

@@ -84,10 +84,11 @@ class ParsedArgs:
 
     pod: Mapping[str, Any]
     names: list[str]
-    node_objects: list[msgspec.Raw] | None
-    """The Node objects (nodeCacheCapable false), in ``names`` order, as the undecoded JSON text they arrived as:
-    kelvin reads only ``metadata.name`` and echoes the nodes that pass back to kube-scheduler verbatim (it reads only
-    the returned ``Nodes``). ``None`` in names mode."""
+    node_objects: list[orjson.Fragment] | None
+    """The Node objects (nodeCacheCapable false), in ``names`` order, as the undecoded JSON text they arrived as
+    (copied out of the body while it is parsed, off the event loop): kelvin reads only ``metadata.name`` and echoes
+    the nodes that pass back to kube-scheduler verbatim (it reads only the returned ``Nodes``). ``None`` in names
+    mode."""
 
     @property
     def node_cache_capable(self) -> bool:
@@ -198,7 +199,7 @@ def parse_args(body: bytes, *, max_node_names: int | None = None) -> ParsedArgs:
     if max_node_names is not None and len(items) > max_node_names:
         raise too_many_names("Nodes.items", len(items), max_node_names)
     seen: dict[str, None] = {}
-    kept: list[msgspec.Raw] = []
+    kept: list[orjson.Fragment] = []
     for i, raw in enumerate(items):
         try:
             head = _NODE_HEAD.decode(raw)
@@ -209,7 +210,7 @@ def parse_args(body: bytes, *, max_node_names: int | None = None) -> ParsedArgs:
             raise WireError(f"Nodes.items[{i}].metadata.name: missing or not a string")
         if name not in seen:
             seen[name] = None
-            kept.append(raw)
+            kept.append(orjson.Fragment(bytes(raw)))
     return ParsedArgs(pod=pod, names=list(seen), node_objects=kept)
 
 
@@ -246,7 +247,7 @@ def filter_result(
             "Error": error,
         }
     return {
-        "Nodes": {"metadata": {}, "items": [orjson.Fragment(bytes(args.node_objects[i])) for i in passed]},
+        "Nodes": {"metadata": {}, "items": [args.node_objects[i] for i in passed]},
         "NodeNames": None,
         "FailedNodes": dict(failed),
         "FailedAndUnresolvableNodes": dict(unresolvable),

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 from ext_helpers import args, load_capture, make_extender, pod
 from fastapi.testclient import TestClient
@@ -154,7 +155,7 @@ def test_node_objects_are_kept_undecoded() -> None:
     parsed = wire.parse_args(nodes_body(["gpu-node-1", "gpu-node-2"]))
     assert parsed.names == ["gpu-node-1", "gpu-node-2"] and not parsed.node_cache_capable
     assert parsed.node_objects is not None
-    assert all(type(o).__name__ == "Raw" for o in parsed.node_objects)  # JSON text, not a tree of dicts
+    assert all(isinstance(o, orjson.Fragment) for o in parsed.node_objects)  # JSON text, not a tree of dicts
 
 
 # -- parsing off the event loop --------------------------------------------------------------------------------------
