@@ -170,6 +170,11 @@ class ExtenderServers:
                 self.settings.host,
                 self.settings.port,
             )
+        log.info(
+            "kelvin extender: verbs on %s, /healthz /readyz /metrics on %s",
+            self.verbs_url,
+            self.metrics_url or f"{self.verbs_url} (metrics_port 0)",
+        )
         side: asyncio.Task[None] | None = None
         if self.metrics is not None and self.metrics_sock is not None:
             side = asyncio.create_task(self.metrics.serve(sockets=[self.metrics_sock]), name="kelvin-metrics")

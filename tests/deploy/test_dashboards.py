@@ -233,7 +233,8 @@ def stack(prometheus_bin: str, fixtures_dir: Path, tmp_path_factory: pytest.Temp
         procs.append(
             _spawn(
                 [sys.executable, "-c", CLI, "extender", "--host", "127.0.0.1", "--port", str(ports["extender-verbs"]),
-                 "--metrics-host", "127.0.0.1", "--metrics-port", str(ports["extender"]), "--source", "simulated", "--fleet-nodes", "8", "--refresh-interval", "1", "--policy-file", str(policy),
+                 "--metrics-host", "127.0.0.1", "--metrics-port", str(ports["extender"]), "--source", "simulated",
+                 "--fleet-nodes", "8", "--refresh-interval", "1", "--policy-file", str(policy),
                  "--log-level", "warning"],
                 env,
             )
