@@ -50,11 +50,13 @@ RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
 # emptyDir); /var/lib/kelvin is the working directory for `docker run` use (simulator output, fleet files).
 WORKDIR /var/lib/kelvin
 USER 10001:10001
-# extender 8888, exporter 9400, operator metrics 8080 / health 8081 / webhook 9443
-EXPOSE 8888 9400 8080 8081 9443
-# Every component serves /healthz: extender :8888, exporter :9400, operator :8081. Kubernetes uses its own probes
-# (the chart sets them); for `docker run`, point HEALTHCHECK_URL at the component started (default: the extender).
-ENV HEALTHCHECK_URL=http://127.0.0.1:8888/healthz
+# extender verbs 8888 (on 127.0.0.1 unless --host says otherwise: the scheduler is its sidecar) and metrics/health
+# 8889, exporter 9400, operator metrics 8080 / health 8081 / webhook 9443
+EXPOSE 8888 8889 9400 8080 8081 9443
+# Every component serves /healthz: extender :8889 (its metrics port), exporter :9400, operator :8081. Kubernetes uses
+# its own probes (the chart sets them); for `docker run`, point HEALTHCHECK_URL at the component started (default: the
+# extender).
+ENV HEALTHCHECK_URL=http://127.0.0.1:8889/healthz
 HEALTHCHECK --interval=30s --timeout=5s --start-period=20s --retries=3 \
   CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen(os.environ['HEALTHCHECK_URL'], timeout=4)"]
 ENTRYPOINT ["kelvin"]

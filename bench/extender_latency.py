@@ -76,6 +76,8 @@ def start_server(port: int, nodes: int, gpus: int, refresh: float) -> subprocess
         "127.0.0.1",
         "--port",
         str(port),
+        "--metrics-port",
+        "0",  # /readyz on the verbs port
         "--fleet-nodes",
         str(nodes),
         "--fleet-gpus",

@@ -7,6 +7,7 @@ in docs/configuration.md. A bad value stops startup with :class:`ConfigError`, w
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import os
 from collections.abc import Mapping
@@ -16,6 +17,16 @@ from typing import Any, Literal
 import httpx
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+#: 64 MiB: a nodeCacheCapable=false request carries whole Node objects. The Node of the real kube-scheduler capture
+#: (fixtures/extender/*nodecache-false*) is 2.5 kB, so 5,000 of them are 12.4 MB; 64 MiB leaves 13 kB a node for
+#: production nodes (feature-discovery labels, the kubelet's 50 image entries, managedFields). A NodeNames body
+#: (nodeCacheCapable true) is ~20 bytes a node: 100 kB for 5,000 nodes. See docs/configuration.md.
+DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
+#: More nodes than the largest supported clusters (GKE: 65,000) send in one request (kube-scheduler sends the nodes
+#: that passed its own filters, at most every node).
+DEFAULT_MAX_NODE_NAMES = 100_000
+WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", ""})
 
 
 class ConfigError(ValueError):
@@ -47,10 +58,17 @@ class Settings(BaseSettings):
     fleet_gpus_per_node: int = Field(8, ge=1, le=16)
     fleet_model: str = "H100-SXM-80GB"
     fleet_seed: int = 0
-    # service
-    host: str = "0.0.0.0"
+    # service: the verbs (filter, prioritize, bind, explain) on host:port, loopback by default because kube-scheduler
+    # runs beside the extender in the same pod; /healthz, /readyz and /metrics on metrics_host:metrics_port
+    host: str = "127.0.0.1"
     port: int = Field(8888, ge=0, le=65535)
+    metrics_host: str = "0.0.0.0"
+    metrics_port: int = Field(8889, ge=0, le=65535)
+    """0 serves /healthz, /readyz and /metrics on the verbs port instead (one listener, e.g. for a local run)."""
     bind_enabled: bool = True
+    # request limits (a bigger request is answered 413 naming the limit)
+    max_body_bytes: int = Field(DEFAULT_MAX_BODY_BYTES, ge=1024)
+    max_node_names: int = Field(DEFAULT_MAX_NODE_NAMES, ge=1)
 
     @field_validator("prometheus_url")
     @classmethod
@@ -95,7 +113,31 @@ def load_settings(**overrides: Any) -> Settings:
             f"more than refresh_interval_s ({_env_name('refresh_interval_s')}, {settings.refresh_interval_s:g} s); "
             "at least twice it is advised"
         )
+    check_listeners(settings)
     return settings
+
+
+def check_listeners(settings: Settings) -> None:
+    """Refuse a metrics listener on the verbs listener's address (both would bind the same port)."""
+    if not settings.metrics_port or settings.metrics_port != settings.port:
+        return
+    hosts = {settings.host, settings.metrics_host}
+    if len(hosts) == 1 or hosts & WILDCARD_HOSTS:
+        raise ConfigError(
+            f"metrics_port ({_env_name('metrics_port')}) {settings.metrics_port} is also port ({_env_name('port')}) "
+            f"on host {settings.host} / metrics_host {settings.metrics_host}: serve /metrics and the probes on "
+            "another port (or set metrics_port 0 to serve them on the verbs port)"
+        )
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (an IP address or ``localhost``) only accepts connections from this machine / pod."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def unknown_env_vars(environ: Mapping[str, str]) -> list[str]:

@@ -30,7 +30,7 @@ from ..telemetry.simulated import FleetSpec, FleetSpecError, SimulatedFleetSourc
 from ..telemetry.source import TelemetrySource
 from .binder import Binder, KubeBinder, LocalBinder, NoApiBinder
 from .metrics import ExtenderMetrics
-from .routes import install_routes
+from .routes import install_health_routes, install_routes
 from .service import Extender
 
 
@@ -143,7 +143,11 @@ def build_extender(
     )
 
 
-def create_app(ext: Extender) -> FastAPI:
+def create_app(ext: Extender, *, metrics: bool = True) -> FastAPI:
+    """The verbs app; it owns the extender's lifespan (snapshot refresh). With ``metrics`` it also serves /readyz
+    and /metrics (one listener for everything: tests, the demo, ``metrics_port: 0``); without, they are served by
+    :func:`create_metrics_app` on the metrics listener. /healthz is served on both."""
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await ext.cache.start()
@@ -156,5 +160,15 @@ def create_app(ext: Extender) -> FastAPI:
 
     app = FastAPI(title="kelvin extender", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.extender = ext
-    install_routes(app, ext)
+    install_routes(app, ext, health=metrics)
+    return app
+
+
+def create_metrics_app(ext: Extender) -> FastAPI:
+    """/healthz, /readyz and /metrics only, for the metrics listener (``metrics_host:metrics_port``): what probes
+    and Prometheus reach, while the verbs stay on loopback. It shares ``ext`` and the event loop with the verbs app
+    and has no lifespan of its own."""
+    app = FastAPI(title="kelvin extender metrics", version="0.1.0", docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.extender = ext
+    install_health_routes(app, ext)
     return app

@@ -22,8 +22,25 @@ def _fail(message: str, code: int = 2) -> NoReturn:
 
 
 def extender(
-    host: Annotated[str | None, typer.Option(help="Address to listen on [env KELVIN_HOST; default 0.0.0.0].")] = None,
-    port: Annotated[int | None, typer.Option(help="Port [env KELVIN_PORT; default 8888].")] = None,
+    host: Annotated[
+        str | None,
+        typer.Option(
+            help="Address of filter/prioritize/bind [env KELVIN_HOST; default 127.0.0.1: the scheduler's pod]."
+        ),
+    ] = None,
+    port: Annotated[
+        int | None, typer.Option(help="Port of filter/prioritize/bind [env KELVIN_PORT; default 8888].")
+    ] = None,
+    metrics_host: Annotated[
+        str | None,
+        typer.Option(help="Address of /metrics, /healthz, /readyz [env KELVIN_METRICS_HOST; default 0.0.0.0]."),
+    ] = None,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            help="Port of /metrics, /healthz, /readyz; 0 serves them on --port [env KELVIN_METRICS_PORT; default 8889]."
+        ),
+    ] = None,
     source: Annotated[
         str | None,
         typer.Option(help="Telemetry source: simulated, prometheus or scrape [env KELVIN_SOURCE; default simulated]."),
@@ -46,14 +63,15 @@ def extender(
     """Run the scheduler extender (filter, prioritize, bind, explain, /metrics, /healthz, /readyz)."""
     import logging
 
-    import uvicorn
-
-    from .app import StartupError, build_extender, create_app
+    from .app import StartupError, build_extender
+    from .server import ExtenderServers
 
     try:
         settings = load_settings(
             host=host,
             port=port,
+            metrics_host=metrics_host,
+            metrics_port=metrics_port,
             source=source,
             policy_file=policy_file,
             fleet_nodes=fleet_nodes,
@@ -64,6 +82,7 @@ def extender(
             refresh_interval_s=refresh_interval,
         )
         ext = build_extender(settings)
+        servers = ExtenderServers(ext, settings, log_level=log_level)
     except (ConfigError, StartupError) as exc:
         _fail(f"configuration error: {exc}")
     # A long-lived server: keep snapshots out of the cyclic collector's scans, and let the event loop take the GIL
@@ -72,7 +91,7 @@ def extender(
     ext.cache.freeze_gc = True
     sys.setswitchinterval(0.0005)
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    uvicorn.run(create_app(ext), host=settings.host, port=settings.port, log_level=log_level.lower(), access_log=False)
+    servers.run()
 
 
 def _read_pod(pod_file: Path) -> dict[str, Any]:

@@ -6,9 +6,15 @@ Error behaviour (see docs/extender.md):
 * an unexpected failure inside kelvin -> logged with its traceback and answered without a 500: filter and bind
   reply 200 with ``Error`` set (kube-scheduler keeps the pod pending with that message and retries); prioritize and
   explain reply 503 (kube-scheduler ignores prioritize failures);
-* kelvin never answers 422: FastAPI's validation handler is replaced by a 400 that names the fields.
+* kelvin never answers 422: FastAPI's validation handler is replaced by a 400 that names the fields;
+* a body over ``max_body_bytes`` (by its Content-Length, or counted while it streams in) or listing more than
+  ``max_node_names`` nodes -> HTTP 413 ``{"Error": "..."}`` naming the limit, its setting and its env var.
+
+Bodies over :data:`PARSE_INLINE_MAX_BYTES` are decoded (orjson + the shape checks) in a worker thread, so that the
+event loop keeps answering /healthz and other requests meanwhile; small ones, the common case, inline.
 
 The verbs are served at ``/<verb>`` and ``/scheduler/<verb>`` (the prefix used in the captures and examples).
+:func:`install_health_routes` adds /healthz, /readyz and /metrics (the metrics listener; see ``app.py``).
 """
 
 from __future__ import annotations
@@ -16,8 +22,9 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
+import anyio.to_thread
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
@@ -30,6 +37,11 @@ from .service import Extender
 log = logging.getLogger(__name__)
 
 JSON = "application/json"
+
+#: Bodies up to this size are decoded on the event loop (under a millisecond); bigger ones in a worker thread.
+PARSE_INLINE_MAX_BYTES = 256 * 1024
+
+T = TypeVar("T")
 
 
 def _json(obj: Any, status: int = 200) -> Response:
@@ -44,16 +56,54 @@ def _validation_message(exc: ValidationError | RequestValidationError) -> str:
     return "; ".join(parts)
 
 
-def install_routes(app: FastAPI, ext: Extender) -> None:
+def body_too_large(size: str, limit: int) -> wire.TooLarge:
+    return wire.TooLarge(
+        f"request body {size} bytes is over max_body_bytes ({limit} bytes, env KELVIN_MAX_BODY_BYTES); raise the "
+        "limit if your scheduler sends requests this big (nodeCacheCapable: false with many nodes)"
+    )
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request body, refused with :class:`wire.TooLarge` before it is read when its Content-Length is over
+    ``limit``, or as soon as the bytes received pass it (a chunked body has no Content-Length)."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise body_too_large(f"of {declared}", limit)
+    chunks: list[bytes] = []
+    received = 0
+    async for chunk in request.stream():
+        received += len(chunk)
+        if received > limit:
+            raise body_too_large(f"of more than {limit}", limit)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def decode(fn: Callable[[bytes], T], body: bytes) -> T:
+    """``fn(body)``, in a worker thread when the body is big enough to hold the event loop up."""
+    if len(body) <= PARSE_INLINE_MAX_BYTES:
+        return fn(body)
+    return await anyio.to_thread.run_sync(fn, body)
+
+
+def install_routes(app: FastAPI, ext: Extender, *, health: bool = True) -> None:
+    """The verbs and /healthz; with ``health`` also /readyz and /metrics (one listener for everything)."""
     m = ext.metrics
     gate = ext.cache.gate  # the snapshot refresh steps aside while a verb is served
+    max_body = ext.settings.max_body_bytes
+    max_names = ext.settings.max_node_names
 
     async def run_verb(verb: str, request: Request, call: Callable[[bytes], Awaitable[Any]]) -> Response:
         started = time.perf_counter()
         try:
+            body = await read_body(request, max_body)
             with gate.serving():
-                body = await request.body()
                 resp = _json(await call(body))
+        except wire.TooLarge as exc:
+            # kube-scheduler shows only the status code (413) on the pod: the reason is in kelvin's log
+            log.warning("%s: request refused: %s", verb, exc)
+            resp = _json({"Error": str(exc)}, 413)
+            resp.headers["Connection"] = "close"  # the rest of an unread body is not worth reading
         except wire.WireError as exc:
             log.info("%s: bad request: %s", verb, exc)
             resp = _json({"Error": str(exc)}, 400)
@@ -71,17 +121,31 @@ def install_routes(app: FastAPI, ext: Extender) -> None:
         m.requests.labels(verb, str(resp.status_code)).inc()
         return resp
 
-    async def do_filter(body: bytes) -> Any:
-        return ext.filter(body)
+    def parse_filter(body: bytes) -> wire.ParsedArgs:
+        return wire.parse_args(body, max_node_names=max_names)
 
-    async def do_prioritize(body: bytes) -> Any:
-        return ext.prioritize(body)
+    def parse_prioritize(body: bytes) -> wire.ParsedArgs:
+        return wire.parse_args(body, max_node_names=max_names)
 
-    async def do_explain(body: bytes) -> Any:
+    def parse_explain(body: bytes) -> wire.ExplainArgs:
         try:
             args = wire.ExplainArgs.model_validate_json(body or b"null")
         except ValidationError as exc:
             raise wire.WireError(_validation_message(exc)) from None
+        if args.candidates is not None:
+            if len(args.candidates) > max_names:
+                raise wire.too_many_names("candidates", len(args.candidates), max_names)
+            args.candidates = list(dict.fromkeys(args.candidates))
+        return args
+
+    async def do_filter(body: bytes) -> Any:
+        return ext.filter(await decode(parse_filter, body))
+
+    async def do_prioritize(body: bytes) -> Any:
+        return ext.prioritize(await decode(parse_prioritize, body))
+
+    async def do_explain(body: bytes) -> Any:
+        args = await decode(parse_explain, body)
         return ext.explain(args.pod, args.node, args.candidates)
 
     async def filter_route(request: Request) -> Response:
@@ -102,11 +166,25 @@ def install_routes(app: FastAPI, ext: Extender) -> None:
         app.add_api_route(f"{prefix}/bind", bind_route, methods=["POST"], include_in_schema=prefix == "")
     app.add_api_route("/explain", explain_route, methods=["POST"])
 
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(request: Request, exc: RequestValidationError) -> Response:
+        return _json({"Error": _validation_message(exc)}, 400)
+
+    install_health_routes(app, ext, probes=health)
+
+
+def install_health_routes(app: FastAPI, ext: Extender, *, probes: bool = True) -> None:
+    """/healthz; with ``probes`` also /readyz and /metrics."""
+    m = ext.metrics
+
     @app.get("/healthz")
     async def healthz() -> Response:
         if ext.cache.refresher_stopped:
             return _json({"status": "error", "reason": "the telemetry refresh task has stopped"}, 503)
         return _json({"status": "ok"})
+
+    if not probes:
+        return
 
     @app.get("/readyz")
     async def readyz() -> Response:
@@ -118,7 +196,3 @@ def install_routes(app: FastAPI, ext: Extender) -> None:
         ext.cache.update_metrics()
         m.assumed.set(len(ext.ledger))
         return Response(content=generate_latest(m.registry), media_type=CONTENT_TYPE_LATEST)
-
-    @app.exception_handler(RequestValidationError)
-    async def validation_error(request: Request, exc: RequestValidationError) -> Response:
-        return _json({"Error": _validation_message(exc)}, 400)

@@ -1,14 +1,26 @@
-"""Running the extender app under uvicorn on a loopback port in a background thread (demo, tests)."""
+"""Running the extender under uvicorn: :class:`ExtenderServers` (``kelvin extender``: the verbs listener and the
+metrics listener in one event loop) and :class:`ServerThread` (one app on a loopback port in a background thread, for
+the demo and tests)."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 import socket
 import threading
 import time
+from collections.abc import Callable, Generator
 from types import TracebackType
 
 import uvicorn
 from fastapi import FastAPI
+
+from ..config import Settings, is_loopback
+from .app import StartupError, create_app, create_metrics_app
+from .service import Extender
+
+log = logging.getLogger(__name__)
 
 
 class ServerThread:
@@ -60,3 +72,138 @@ class ServerThread:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
+
+
+class _SideServer(uvicorn.Server):
+    """A uvicorn server that leaves signals to the main one (which stops it when it stops)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        yield
+
+
+def listen(host: str, port: int, field: str) -> socket.socket:
+    """A TCP socket bound to ``host:port``; a :class:`StartupError` naming ``field`` when that is impossible."""
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0][0]
+    except (socket.gaierror, UnicodeError) as exc:
+        raise StartupError(f"{field}: cannot resolve {host!r}: {exc}") from None
+    # proto=IPPROTO_TCP: asyncio sets TCP_NODELAY on accepted sockets only then (else 40 ms delayed-ACK stalls)
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise StartupError(f"{field}: cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    return sock
+
+
+class ExtenderServers:
+    """The extender's two listeners in one process and one event loop, sharing one :class:`Extender`:
+
+    * the verbs (filter, prioritize, bind, explain, and /healthz) on ``host:port``, loopback by default: the
+      scheduler runs beside kelvin in the pod, and nothing else should be able to bind pods;
+    * /healthz, /readyz and /metrics on ``metrics_host:metrics_port`` (all interfaces by default: probes and
+      Prometheus). ``metrics_port: 0`` serves them on the verbs listener instead.
+
+    Both sockets are bound here, before anything starts, so a port in use stops startup with the setting named.
+    """
+
+    def __init__(
+        self,
+        ext: Extender,
+        settings: Settings,
+        *,
+        log_level: str = "info",
+        sockets: tuple[socket.socket, socket.socket | None] | None = None,
+    ) -> None:
+        if sockets is None:
+            verbs_sock = listen(settings.host, settings.port, "host/port (KELVIN_HOST, KELVIN_PORT)")
+            metrics_sock = None
+            if settings.metrics_port:
+                try:
+                    metrics_sock = listen(
+                        settings.metrics_host,
+                        settings.metrics_port,
+                        "metrics_host/metrics_port (KELVIN_METRICS_HOST, KELVIN_METRICS_PORT)",
+                    )
+                except StartupError:
+                    verbs_sock.close()
+                    raise
+            sockets = (verbs_sock, metrics_sock)
+        self.verbs_sock, self.metrics_sock = sockets
+        self.settings = settings
+        level = log_level.lower()
+        separate = self.metrics_sock is not None
+        self.verbs = uvicorn.Server(
+            uvicorn.Config(create_app(ext, metrics=not separate), log_level=level, lifespan="on", access_log=False)
+        )
+        self.metrics: uvicorn.Server | None = None
+        if separate:
+            self.metrics = _SideServer(
+                uvicorn.Config(create_metrics_app(ext), log_level=level, lifespan="off", access_log=False)
+            )
+
+    @property
+    def verbs_url(self) -> str:
+        return _url(self.verbs_sock)
+
+    @property
+    def metrics_url(self) -> str | None:
+        return _url(self.metrics_sock) if self.metrics_sock is not None else None
+
+    @property
+    def started(self) -> bool:
+        return self.verbs.started and (self.metrics is None or self.metrics.started)
+
+    def request_stop(self) -> None:
+        self.verbs.should_exit = True
+        if self.metrics is not None:
+            self.metrics.should_exit = True
+
+    async def serve(self) -> None:
+        if not is_loopback(self.settings.host):
+            log.warning(
+                "the extender verbs (filter, prioritize, bind) listen on %s, not on loopback: anything that reaches "
+                "port %d can bind pods; keep host (KELVIN_HOST) at 127.0.0.1 when kube-scheduler runs in this pod",
+                self.settings.host,
+                self.settings.port,
+            )
+        log.info(
+            "kelvin extender: verbs on %s, /healthz /readyz /metrics on %s",
+            self.verbs_url,
+            self.metrics_url or f"{self.verbs_url} (metrics_port 0)",
+        )
+        side: asyncio.Task[None] | None = None
+        if self.metrics is not None and self.metrics_sock is not None:
+            side = asyncio.create_task(self.metrics.serve(sockets=[self.metrics_sock]), name="kelvin-metrics")
+            side.add_done_callback(lambda _: self.request_stop())  # one listener gone: stop the other too
+        try:
+            await self.verbs.serve(sockets=[self.verbs_sock])
+        finally:
+            self.request_stop()
+            if side is not None:
+                await side
+
+    def run(self) -> None:
+        """Serve until SIGTERM / SIGINT (or :meth:`request_stop`), on uvloop when it is installed."""
+        loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = None
+        try:
+            import uvloop
+
+            loop_factory = uvloop.new_event_loop
+        except ImportError:  # pragma: no cover (Windows)
+            pass
+        try:
+            with asyncio.Runner(loop_factory=loop_factory) as runner:
+                runner.run(self.serve())
+        finally:
+            self.verbs_sock.close()
+            if self.metrics_sock is not None:
+                self.metrics_sock.close()
+
+
+def _url(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"

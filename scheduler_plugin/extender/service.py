@@ -96,9 +96,9 @@ class Extender:
 
     # -- filter ------------------------------------------------------------------------------------------------
 
-    def filter(self, body: bytes) -> dict[str, Any]:
+    def filter(self, body: bytes | wire.ParsedArgs) -> dict[str, Any]:
         """An ``ExtenderFilterResult``. Raises :class:`wire.WireError` for a body that is not ExtenderArgs."""
-        args = wire.parse_args(body)
+        args = body if isinstance(body, wire.ParsedArgs) else wire.parse_args(body)
         names = args.names
         try:
             req = parse_pod(args.pod)
@@ -153,10 +153,10 @@ class Extender:
 
     # -- prioritize --------------------------------------------------------------------------------------------
 
-    def prioritize(self, body: bytes) -> list[dict[str, Any]]:
+    def prioritize(self, body: bytes | wire.ParsedArgs) -> list[dict[str, Any]]:
         """A ``HostPriorityList``. Raises :class:`wire.WireError` for a bad body or a pod kelvin cannot read
         (prioritize errors never block a pod: kube-scheduler ignores them)."""
-        args = wire.parse_args(body)
+        args = body if isinstance(body, wire.ParsedArgs) else wire.parse_args(body)
         try:
             req = parse_pod(args.pod)
         except RequestError as exc:

@@ -220,7 +220,7 @@ def stack(prometheus_bin: str, fixtures_dir: Path, tmp_path_factory: pytest.Temp
     procs: list[subprocess.Popen[bytes]] = []
     servers: list[Any] = []
     try:
-        ports = {job: _free_port() for job in ("exporter", "extender", "operator", "prometheus")}
+        ports = {job: _free_port() for job in ("exporter", "extender", "extender-verbs", "operator", "prometheus")}
         procs.append(
             _spawn(
                 [sys.executable, "-c", CLI, "exporter", "--fake", "--fake-gpus", "4", "--host", "127.0.0.1",
@@ -232,8 +232,9 @@ def stack(prometheus_bin: str, fixtures_dir: Path, tmp_path_factory: pytest.Temp
         policy.write_text(yaml.safe_dump(yaml.safe_load((CHART / "values.yaml").read_text())["policy"]))
         procs.append(
             _spawn(
-                [sys.executable, "-c", CLI, "extender", "--host", "127.0.0.1", "--port", str(ports["extender"]),
-                 "--source", "simulated", "--fleet-nodes", "8", "--refresh-interval", "1", "--policy-file", str(policy),
+                [sys.executable, "-c", CLI, "extender", "--host", "127.0.0.1", "--port", str(ports["extender-verbs"]),
+                 "--metrics-host", "127.0.0.1", "--metrics-port", str(ports["extender"]), "--source", "simulated",
+                 "--fleet-nodes", "8", "--refresh-interval", "1", "--policy-file", str(policy),
                  "--log-level", "warning"],
                 env,
             )
@@ -264,7 +265,7 @@ def stack(prometheus_bin: str, fixtures_dir: Path, tmp_path_factory: pytest.Temp
         )  # fmt: skip
         _wait_http(f"{prom_url}/-/ready", procs[-1])
         _wait_for_samples(prom_url, 3, minimum=3)
-        assert _drive_extender(f"http://{jobs['extender']}", fixtures_dir) >= 5
+        assert _drive_extender(f"http://127.0.0.1:{ports['extender-verbs']}", fixtures_dir) >= 5
         _wait_for_samples(prom_url, 3, minimum=8)  # several scrapes after the requests: rates have two points
         yield Stack(prometheus=prom_url, jobs=jobs)
     finally:

@@ -63,7 +63,10 @@ def test_healthcheck_needs_no_extra_tools() -> None:
     runtime = DOCKERFILE.read_text().split("AS runtime", 1)[1]
     (check,) = re.findall(r"^HEALTHCHECK .*(?:\n  .*)*", runtime, re.M)
     assert "urllib.request" in check and "curl" not in check and "wget" not in check
-    assert re.search(r"^ENV HEALTHCHECK_URL=http://127\.0\.0\.1:8888/healthz$", runtime, re.M)
+    # the extender's probes are on its metrics port (8889); its verbs port (8888) stays on loopback
+    assert re.search(r"^ENV HEALTHCHECK_URL=http://127\.0\.0\.1:8889/healthz$", runtime, re.M)
+    (exposed,) = re.findall(r"^EXPOSE (.+)$", runtime, re.M)
+    assert {"8888", "8889"} <= set(exposed.split())
 
 
 def test_versions_agree() -> None:
