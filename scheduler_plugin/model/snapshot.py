@@ -17,6 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .gpu import GIB, MILLI_PER_GPU, GpuAssignment, GpuNode
+from .gpu_models import matches_any
 
 BoolA = npt.NDArray[np.bool_]
 IntA = npt.NDArray[np.int64]
@@ -82,9 +83,10 @@ class FleetArrays:
         return int(self.gpu_present.shape[1])
 
     def model_ids(self, models: Iterable[str]) -> set[int]:
-        """Ids of the given model names (unknown names are ignored: no node has them)."""
-        wanted = {m.lower() for m in models}
-        return {i for i, m in enumerate(self.models) if m.lower() in wanted}
+        """Ids of the fleet's models that one of ``models`` (items of ``kelvin.dev/gpu-models``) matches, by the
+        rules of :mod:`.gpu_models` (``A100`` matches ``NVIDIA A100-SXM4-80GB``)."""
+        items = frozenset(models)
+        return {i for i, m in enumerate(self.models) if matches_any(items, m)}
 
     def copy(self) -> FleetArrays:
         """A deep copy whose arrays can be mutated (the simulator places pods into it)."""

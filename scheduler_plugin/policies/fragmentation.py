@@ -49,6 +49,7 @@ import numpy.typing as npt
 from pydantic import Field
 
 from ..model import GIB, MILLI_PER_GPU, FleetArrays, GpuRequest
+from ..model.gpu_models import matches_any
 from . import eligibility
 from .base import MAX_EXTENDER_PRIORITY, BoolA, CycleContext, FloatA, IntA
 from .config import CamelModel
@@ -198,11 +199,9 @@ class Workload:
         hit = self._access.get(models)
         if hit is None:
             table = np.ones((len(models) + 1, len(self)), dtype=np.bool_)
-            lowered = [m.lower() for m in models]
             for j, allowed in enumerate(self.models):
                 if allowed:
-                    wanted = {a.lower() for a in allowed}
-                    table[: len(models), j] = [m in wanted for m in lowered]
+                    table[: len(models), j] = [matches_any(allowed, m) for m in models]
             hit = self._access[models] = table
         return hit
 

@@ -64,3 +64,20 @@ def test_absurd_memory_pool_is_refused_naming_the_annotation() -> None:
     # 1e400 bytes used to parse and then overflow the operator's float maths (and the webhook answered 500)
     reason = validate(pod("p", gpus=1, annotations={ann.GPU_MEMORY: "1e400"}), SIZES)
     assert reason is not None and "kelvin.dev/gpu-memory='1e400'" in reason and "exponent out of range" in reason
+
+
+def test_largest_gpu_matches_models_by_family_on_real_nvml_names() -> None:
+    """Before: ``A100`` was compared with the whole NVML name and matched nothing, so a valid pool was refused."""
+    snap = Snapshot(
+        nodes=(
+            node("a", gpu(0, total_gib=80, model="NVIDIA A100-SXM4-80GB")),
+            node("b", gpu(0, total_gib=40, model="NVIDIA A100-SXM4-40GB")),
+            node("c", gpu(0, total_gib=24, model="NVIDIA A10")),
+        ),
+        taken_at=0.0,
+    )
+    sizes = GpuSizes.of(snap)
+    assert sizes.largest(frozenset({"A100"})) == ("NVIDIA A100-SXM4-80GB", 80 * 2**30)
+    assert sizes.largest(frozenset({"a100-40gb"})) == ("NVIDIA A100-SXM4-40GB", 40 * 2**30)
+    assert sizes.largest(frozenset({"A10"})) == ("NVIDIA A10", 24 * 2**30)
+    assert validate(pod("p", gpus=0, annotations={ann.GPU_MEMORY: "60Gi", ann.GPU_MODELS: "A100"}), sizes) is None
