@@ -12,6 +12,7 @@ import numpy as np
 import numpy.typing as npt
 
 from . import annotations as ann
+from .claim import charge_milli_array
 from .gpu import MILLI_PER_GPU
 from .quantity import QuantityError, parse_bytes, parse_cpu_milli, parse_quantity
 
@@ -68,11 +69,9 @@ class GpuRequest:
         """Thousandths of each GPU slot this request needs on one GPU (broadcast over ``mem_total``'s shape)."""
         if not self.shared:
             return np.full(mem_total.shape, MILLI_PER_GPU, dtype=np.int32)
-        need = np.full(mem_total.shape, self.milli or 0, dtype=np.int64)
-        if self.memory_bytes is not None:
-            by_mem = np.ceil(self.memory_bytes * MILLI_PER_GPU / np.maximum(mem_total, 1)).astype(np.int64)
-            need = np.maximum(need, by_mem)
-        return np.clip(need, 1, MILLI_PER_GPU + 1).astype(np.int32)  # > 1000 means "never fits"
+        pool = -1 if self.memory_bytes is None else self.memory_bytes
+        share = np.int64(self.milli or 0)
+        return charge_milli_array(share, np.int64(pool), mem_total).astype(np.int32)  # > 1000 means "never fits"
 
     def describe(self) -> str:
         if not self.wants_gpu:
