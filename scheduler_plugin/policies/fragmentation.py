@@ -38,7 +38,6 @@ scored, seeded with a default mix until enough pods have been seen.
 
 from __future__ import annotations
 
-import math
 from collections import Counter, OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -49,6 +48,7 @@ import numpy.typing as npt
 from pydantic import Field
 
 from ..model import GIB, MILLI_PER_GPU, FleetArrays, GpuRequest
+from ..model.claim import charge_milli
 from ..model.gpu_models import matches_any
 from . import eligibility
 from .base import MAX_EXTENDER_PRIORITY, BoolA, CycleContext, FloatA, IntA
@@ -86,10 +86,8 @@ def shape_of(req: GpuRequest, reference_gpu_memory: int = DEFAULT_REFERENCE_GPU_
     if not req.wants_gpu:
         return PodShape(req.cpu_milli, 0, 0, None)
     if req.shared:
-        milli = req.milli if req.milli is not None and req.milli < MILLI_PER_GPU else 0
-        if req.memory_bytes is not None:
-            milli = max(milli, math.ceil(req.memory_bytes * MILLI_PER_GPU / max(reference_gpu_memory, 1)))
-        return PodShape(req.cpu_milli, int(min(max(milli, 1), MILLI_PER_GPU)), 1, req.models)
+        milli = charge_milli(req.milli, req.memory_bytes, max(reference_gpu_memory, 1))
+        return PodShape(req.cpu_milli, min(milli, MILLI_PER_GPU), 1, req.models)
     return PodShape(req.cpu_milli, MILLI_PER_GPU, req.count, req.models)
 
 
