@@ -172,11 +172,16 @@ class Workload:
         )
 
     @classmethod
-    def from_requests(cls, reqs: Iterable[GpuRequest], coverage: float = DEFAULT_COVERAGE) -> Workload:
+    def from_requests(
+        cls,
+        reqs: Iterable[GpuRequest],
+        coverage: float = DEFAULT_COVERAGE,
+        reference_gpu_memory: int = DEFAULT_REFERENCE_GPU_MEMORY,
+    ) -> Workload:
         counts: Counter[PodShape] = Counter()
         mem: dict[PodShape, float] = {}
         for r in reqs:
-            s = shape_of(r)
+            s = shape_of(r, reference_gpu_memory)
             counts[s] += 1
             mem[s] = mem.get(s, 0.0) + r.host_memory_bytes
         return cls.from_counts(counts, coverage, {s: mem[s] / counts[s] for s in counts})
@@ -838,6 +843,11 @@ def _fgd_picker(args: FragmentationArgs) -> FgdPolicy:
     return policy
 
 
-def workload_of(reqs: Sequence[GpuRequest], coverage: float = DEFAULT_COVERAGE) -> Workload:
-    """The target workload of a trace (the paper's definition: shapes covering ``coverage`` of the pods)."""
-    return Workload.from_requests(reqs, coverage)
+def workload_of(
+    reqs: Sequence[GpuRequest],
+    coverage: float = DEFAULT_COVERAGE,
+    reference_gpu_memory: int = DEFAULT_REFERENCE_GPU_MEMORY,
+) -> Workload:
+    """The target workload of a trace (the paper's definition: shapes covering ``coverage`` of the pods); memory
+    pools count as their share of a GPU of ``reference_gpu_memory`` bytes."""
+    return Workload.from_requests(reqs, coverage, reference_gpu_memory)
