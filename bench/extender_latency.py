@@ -125,7 +125,8 @@ def run(args: argparse.Namespace) -> int:
             print(
                 f"extender ready after {time.monotonic() - t0:.1f} s: {args.nodes} nodes x {args.gpus} GPUs, "
                 f"telemetry refresh every {args.refresh_interval:g} s; {args.pairs} filter+prioritize pairs per "
-                f"size, pods cycling 1 GPU / 20Gi shared / 4 GPU nvlink-required; {os.cpu_count()} CPUs, "
+                f"size, pods cycling 1 GPU / 20Gi shared / 4 GPU nvlink-required / 1 GPU of gpu-models; "
+                f"{os.cpu_count()} CPUs, "
                 f"load average {load} (other processes skew p99)"
             )
             names = [f"gpu-node-{i}" for i in range(1, args.nodes + 1)]
