@@ -133,3 +133,13 @@ def test_fragmentation_access_table_uses_the_matcher() -> None:
     table = w.access_table((A100_SXM_80, A10))
     assert table[:, 0].tolist() == [True, False, True]
     assert np.all(table[-1])
+
+
+def test_filter_reason_names_the_nodes_models_and_an_unknown_family() -> None:
+    """An item of no known family is accepted (a new GPU) but the reason says so and lists what the node has."""
+    ok, rej = verdict(request(1, models="A100X"), dgx("a", model=A100_SXM_80))
+    assert ok == [False]
+    reason, unresolvable = rej[0]
+    assert unresolvable and reason.startswith(f"needs 1 GPU of model A100X; node has 8 {A100_SXM_80} (A100X: not a")
+    ok, _ = verdict(request(1, models="B300"), dgx("a", model="NVIDIA B300 SXM6 AC"))
+    assert ok == [True]  # an unknown family still matches GPUs of that family
