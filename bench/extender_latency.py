@@ -3,7 +3,8 @@
 Starts ``kelvin extender`` (uvicorn) in a subprocess on a free loopback port with a simulated fleet, waits for
 ``/readyz``, then for each size sends nodeCacheCapable requests (``NodeNames``) the way kube-scheduler does: a
 ``filter`` with N names, then a ``prioritize`` with the names that passed, one pod at a time. Pods cycle through a
-1-GPU pod (the pod of the real kube-scheduler capture), a 20 GiB shared-GPU pod and a 4-GPU NVLink pod.
+1-GPU pod (the pod of the real kube-scheduler capture), a 20 GiB shared-GPU pod, a 4-GPU NVLink pod and a 1-GPU pod
+restricted by ``kelvin.dev/gpu-models``.
 
 Prints per size: p50 / p99 of filter, of prioritize and of the pair, and requests per second (both verbs counted).
 Target (issue 2): p99 <= 20 ms at 5,000 nodes on a 2-core machine.
@@ -63,7 +64,10 @@ def pods() -> list[dict[str, Any]]:
     four["metadata"].setdefault("annotations", {})["kelvin.dev/topology"] = "nvlink-required"
     for c in four["spec"]["containers"]:
         c["resources"] = {"limits": {"nvidia.com/gpu": "4"}, "requests": {"nvidia.com/gpu": "4"}}
-    return [one, shared, four]
+    models = copy.deepcopy(one)  # a model-constrained pod: the gpu-models matcher on the filter path
+    models["metadata"]["name"] = "bench-models"
+    models["metadata"].setdefault("annotations", {})["kelvin.dev/gpu-models"] = "H100-SXM-80GB,A100"
+    return [one, shared, four, models]
 
 
 def start_server(port: int, nodes: int, gpus: int, refresh: float) -> subprocess.Popen[bytes]:
@@ -123,7 +127,8 @@ def run(args: argparse.Namespace) -> int:
             print(
                 f"extender ready after {time.monotonic() - t0:.1f} s: {args.nodes} nodes x {args.gpus} GPUs, "
                 f"telemetry refresh every {args.refresh_interval:g} s; {args.pairs} filter+prioritize pairs per "
-                f"size, pods cycling 1 GPU / 20Gi shared / 4 GPU nvlink-required; {os.cpu_count()} CPUs, "
+                f"size, pods cycling 1 GPU / 20Gi shared / 4 GPU nvlink-required / 1 GPU of gpu-models; "
+                f"{os.cpu_count()} CPUs, "
                 f"load average {load} (other processes skew p99)"
             )
             names = [f"gpu-node-{i}" for i in range(1, args.nodes + 1)]

@@ -8,7 +8,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from scheduler_plugin.model import annotations as ann
-from scheduler_plugin.model.request import RequestError, request_from_annotations
+from scheduler_plugin.model.claim import claim_of
+from scheduler_plugin.model.gpu import GpuAssignment
+from scheduler_plugin.model.request import RequestError, parse_pod
 
 
 def parse_time(text: object) -> float | None:
@@ -52,6 +54,9 @@ class PodView:
     """kelvin.dev/gpu-assigned, when kelvin bound it."""
     memory_pool_bytes: int | None = None
     compute_share_milli: int | None = None
+    claim: GpuAssignment | None = None
+    """The pod's GPU claim (:func:`~scheduler_plugin.model.claim.claim_of`, as bind records it); ``None`` for a pod
+    without GPUs or whose request cannot be parsed."""
     request_error: str | None = None
 
     @property
@@ -68,6 +73,7 @@ class PodView:
 
 
 def _gpu_count(spec: Mapping[str, Any]) -> int:
+    """Whole GPUs of a pod whose request cannot be parsed (lenient: what it may hold)."""
     total = 0
     for c in spec.get("containers") or []:
         res = c.get("resources") or {}
@@ -96,16 +102,21 @@ def pod_view(pod: Mapping[str, Any]) -> PodView:
     spec = pod.get("spec") or {}
     status = pod.get("status") or {}
     annotations = {str(k): str(v) for k, v in (meta.get("annotations") or {}).items()}
-    count = _gpu_count(spec)
+    indices = _indices(annotations.get(ann.GPU_ASSIGNED))
+    count = 0
     pool: int | None = None
     share: int | None = None
+    claim: GpuAssignment | None = None
     err: str | None = None
     try:
-        req = request_from_annotations(annotations, count=count)
-        pool = req.memory_bytes
-        share = req.milli if req.shared else None
+        req = parse_pod(pod)
         count = req.count
+        if req.wants_gpu:
+            claim = claim_of(req, indices)
+            pool = claim.memory_bytes
+            share = claim.milli if req.shared else None
     except RequestError as exc:
+        count = _gpu_count(spec)
         err = str(exc)
     return PodView(
         namespace=str(meta.get("namespace") or "default"),
@@ -122,8 +133,9 @@ def pod_view(pod: Mapping[str, Any]) -> PodView:
         phase=str(status.get("phase") or ""),
         mirror="kubernetes.io/config.mirror" in annotations,
         gpu_count=count,
-        gpu_indices=_indices(annotations.get(ann.GPU_ASSIGNED)),
+        gpu_indices=indices,
         memory_pool_bytes=pool,
         compute_share_milli=share,
+        claim=claim,
         request_error=err,
     )

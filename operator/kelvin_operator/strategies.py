@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from scheduler_plugin.hotness import Observation
+from scheduler_plugin.model.claim import charged_milli
 from scheduler_plugin.model.gpu import MILLI_PER_GPU, GpuNode, GpuProcess
 from scheduler_plugin.model.quantity import format_gib
 
@@ -72,8 +73,8 @@ def _share_of(pod: PodView, node: GpuNode, index: int, tenants: int) -> float:
     attributed = sum(p.used_bytes for p in g.processes if p.pod_uid)
     if mine and attributed:
         return mine / attributed
-    if pod.compute_share_milli is not None:
-        return pod.compute_share_milli / MILLI_PER_GPU
+    if pod.claim is not None:  # what kelvin charges the pod on this GPU (a 20 GiB pool on 80 GiB: a quarter)
+        return charged_milli(pod.claim, g.memory_total_bytes) / MILLI_PER_GPU
     return 1.0 / max(1, tenants)
 
 

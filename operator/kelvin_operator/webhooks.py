@@ -23,6 +23,7 @@ from typing import Any
 
 from scheduler_plugin.model import annotations as ann
 from scheduler_plugin.model.gpu import MIB, MILLI_PER_GPU
+from scheduler_plugin.model.gpu_models import matches_any
 from scheduler_plugin.model.quantity import format_gib
 from scheduler_plugin.model.request import GpuRequest, RequestError, parse_pod
 from scheduler_plugin.model.snapshot import Snapshot
@@ -43,8 +44,7 @@ class GpuSizes:
         return cls(sizes)
 
     def largest(self, models: frozenset[str] | None = None) -> tuple[str, int] | None:
-        wanted = {m.lower() for m in models} if models else None
-        items = [(m, b) for m, b in self.by_model.items() if wanted is None or m.lower() in wanted]
+        items = [(m, b) for m, b in self.by_model.items() if not models or matches_any(models, m)]
         return max(items, key=lambda mb: mb[1]) if items else None
 
 
@@ -154,7 +154,7 @@ def injected_env(req: GpuRequest, *, mps: bool, sizes: GpuSizes, framework_env: 
                 {"name": "XLA_PYTHON_CLIENT_PREALLOCATE", "value": "false"},
                 {"name": "PYTORCH_CUDA_ALLOC_CONF", "value": "expandable_segments:True"},
             ]
-            sized = {b for m, b in sizes.by_model.items() if not req.models or m in req.models}
+            sized = {b for m, b in sizes.by_model.items() if not req.models or matches_any(req.models, m)}
             if len(sized) == 1:  # one GPU size: a fraction is exact
                 fraction = min(1.0, req.memory_bytes / sized.pop())
                 env.append({"name": "XLA_PYTHON_CLIENT_MEM_FRACTION", "value": f"{fraction:.3f}"})

@@ -21,8 +21,9 @@ import numpy as np
 
 from ..config import Settings
 from ..model import GpuAssignment, GpuRequest, RequestError, parse_pod
+from ..model.claim import claim_of
 from ..policies.config import PolicyConfig
-from ..policies.framework import Framework, assignment_for
+from ..policies.framework import Framework
 from ..telemetry.cache import SnapshotCache
 from ..telemetry.ledger import AssumedLedger
 from ..telemetry.source import TelemetrySource
@@ -215,7 +216,7 @@ class Extender:
         # Assume before the first await, so that a concurrent bind already sees these GPUs as taken.
         assignment: GpuAssignment | None = None
         if gpus:
-            assignment = self._assignment(req, key, b.PodUID, gpus, fleet, row)
+            assignment = claim_of(req, gpus, pod_key=key, pod_uid=b.PodUID or None)  # charged by GPU size
             self.ledger.assume(b.Node, assignment, now)
         try:
             await self.binder.bind(b.PodNamespace, b.PodName, b.PodUID, b.Node, gpus)
@@ -231,17 +232,6 @@ class Extender:
         self.metrics.decisions.labels("bind", "bound").inc()
         log.info("bound %s to %s gpus %s", key, b.Node, ",".join(map(str, gpus)) or "-")
         return {"Error": ""}
-
-    @staticmethod
-    def _assignment(
-        req: GpuRequest,
-        key: str,
-        uid: str,
-        gpus: tuple[int, ...],
-        fleet: Any,
-        row: int | None,
-    ) -> GpuAssignment:
-        return assignment_for(req, gpus, fleet, row, pod_key=key, pod_uid=uid or None)
 
     def _bind_error(self, key: str, message: str) -> dict[str, str]:
         log.warning("bind of %s failed: %s", key, message)

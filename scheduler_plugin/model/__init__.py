@@ -1,5 +1,6 @@
 """The GPU node model and the pod's GPU request: pure data shared by every part of kelvin."""
 
+from .claim import charge_milli, charged_milli, claim_of
 from .gpu import (
     GIB,
     MIB,
@@ -13,6 +14,7 @@ from .gpu import (
     ThrottleReason,
     throttle_reason_names,
 )
+from .gpu_models import item_matches, matches_any
 from .request import GpuRequest, RequestError, Topology, parse_pod, request_from_annotations
 from .snapshot import FleetArrays, Snapshot, build_arrays, empty_snapshot
 
@@ -33,7 +35,12 @@ __all__ = [
     "ThrottleReason",
     "Topology",
     "build_arrays",
+    "charge_milli",
+    "charged_milli",
+    "claim_of",
     "empty_snapshot",
+    "item_matches",
+    "matches_any",
     "parse_pod",
     "request_from_annotations",
     "throttle_reason_names",

@@ -129,8 +129,9 @@ class GpuAssignment:
     pod_key: str
     """``namespace/name``."""
     gpu_indices: tuple[int, ...]
-    milli: int = MILLI_PER_GPU
-    """Share of each GPU, in thousandths."""
+    milli: int | None = MILLI_PER_GPU
+    """Compute share of each GPU the pod asked for, in thousandths (1000 for whole GPUs); ``None`` for a memory pool
+    without a compute share. Not the charge: that depends on the GPU (:func:`.claim.charged_milli`)."""
     memory_bytes: int | None = None
     """Memory pool per GPU for a shared GPU; ``None`` for whole GPUs."""
     pod_uid: str | None = None
@@ -166,14 +167,6 @@ class GpuNode:
             if g.index == index:
                 return g
         raise KeyError(f"node {self.name} has no gpu {index}")
-
-    def assigned_milli(self) -> dict[int, int]:
-        """GPU index -> thousandths assigned by kelvin."""
-        out: dict[int, int] = {g.index: 0 for g in self.gpus}
-        for a in self.assignments:
-            for i in a.gpu_indices:
-                out[i] = out.get(i, 0) + a.milli
-        return out
 
     def age_seconds(self, now: float) -> float | None:
         return None if self.observed_at is None else max(0.0, now - self.observed_at)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -12,7 +13,8 @@ import numpy as np
 import numpy.typing as npt
 
 from . import annotations as ann
-from .gpu import MILLI_PER_GPU
+from .claim import charge_milli_array
+from .gpu import MIB, MILLI_PER_GPU
 from .quantity import QuantityError, parse_bytes, parse_cpu_milli, parse_quantity
 
 
@@ -68,11 +70,9 @@ class GpuRequest:
         """Thousandths of each GPU slot this request needs on one GPU (broadcast over ``mem_total``'s shape)."""
         if not self.shared:
             return np.full(mem_total.shape, MILLI_PER_GPU, dtype=np.int32)
-        need = np.full(mem_total.shape, self.milli or 0, dtype=np.int64)
-        if self.memory_bytes is not None:
-            by_mem = np.ceil(self.memory_bytes * MILLI_PER_GPU / np.maximum(mem_total, 1)).astype(np.int64)
-            need = np.maximum(need, by_mem)
-        return np.clip(need, 1, MILLI_PER_GPU + 1).astype(np.int32)  # > 1000 means "never fits"
+        pool = -1 if self.memory_bytes is None else self.memory_bytes
+        share = np.int64(self.milli or 0)
+        return charge_milli_array(share, np.int64(pool), mem_total).astype(np.int32)  # > 1000 means "never fits"
 
     def describe(self) -> str:
         if not self.wants_gpu:
@@ -177,6 +177,10 @@ def parse_pod(pod: Mapping[str, Any]) -> GpuRequest:
         raise RequestError("spec.priority", raw_priority, "must be an integer")
 
     count = _pod_resource(spec, ann.GPU_RESOURCE, _gpu_count)
+    slots = _pod_resource(spec, ann.SHARED_GPU_RESOURCE, _gpu_count)
+    if slots:
+        _check_shared_slot(slots, count, annotations)
+        count = 1
     cpu = _pod_resource(spec, "cpu", parse_cpu_milli)
     mem = _pod_resource(spec, "memory", parse_bytes)
     return request_from_annotations(
@@ -188,6 +192,54 @@ def parse_pod(pod: Mapping[str, Any]) -> GpuRequest:
         pod_uid=str(meta.get("uid") or ""),
         priority=raw_priority,
     )
+
+
+def _check_shared_slot(slots: int, count: int, annotations: Mapping[str, Any]) -> None:
+    """A ``kelvin.dev/shared-gpu`` request: one slot of one shared GPU, sized by a memory pool or a compute share."""
+    if count:
+        raise RequestError(
+            ann.SHARED_GPU_RESOURCE,
+            slots,
+            f"a slot of a shared GPU cannot be combined with {count} whole GPU(s) ({ann.GPU_RESOURCE}); "
+            f"request either {ann.SHARED_GPU_RESOURCE}: 1 or {ann.GPU_RESOURCE}",
+        )
+    if slots > 1:
+        raise RequestError(
+            ann.SHARED_GPU_RESOURCE,
+            slots,
+            f"a pod takes at most one slot of one shared GPU; request {ann.SHARED_GPU_RESOURCE}: 1, "
+            f"or whole GPUs with {ann.GPU_RESOURCE}",
+        )
+    if annotations.get(ann.GPU_MEMORY) is None and annotations.get(ann.GPU_SHARE) is None:
+        raise RequestError(
+            ann.SHARED_GPU_RESOURCE,
+            slots,
+            f"a slot of a shared GPU needs its size: add the annotation {ann.GPU_MEMORY} (a memory pool, e.g. "
+            f'"20Gi") or {ann.GPU_SHARE} (thousandths of the GPU, e.g. "500")',
+        )
+
+
+_MEMORY_UNIT = re.compile(r"(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)$")
+MIN_GPU_MEMORY = MIB
+"""The smallest memory pool accepted: below it a value is a typo (``"20"`` would be 20 bytes), not a pool."""
+
+
+def parse_gpu_memory(raw: object) -> int:
+    """The bytes of a ``kelvin.dev/gpu-memory`` value: a memory quantity with a unit, at least 1Mi."""
+    text = str(raw).strip()
+    try:
+        value = parse_bytes(text)
+    except QuantityError as exc:
+        raise RequestError(ann.GPU_MEMORY, raw, f"not a memory quantity ({exc}); use e.g. 20Gi") from exc
+    if not _MEMORY_UNIT.search(text):
+        raise RequestError(
+            ann.GPU_MEMORY, raw, "has no memory unit (a bare number would be bytes); give one, e.g. 20Gi or 512Mi"
+        )
+    if value <= 0:
+        raise RequestError(ann.GPU_MEMORY, raw, "must be more than zero")
+    if value < MIN_GPU_MEMORY:
+        raise RequestError(ann.GPU_MEMORY, raw, "must be at least 1Mi (a GPU memory pool, e.g. 20Gi)")
+    return value
 
 
 def request_from_annotations(
@@ -206,12 +258,7 @@ def request_from_annotations(
 
     raw = annotations.get(ann.GPU_MEMORY)
     if raw is not None:
-        try:
-            memory_bytes = parse_bytes(str(raw))
-        except QuantityError as exc:
-            raise RequestError(ann.GPU_MEMORY, raw, f"not a memory quantity ({exc}); use e.g. 20Gi") from exc
-        if memory_bytes <= 0:
-            raise RequestError(ann.GPU_MEMORY, raw, "must be more than zero")
+        memory_bytes = parse_gpu_memory(raw)
         if count > 1:
             raise RequestError(
                 ann.GPU_MEMORY,

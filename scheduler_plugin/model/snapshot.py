@@ -16,7 +16,9 @@ from typing import Any, Generic, TypeVar
 import numpy as np
 import numpy.typing as npt
 
+from .claim import charge_milli_array, charged_milli
 from .gpu import GIB, MILLI_PER_GPU, GpuAssignment, GpuNode
+from .gpu_models import matches_any
 
 BoolA = npt.NDArray[np.bool_]
 IntA = npt.NDArray[np.int64]
@@ -33,7 +35,7 @@ def assigned_memory(a: GpuAssignment, memory_total: int) -> int:
     holds all of it; a compute-only share of ``milli`` thousandths holds that share of the memory)."""
     if a.memory_bytes is not None:
         return a.memory_bytes
-    return memory_total * min(a.milli, MILLI_PER_GPU) // MILLI_PER_GPU
+    return memory_total * min(a.milli or 0, MILLI_PER_GPU) // MILLI_PER_GPU
 
 
 @dataclass(slots=True)
@@ -82,9 +84,10 @@ class FleetArrays:
         return int(self.gpu_present.shape[1])
 
     def model_ids(self, models: Iterable[str]) -> set[int]:
-        """Ids of the given model names (unknown names are ignored: no node has them)."""
-        wanted = {m.lower() for m in models}
-        return {i for i, m in enumerate(self.models) if m.lower() in wanted}
+        """Ids of the fleet's models that one of ``models`` (items of ``kelvin.dev/gpu-models``) matches, by the
+        rules of :mod:`.gpu_models` (``A100`` matches ``NVIDIA A100-SXM4-80GB``)."""
+        items = frozenset(models)
+        return {i for i, m in enumerate(self.models) if matches_any(items, m)}
 
     def copy(self) -> FleetArrays:
         """A deep copy whose arrays can be mutated (the simulator places pods into it)."""
@@ -116,9 +119,11 @@ class FleetArrays:
                     if cols.size == 0:
                         continue
                     j = int(cols[0])
-                    assigned_milli[i, j] += a.milli
-                    free_milli[i, j] = max(0, free_milli[i, j] - a.milli)
-                    mem = assigned_memory(a, int(self.mem_total[i, j]))
+                    total = int(self.mem_total[i, j])
+                    milli = charged_milli(a, total)
+                    assigned_milli[i, j] += milli
+                    free_milli[i, j] = max(0, free_milli[i, j] - milli)
+                    mem = assigned_memory(a, total)
                     assigned_mem[i, j] += mem
                     free_mem[i, j] = max(0, free_mem[i, j] - mem)
                     tenants[i, j] += 1
@@ -277,7 +282,7 @@ class ArraysBuilder:
                 for gi in a.gpu_indices:
                     a_rows.append(i)
                     a_gpu.append(gi)
-                    a_milli.append(a.milli)
+                    a_milli.append(a.milli or 0)
                     a_mem.append(-1 if a.memory_bytes is None else a.memory_bytes)
         if not a_rows:
             return
@@ -287,10 +292,11 @@ class ArraysBuilder:
         known = hit.any(axis=1)  # assignments to GPUs the node does not report are ignored
         rows = rows[known]
         cols = hit.shape[1] - 1 - hit[known, ::-1].argmax(axis=1)  # the last slot with that index, as in _nvlink_of
-        milli = np.asarray(a_milli, dtype=np.int64)[known]
+        share = np.asarray(a_milli, dtype=np.int64)[known]
         pool = np.asarray(a_mem, dtype=np.int64)[known]
         total = self.cols["mem_total"][rows, cols]
-        mem = np.where(pool >= 0, pool, total * np.minimum(milli, MILLI_PER_GPU) // MILLI_PER_GPU)
+        mem = np.where(pool >= 0, pool, total * np.minimum(share, MILLI_PER_GPU) // MILLI_PER_GPU)
+        milli = np.minimum(charge_milli_array(share, pool, total), MILLI_PER_GPU)  # claim.charged_milli, vectorised
         np.add.at(self.assigned_milli, (rows, cols), milli.astype(np.int32))
         np.add.at(self.assigned_mem, (rows, cols), mem)
         np.add.at(self.tenants, (rows, cols), 1)

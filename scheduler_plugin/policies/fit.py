@@ -27,6 +27,7 @@ import numpy as np
 
 from ..model import GIB, THERMAL_THROTTLE_MASK, FleetArrays, GpuRequest, Topology, throttle_reason_names
 from ..model import annotations as ann
+from ..model.gpu_models import unknown_items
 from ..model.quantity import format_gib
 from .base import BoolA, CycleContext, IntA, Rejection
 from .config import FilterPolicy
@@ -212,7 +213,16 @@ class FitFilter:
                     f"needs {k} {one}; node has {sum(counts.values())} in total", unresolvable=True, code="gpu_count"
                 )
             wanted = " or ".join(sorted(req.models))
-            return Rejection(f"needs {k} {one} of model {wanted}; node has {has}", unresolvable=True, code="gpu_model")
+            unknown = unknown_items(req.models)
+            hint = (
+                f" ({', '.join(unknown)}: not a GPU family kelvin knows; {ann.GPU_MODELS} items match by family, "
+                "e.g. A100, H100-80GB, L40S)"
+                if unknown
+                else ""
+            )
+            return Rejection(
+                f"needs {k} {one} of model {wanted}; node has {has}{hint}", unresolvable=True, code="gpu_model"
+            )
         if c == 2:
             mem = req.memory_bytes or 0
             return Rejection(

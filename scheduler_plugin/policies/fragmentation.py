@@ -38,7 +38,6 @@ scored, seeded with a default mix until enough pods have been seen.
 
 from __future__ import annotations
 
-import math
 from collections import Counter, OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -49,6 +48,8 @@ import numpy.typing as npt
 from pydantic import Field
 
 from ..model import GIB, MILLI_PER_GPU, FleetArrays, GpuRequest
+from ..model.claim import charge_milli
+from ..model.gpu_models import matches_any
 from . import eligibility
 from .base import MAX_EXTENDER_PRIORITY, BoolA, CycleContext, FloatA, IntA
 from .config import CamelModel
@@ -85,10 +86,8 @@ def shape_of(req: GpuRequest, reference_gpu_memory: int = DEFAULT_REFERENCE_GPU_
     if not req.wants_gpu:
         return PodShape(req.cpu_milli, 0, 0, None)
     if req.shared:
-        milli = req.milli if req.milli is not None and req.milli < MILLI_PER_GPU else 0
-        if req.memory_bytes is not None:
-            milli = max(milli, math.ceil(req.memory_bytes * MILLI_PER_GPU / max(reference_gpu_memory, 1)))
-        return PodShape(req.cpu_milli, int(min(max(milli, 1), MILLI_PER_GPU)), 1, req.models)
+        milli = charge_milli(req.milli, req.memory_bytes, max(reference_gpu_memory, 1))
+        return PodShape(req.cpu_milli, min(milli, MILLI_PER_GPU), 1, req.models)
     return PodShape(req.cpu_milli, MILLI_PER_GPU, req.count, req.models)
 
 
@@ -173,11 +172,16 @@ class Workload:
         )
 
     @classmethod
-    def from_requests(cls, reqs: Iterable[GpuRequest], coverage: float = DEFAULT_COVERAGE) -> Workload:
+    def from_requests(
+        cls,
+        reqs: Iterable[GpuRequest],
+        coverage: float = DEFAULT_COVERAGE,
+        reference_gpu_memory: int = DEFAULT_REFERENCE_GPU_MEMORY,
+    ) -> Workload:
         counts: Counter[PodShape] = Counter()
         mem: dict[PodShape, float] = {}
         for r in reqs:
-            s = shape_of(r)
+            s = shape_of(r, reference_gpu_memory)
             counts[s] += 1
             mem[s] = mem.get(s, 0.0) + r.host_memory_bytes
         return cls.from_counts(counts, coverage, {s: mem[s] / counts[s] for s in counts})
@@ -198,11 +202,9 @@ class Workload:
         hit = self._access.get(models)
         if hit is None:
             table = np.ones((len(models) + 1, len(self)), dtype=np.bool_)
-            lowered = [m.lower() for m in models]
             for j, allowed in enumerate(self.models):
                 if allowed:
-                    wanted = {a.lower() for a in allowed}
-                    table[: len(models), j] = [m in wanted for m in lowered]
+                    table[: len(models), j] = [matches_any(allowed, m) for m in models]
             hit = self._access[models] = table
         return hit
 
@@ -841,6 +843,11 @@ def _fgd_picker(args: FragmentationArgs) -> FgdPolicy:
     return policy
 
 
-def workload_of(reqs: Sequence[GpuRequest], coverage: float = DEFAULT_COVERAGE) -> Workload:
-    """The target workload of a trace (the paper's definition: shapes covering ``coverage`` of the pods)."""
-    return Workload.from_requests(reqs, coverage)
+def workload_of(
+    reqs: Sequence[GpuRequest],
+    coverage: float = DEFAULT_COVERAGE,
+    reference_gpu_memory: int = DEFAULT_REFERENCE_GPU_MEMORY,
+) -> Workload:
+    """The target workload of a trace (the paper's definition: shapes covering ``coverage`` of the pods); memory
+    pools count as their share of a GPU of ``reference_gpu_memory`` bytes."""
+    return Workload.from_requests(reqs, coverage, reference_gpu_memory)

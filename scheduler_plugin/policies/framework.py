@@ -19,7 +19,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ..model import MILLI_PER_GPU, FleetArrays, GpuAssignment, GpuRequest
+from ..model import FleetArrays, GpuAssignment, GpuRequest
+from ..model.claim import claim_of
 from ..telemetry.ledger import AssumedLedger
 from . import registry
 from .base import MAX_EXTENDER_PRIORITY, BoolA, CycleContext, FloatA, GpuPicker, IntA, Rejection, ScorePlugin
@@ -93,37 +94,6 @@ class Explanation:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def assignment_for(
-    req: GpuRequest,
-    gpus: Sequence[int],
-    fleet: FleetArrays | None = None,
-    row: int | None = None,
-    *,
-    pod_key: str | None = None,
-    pod_uid: str | None = None,
-) -> GpuAssignment:
-    """The ledger/record entry for ``req`` placed on ``gpus`` of node ``row``.
-
-    A shared request is charged the larger of its compute share and its memory pool's share of the chosen GPU;
-    without the fleet only the compute share is known."""
-    milli = MILLI_PER_GPU
-    if req.shared:
-        milli = int(req.milli or 0)
-        if fleet is not None and row is not None and gpus:
-            cols = np.nonzero(fleet.gpu_index[row] == int(gpus[0]))[0]
-            if cols.size:
-                col = int(cols[0])
-                milli = int(req.demand_milli(fleet.mem_total[row, col : col + 1])[0])
-    return GpuAssignment(
-        pod_key=pod_key or req.pod_key,
-        gpu_indices=tuple(int(g) for g in gpus),
-        milli=min(milli, MILLI_PER_GPU),
-        memory_bytes=req.memory_bytes if req.shared else None,
-        pod_uid=pod_uid or req.pod_uid or None,
-        priority=req.priority,
-    )
 
 
 def _finite(x: float) -> float | None:
@@ -322,14 +292,10 @@ class Framework:
         req: GpuRequest,
         gpus: Sequence[int],
         now: float,
-        fleet: FleetArrays | None = None,
-        row: int | None = None,
     ) -> GpuAssignment:
-        """Record a bind in the ledger (no-op without one) and return the assignment.
-
-        Pass the ``fleet`` and ``row`` the GPUs were picked on so a memory-only share is charged its real share of
-        that GPU (a 20 GiB pool is 250 thousandths of an 80 GiB GPU but 1000 of a 16 GiB one)."""
-        a = assignment_for(req, gpus, fleet, row)
+        """Record a bind in the ledger (no-op without one) and return the assignment (:func:`claim_of`: charged on
+        each GPU by its size when the snapshot is built, so a 20 GiB pool is 250 thousandths of an 80 GiB GPU)."""
+        a = claim_of(req, gpus)
         if self.ledger is not None:
             self.ledger.assume(node, a, now)
         return a

@@ -13,7 +13,7 @@ import numpy.typing as npt
 
 from ..model import MILLI_PER_GPU, FleetArrays, GpuRequest
 from ..policies.base import CycleContext, FilterPlugin, GpuPicker, ScorePlugin
-from ..policies.fragmentation import WORKLOAD_KEY, Workload, workload_of
+from ..policies.fragmentation import DEFAULT_REFERENCE_GPU_MEMORY, WORKLOAD_KEY, Workload, workload_of
 from .fleet import apply_placement, build_fleet, gpu_memory_bytes
 from .protocol import DEFAULT_TARGET, arrival_order
 from .trace import Trace
@@ -155,9 +155,13 @@ def _account_memory_pools(trace: Trace) -> Trace:
 
 
 def prepare(trace: Trace) -> Prepared:
-    trace = _account_memory_pools(trace)
+    # the requests are the pods' own claims (charged by the real GPU's size on placement, as bind and the listing
+    # charge them); the median GPU only sizes memory pools in the arrived workload and the target workload M
     reqs = tuple(p.request() for p in trace.pods)
-    return Prepared(trace, build_fleet(trace.nodes), reqs, workload_of(reqs))
+    sizes = [gpu_memory_bytes(n) for n in trace.nodes for _ in range(n.gpus)]
+    reference = int(np.median(sizes)) if sizes else DEFAULT_REFERENCE_GPU_MEMORY
+    trace = _account_memory_pools(trace)
+    return Prepared(trace, build_fleet(trace.nodes), reqs, workload_of(reqs, reference_gpu_memory=reference))
 
 
 def run(

@@ -15,8 +15,9 @@ from dataclasses import replace
 from typing import Any
 
 from ..kube import KubeClient, KubeError
-from ..model import MILLI_PER_GPU, GpuAssignment, GpuNode, RequestError, parse_pod
+from ..model import GpuAssignment, GpuNode, RequestError, parse_pod
 from ..model import annotations as ann
+from ..model.claim import claim_of
 from .source import SourceError, TelemetrySource
 
 log = logging.getLogger(__name__)
@@ -52,24 +53,12 @@ def assignment_of_pod(pod: Mapping[str, Any]) -> tuple[str, GpuAssignment] | Non
     if annotations.get(ann.GPU_ASSIGNED_NODE) not in (None, node):
         return None  # the indices refer to another node: a stale annotation
     key = f"{meta.get('namespace', 'default')}/{meta.get('name', '')}"
+    uid = str(meta.get("uid") or "") or None
     try:
-        req = parse_pod(pod)
-        milli = MILLI_PER_GPU if req.whole else (req.milli or MILLI_PER_GPU)
-        memory = req.memory_bytes if req.shared else None
-        priority = req.priority
+        return node, claim_of(parse_pod(pod), gpus, pod_key=key, pod_uid=uid)
     except RequestError as exc:
         log.info("pod %s: %s; counting its GPUs %s as whole", key, exc, gpus)
-        milli, memory, priority = MILLI_PER_GPU, None, 0
-    if memory is not None and milli == 0:
-        milli = MILLI_PER_GPU
-    return node, GpuAssignment(
-        pod_key=key,
-        gpu_indices=gpus,
-        milli=milli,
-        memory_bytes=memory,
-        pod_uid=str(meta.get("uid") or "") or None,
-        priority=priority,
-    )
+        return node, GpuAssignment(pod_key=key, gpu_indices=gpus, pod_uid=uid)
 
 
 def assignments_from_pods(pods: Iterable[Mapping[str, Any]]) -> dict[str, list[GpuAssignment]]:

@@ -4,6 +4,10 @@ Between a bind and the moment the exporter reports the new pod, the snapshot sti
 this ledger a burst of pods would all land on the same "best" node. The framework applies :meth:`entries` as an
 overlay (``FleetArrays.with_assumed``) and scores recent placements (:meth:`placements`) with the burst policy.
 
+An entry is the pod's claim as :func:`~scheduler_plugin.model.claim.claim_of` reads it, the very record the listing of
+bound pods rebuilds from the pod's annotations (``telemetry/assignments.py``); the overlay charges it on each GPU by
+that GPU's size (:func:`~scheduler_plugin.model.claim.charged_milli`), as the snapshot charges the listed record.
+
 An entry leaves the ledger when telemetry shows the pod (:meth:`reconcile`), when the pod is forgotten (deleted, bind
 failed) or after the TTL, whichever comes first. The placement history used for burst scoring is kept for the TTL
 even after reconcile: the burst policy cares about recent decisions, visible or not. Thread-safe.

@@ -21,7 +21,6 @@ random comes from one seeded generator: the same seed and the same sequence of c
 from __future__ import annotations
 
 import asyncio
-import math
 import re
 import threading
 import time
@@ -38,6 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
 from ..model import GIB, MILLI_PER_GPU, GpuAssignment, GpuInfo, GpuNode
+from ..model.claim import charged_milli
 from . import thermal_model as tm
 
 FloatA = npt.NDArray[np.float64]
@@ -383,7 +383,7 @@ class SimulatedFleetSource:
                     a = GpuAssignment(
                         pod_key=f"preexisting/{grp.names[row]}-g{col}-s{k}",
                         gpu_indices=(col,),
-                        milli=math.ceil(pool * MILLI_PER_GPU / grp.mem_total),
+                        milli=None,  # a pool without a compute share, as claim_of records one
                         memory_bytes=pool,
                     )
                     self._add(gi, row, a)
@@ -395,10 +395,7 @@ class SimulatedFleetSource:
         cols = tuple(i for i in a.gpu_indices if 0 <= i < grp.spec.gpus)
         if len(cols) != len(a.gpu_indices):
             raise ValueError(f"node {grp.names[row]} has no GPU {sorted(set(a.gpu_indices) - set(cols))}")
-        milli = a.milli
-        if a.memory_bytes is not None:  # a memory pool occupies at least its share of the GPU
-            milli = max(milli, math.ceil(a.memory_bytes * MILLI_PER_GPU / grp.mem_total))
-        share = min(milli, MILLI_PER_GPU) / MILLI_PER_GPU
+        share = charged_milli(a, grp.mem_total) / MILLI_PER_GPU  # a memory pool occupies at least its share
         intensity = float(self._rng.uniform(0.55, 1.0))
         util = share * intensity
         if a.memory_bytes is not None:

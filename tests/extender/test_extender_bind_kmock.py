@@ -12,6 +12,7 @@ from ext_helpers import args, make_extender, pod
 from scheduler_plugin.extender.app import create_app
 from scheduler_plugin.extender.binder import KubeBinder
 from scheduler_plugin.kube import KubeClient, KubeConfig
+from scheduler_plugin.model.claim import charged_milli
 from scheduler_plugin.telemetry.assignments import assignment_of_pod, list_assigned_pods
 
 pytestmark = pytest.mark.kmock(cls=kmock.RawHandler)
@@ -106,7 +107,10 @@ async def test_bind_reads_the_pod_when_filter_was_not_seen(kmock: kmock.RawHandl
         )
     assert r.json() == {"Error": ""}
     a = ext.ledger.entries(ext.clock())["gpu-node-1"][0]
-    assert a.memory_bytes == 20 * 2**30 and a.milli == 250 and len(a.gpu_indices) == 1
+    assert a.memory_bytes == 20 * 2**30 and a.milli is None and len(a.gpu_indices) == 1  # a pool, no compute share
+    nd = ext.cache.snapshot.node("gpu-node-1")
+    assert nd is not None and nd.gpu(a.gpu_indices[0]).memory_total_bytes == 80 * 2**30
+    assert charged_milli(a, 80 * 2**30) == 250
     await ext.binder.close()
 
 

@@ -27,7 +27,7 @@ def test_validate() -> None:
     assert msg is not None and "largest GPU in the cluster (H100, 80.0 GiB)" in msg
     # no telemetry yet: the size cannot be judged, the quantity still is
     assert validate(pod("big", gpus=1, annotations={ann.GPU_MEMORY: "81Gi"}), GpuSizes.of(None)) is None
-    assert "must be more than zero" in (validate(pod("z", gpus=1, annotations={ann.GPU_MEMORY: "0"}), SIZES) or "")
+    assert "must be more than zero" in (validate(pod("z", gpus=1, annotations={ann.GPU_MEMORY: "0Gi"}), SIZES) or "")
     unknown = pod("m", gpus=1, annotations={ann.GPU_MEMORY: "8Gi", ann.GPU_MODELS: "B200"})
     assert "no GPU of the models B200" in (validate(unknown, SIZES) or "")
     assert validate(pod("whole", gpus=4), SIZES) is None
@@ -127,3 +127,25 @@ def test_the_slot_goes_to_kubectls_default_container() -> None:
     p["metadata"]["annotations"]["kubectl.kubernetes.io/default-container"] = "gone"
     first = mutate(p, snapshot=SNAP, mps_label="kelvin.dev/mps", framework_env=True, shared_gpu_resource=True)
     assert first is not None and first[0]["resources"]["limits"] == {"kelvin.dev/shared-gpu": "1"}
+
+
+def test_largest_gpu_matches_models_by_family_on_real_nvml_names() -> None:
+    """Before: ``A100`` was compared with the whole NVML name and matched nothing, so a valid pool was refused."""
+    snap = Snapshot(
+        nodes=(
+            node("a", gpu(0, total_gib=80, model="NVIDIA A100-SXM4-80GB")),
+            node("b", gpu(0, total_gib=40, model="NVIDIA A100-SXM4-40GB")),
+            node("c", gpu(0, total_gib=24, model="NVIDIA A10")),
+        ),
+        taken_at=0.0,
+    )
+    sizes = GpuSizes.of(snap)
+    assert sizes.largest(frozenset({"A100"})) == ("NVIDIA A100-SXM4-80GB", 80 * 2**30)
+    assert sizes.largest(frozenset({"a100-40gb"})) == ("NVIDIA A100-SXM4-40GB", 40 * 2**30)
+    assert sizes.largest(frozenset({"A10"})) == ("NVIDIA A10", 24 * 2**30)
+    assert validate(pod("p", gpus=1, annotations={ann.GPU_MEMORY: "60Gi", ann.GPU_MODELS: "A100"}), sizes) is None
+
+
+def test_gpu_memory_without_a_unit_is_refused_at_admission() -> None:
+    reason = validate(pod("p", gpus=1, annotations={ann.GPU_MEMORY: "20"}), SIZES)
+    assert reason is not None and "kelvin.dev/gpu-memory='20'" in reason and "give one, e.g. 20Gi" in reason

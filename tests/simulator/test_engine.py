@@ -149,3 +149,21 @@ def test_learned_workload_mode_leaves_m_to_the_policys_estimator(small_trace: tu
     shapes = {(int(m), int(c)) for m, c in zip(prep.workload.milli, prep.workload.count, strict=True)}
     learned_w = learned.scorers[0][0].estimator.workload()  # type: ignore[attr-defined]
     assert shapes & {(int(m), int(c)) for m, c in zip(learned_w.milli, learned_w.count, strict=True)}
+
+
+def test_memory_pools_are_charged_by_the_gpu_they_land_on() -> None:
+    """A 20 GiB pool on an 80 GiB GPU takes 250 thousandths in the simulator too, as bind and the listing charge it
+    (before: the fleet's median GPU, here 40 GiB, made it 500, so only two fitted instead of four)."""
+    nodes = [
+        TraceNode("small", 64000, 64 * GIB, 2, "A100-SXM-40GB", 40 * GIB),
+        TraceNode("big", 64000, 64 * GIB, 1, "A100-SXM-80GB", 80 * GIB),
+    ]
+    pods = [TracePod(f"p{i}", 1000, GIB, 1, 1000, frozenset({"A100-80GB"}), 20 * GIB) for i in range(4)]
+    prep = prepare(trace(nodes, pods))
+    assert all(r.milli is None and r.memory_bytes == 20 * GIB for r in prep.requests)
+    assert [p.gpu_milli for p in prep.trace.pods] == [500] * 4  # the arrived workload: shares of the median GPU
+    r = run(prep, build_policy("kelvin"), 0, target=1.0)
+    f = r.fleet
+    assert f is not None
+    assert not r.failed[:4].any()
+    assert f.assigned_milli[f.index["big"], 0] == 1000  # four pools of 250 on the one 80 GiB GPU

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from scheduler_plugin.model import GIB, GpuAssignment, Snapshot
+from scheduler_plugin.model.claim import charged_milli
 from scheduler_plugin.telemetry import thermal_model as tm
 from scheduler_plugin.telemetry.simulated import FleetSpec, FleetSpecError, SimulatedFleetSource, nvlink_peers
 
@@ -143,7 +144,7 @@ def test_initial_load_shows_as_assignments_and_memory() -> None:
     for i in a.gpu_indices:
         assert n.gpu(i).memory_used_bytes > GIB
     shared = [a for _, a in busy if a.memory_bytes is not None]
-    assert shared and all(a.milli < 1000 for a in shared)
+    assert shared and all(charged_milli(a, n.gpus[0].memory_total_bytes) < 1000 for a in shared)
 
 
 def test_record_binding_loads_gpus_and_heats_them() -> None:

@@ -89,7 +89,12 @@ def test_no_gpu_pod() -> None:
     ("annotations", "gpus", "field", "problem"),
     [
         ({ann.GPU_MEMORY: "twenty"}, None, ann.GPU_MEMORY, "not a memory quantity"),
-        ({ann.GPU_MEMORY: "0"}, None, ann.GPU_MEMORY, "must be more than zero"),
+        ({ann.GPU_MEMORY: "0Gi"}, None, ann.GPU_MEMORY, "must be more than zero"),
+        ({ann.GPU_MEMORY: "20"}, None, ann.GPU_MEMORY, "has no memory unit (a bare number would be bytes)"),
+        ({ann.GPU_MEMORY: "21474836480"}, None, ann.GPU_MEMORY, "give one, e.g. 20Gi"),
+        ({ann.GPU_MEMORY: "2e10"}, None, ann.GPU_MEMORY, "has no memory unit"),
+        ({ann.GPU_MEMORY: "512Ki"}, None, ann.GPU_MEMORY, "must be at least 1Mi"),
+        ({ann.GPU_MEMORY: "1000k"}, None, ann.GPU_MEMORY, "must be at least 1Mi"),
         ({ann.GPU_MEMORY: "20Gi"}, 2, ann.GPU_MEMORY, "means one shared GPU"),
         ({ann.GPU_SHARE: "half"}, None, ann.GPU_SHARE, "must be an integer"),
         ({ann.GPU_SHARE: "1001"}, None, ann.GPU_SHARE, "between 1 and 1000"),
@@ -187,3 +192,53 @@ def test_quantities_are_bounded(text: str, problem: str) -> None:
     with pytest.raises(QuantityError, match=problem):
         parse_bytes(text)
     assert parse_bytes("7Ei") == 7 * 2**60  # the largest binary quantity below the bound still parses
+
+
+def shared_slot_pod(slots: object, annotations: dict[str, str], gpus: object = None) -> dict[str, object]:
+    limits = {ann.SHARED_GPU_RESOURCE: str(slots)}
+    if gpus is not None:
+        limits[ann.GPU_RESOURCE] = str(gpus)
+    return {
+        "metadata": {"name": "p", "namespace": "default", "annotations": annotations},
+        "spec": {"containers": [{"name": "main", "resources": {"limits": limits}}]},
+    }
+
+
+def test_gpu_memory_with_a_unit_of_at_least_one_mebibyte() -> None:
+    """Before: ``"20"`` was silently a 20-byte pool (issue 10 item 11)."""
+    assert parse_pod(pod({ann.GPU_MEMORY: "1Mi"})).memory_bytes == 2**20
+    assert parse_pod(pod({ann.GPU_MEMORY: "20G"})).memory_bytes == 20 * 10**9
+    assert parse_pod(pod({ann.GPU_MEMORY: " 1.5Gi "})).memory_bytes == 3 * 2**29
+
+
+def test_pool_only_pod_is_one_shared_gpu() -> None:
+    """A pod with kelvin.dev/gpu-memory and no nvidia.com/gpu (issue 10 item 8) asks for a share of one GPU."""
+    r = parse_pod(pod({ann.GPU_MEMORY: "20Gi"}, gpus=None))
+    assert (r.count, r.shared, r.milli, r.memory_bytes) == (1, True, None, 20 * GIB)
+
+
+@pytest.mark.parametrize(
+    ("annotations", "want"),
+    [({ann.GPU_MEMORY: "20Gi"}, (1, None, 20 * GIB)), ({ann.GPU_SHARE: "300"}, (1, 300, None))],
+)
+def test_shared_gpu_resource_is_a_share_of_one_gpu(annotations: dict[str, str], want: tuple[object, ...]) -> None:
+    r = parse_pod(shared_slot_pod(1, annotations))
+    assert r.shared and (r.count, r.milli, r.memory_bytes) == want
+
+
+@pytest.mark.parametrize(
+    ("slots", "annotations", "gpus", "problem"),
+    [
+        (1, {}, None, f"needs its size: add the annotation {ann.GPU_MEMORY}"),
+        (2, {ann.GPU_MEMORY: "20Gi"}, None, "at most one slot of one shared GPU"),
+        (1, {ann.GPU_MEMORY: "20Gi"}, 1, f"cannot be combined with 1 whole GPU(s) ({ann.GPU_RESOURCE})"),
+        (1, {}, 2, f"cannot be combined with 2 whole GPU(s) ({ann.GPU_RESOURCE})"),
+    ],
+)
+def test_shared_gpu_resource_errors_name_it(
+    slots: int, annotations: dict[str, str], gpus: int | None, problem: str
+) -> None:
+    with pytest.raises(RequestError) as exc:
+        parse_pod(shared_slot_pod(slots, annotations, gpus))
+    assert exc.value.field == ann.SHARED_GPU_RESOURCE and problem in exc.value.problem
+    assert ann.SHARED_GPU_RESOURCE in str(exc.value)
