@@ -4,10 +4,10 @@ The extender's hot path only reads :attr:`SnapshotCache.snapshot` (an attribute 
 ``refresh_interval_s`` the task fetches from the source, builds a new :class:`~scheduler_plugin.model.Snapshot` on the
 event loop in small slices, taking turns with requests through a :class:`RequestGate` (a request waits for at most
 one turn, never for a whole 40,000-GPU build, and no builder thread competes with it for the GIL; the refresh gets at
-least a fixed share of the loop, so it finishes however many requests arrive), fills in the per-GPU temperature trend from the snapshots it kept, reconciles the
-assumed-allocation ledger and publishes the new snapshot with one assignment. When the source fails
-(:class:`SourceError` or anything else), the last good snapshot stays in use and the cache reports itself unhealthy
-until the next success.
+least a fixed share of the loop, so it finishes however many requests arrive), fills in the per-GPU temperature trend
+from the snapshots it kept, reconciles the assumed-allocation ledger and publishes the new snapshot with one
+assignment. When the source fails (:class:`SourceError` or anything else), the last good snapshot stays in use and
+the cache reports itself unhealthy until the next success.
 
 The trend is computed against the oldest kept snapshot no older than ``trend_window_s`` (at least ``min_trend_s``
 apart), per GPU slot, in Celsius per minute; a source that reports its own trend (non-zero) keeps it. Each GPU's
