@@ -192,8 +192,9 @@ class Extender:
         req = self.memo.get(b.PodUID, key)
         if req is None:
             try:
-                async with asyncio.timeout_at(deadline):
-                    pod = await self.binder.get_pod(b.PodNamespace, b.PodName)
+                with self.cache.gate.awaiting():
+                    async with asyncio.timeout_at(deadline):
+                        pod = await self.binder.get_pod(b.PodNamespace, b.PodName)
             except BindError as exc:
                 return self._bind_error(key, str(exc))
             except TimeoutError:
@@ -225,8 +226,9 @@ class Extender:
             assignment = self._assignment(req, key, b.PodUID, gpus, fleet, row)
             self.ledger.assume(b.Node, assignment, now)
         try:
-            async with asyncio.timeout_at(deadline):
-                await self.binder.bind(b.PodNamespace, b.PodName, b.PodUID, b.Node, gpus)
+            with self.cache.gate.awaiting():  # no CPU used meanwhile: the refresh need not wait for the API server
+                async with asyncio.timeout_at(deadline):
+                    await self.binder.bind(b.PodNamespace, b.PodName, b.PodUID, b.Node, gpus)
         except BindError as exc:
             if assignment is not None:
                 self.ledger.forget(key)

@@ -147,6 +147,8 @@ class RequestGate:
         self.clock = clock
         self.active = 0
         """Requests being served now."""
+        self.awaiting_io = 0
+        """Of those, requests waiting on another server (a bind's API call): they use no CPU meanwhile."""
         self._turn_ends = -math.inf
 
     @contextlib.contextmanager
@@ -157,13 +159,28 @@ class RequestGate:
         finally:
             self.active -= 1
 
+    @contextlib.contextmanager
+    def awaiting(self) -> Iterator[None]:
+        """Within :meth:`serving`: the request now waits on I/O (e.g. a bind on the API server), so background work
+        need not step aside for it (nor make its answer wait for a long turn when it comes back)."""
+        self.awaiting_io += 1
+        try:
+            yield
+        finally:
+            self.awaiting_io -= 1
+
+    @property
+    def busy(self) -> int:
+        """Requests being served that are not waiting on I/O."""
+        return self.active - self.awaiting_io
+
     async def pause(self) -> None:
         stepped_aside = self.clock()
         if stepped_aside < self._turn_ends:
             return  # this turn of background work is not over yet
         await asyncio.sleep(0)
         deadline = stepped_aside + self.max_defer_s
-        while self.active and self.clock() < deadline:
+        while self.busy > 0 and self.clock() < deadline:
             await asyncio.sleep(self.poll_s)
         resumed = self.clock()
         share = self.share

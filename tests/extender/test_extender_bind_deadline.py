@@ -109,3 +109,40 @@ async def test_a_burst_of_binds_reaches_the_api_server_a_bounded_number_at_a_tim
     await client.close()
     with pytest.raises(ValueError, match="max_in_flight"):
         KubeBinder(client, max_in_flight=0)
+
+
+class BlockedBinder:
+    """Binds only when released: a bind waiting on the API server."""
+
+    def __init__(self) -> None:
+        self.started = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def get_pod(self, namespace: str, name: str) -> None:
+        return None
+
+    async def bind(self, namespace: str, name: str, uid: str, node: str, gpus: tuple[int, ...]) -> None:
+        self.started.set()
+        await self.release.wait()
+
+    async def close(self) -> None:
+        return None
+
+
+async def test_a_bind_waiting_on_the_api_server_does_not_hold_back_the_refresh() -> None:
+    binder = BlockedBinder()
+    ext, _, _ = make_extender(binder=binder)
+    await ext.cache.refresh_once()
+    gate = ext.cache.gate
+    gate.max_defer_s = 3600.0  # a refresh would wait for a busy request all that time
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(ext)), base_url="http://kelvin") as c:
+        await c.post("/filter", content=args(pod(gpus=1)))
+        body = {"PodName": "p1", "PodNamespace": "default", "PodUID": "uid-p1", "Node": "gpu-node-2"}
+        bind = asyncio.create_task(c.post("/bind", json=body))
+        await asyncio.wait_for(binder.started.wait(), 10)
+        assert gate.active == 1 and gate.busy == 0
+        assert await asyncio.wait_for(ext.cache.refresh_once(), 10)  # not deferred behind the pending bind
+        binder.release.set()
+        r = await asyncio.wait_for(bind, 10)
+    assert r.json() == {"Error": ""}
+    assert gate.active == 0 and gate.awaiting_io == 0
