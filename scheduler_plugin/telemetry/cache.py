@@ -111,11 +111,12 @@ class RequestGate:
     Background work runs in *turns*: :meth:`pause` returns at once while the current turn lasts, and when it is over
     steps aside: it yields to the event loop and, while requests are being served, keeps waiting (polling every
     ``poll_s``) for up to ``max_defer_s``. The next turn then lasts ``share / (1 - share)`` of the time it waited
-    (at least ``min_turn_s``), so that background work gets at least ``share`` of the event loop however many requests
-    arrive: a refresh is slowed down by load, never starved by it (issue 10: under two clients looping ``/filter`` a
-    20,000-node refresh, deferred slice by slice, never finished and every node went stale). A request waits for at
-    most one turn. Without requests a turn is ``min_turn_s`` and the work runs at full speed. Single event loop: no
-    locks.
+    (at least ``min_turn_s``, at most ``max_turn_s``), so that background work gets at least ``share`` of the event
+    loop however many requests arrive (as long as no single request holds the loop for more than ``max_turn_s * (1 -
+    share) / share``): a refresh is slowed down by load, never starved by it (issue 10: under two clients looping
+    ``/filter`` a 20,000-node refresh, deferred slice by slice, never finished and every node went stale). A request
+    waits for at most one turn. Without requests a turn is ``min_turn_s`` and the work runs at full speed. Single
+    event loop: no locks.
 
     ``urgency`` (0 to 1, read at each step-aside) raises the share linearly up to ``max_share``: the snapshot cache
     reports how close its snapshot is to going stale, so that on a starved CPU requests get slower before every node
@@ -128,20 +129,24 @@ class RequestGate:
         share: float = DEFAULT_BACKGROUND_SHARE,
         max_share: float = URGENT_BACKGROUND_SHARE,
         min_turn_s: float = 0.002,
+        max_turn_s: float = 0.2,
         poll_s: float = 0.0005,
         max_defer_s: float = 0.02,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         if not 0.0 < share <= max_share < 1.0:
             raise ValueError(f"need 0 < share <= max_share < 1, got share={share!r}, max_share={max_share!r}")
-        if not min_turn_s > 0:
-            raise ValueError(f"min_turn_s must be > 0, got {min_turn_s!r}")
+        if not 0 < min_turn_s <= max_turn_s:
+            raise ValueError(f"need 0 < min_turn_s <= max_turn_s, got {min_turn_s!r} and {max_turn_s!r}")
         self.share = share
         """Least share of the event loop's time that background work gets while requests keep it busy."""
         self.max_share = max_share
         self.urgency: Callable[[], float] | None = None
         """How urgent the background work is now, 0 to 1 (None: never urgent)."""
         self.min_turn_s = min_turn_s
+        self.max_turn_s = max_turn_s
+        """Longest turn, whatever the wait before it (a long request, the process not scheduled): what a request
+        may have to wait for background work."""
         self.poll_s = poll_s
         self.max_defer_s = max_defer_s
         self.clock = clock
@@ -187,7 +192,7 @@ class RequestGate:
         if self.urgency is not None:
             share += (self.max_share - share) * min(1.0, max(0.0, self.urgency()))
         earned = (resumed - stepped_aside) * share / (1.0 - share)
-        self._turn_ends = resumed + max(self.min_turn_s, earned)
+        self._turn_ends = resumed + min(self.max_turn_s, max(self.min_turn_s, earned))
 
 
 class SnapshotCache:

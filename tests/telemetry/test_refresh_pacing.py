@@ -132,6 +132,34 @@ def test_gate_arguments_are_checked() -> None:
         RequestGate(share=0.5, max_share=0.4)
     with pytest.raises(ValueError, match="min_turn_s"):
         RequestGate(min_turn_s=0)
+    with pytest.raises(ValueError, match="max_turn_s"):
+        RequestGate(min_turn_s=0.5, max_turn_s=0.1)
+
+
+async def test_a_turn_is_bounded_however_long_the_wait_before_it() -> None:
+    clock = FakeClock()
+    gate = RequestGate(share=0.5, max_share=0.5, max_turn_s=0.2, poll_s=0.0, clock=clock)
+
+    async def long_request() -> None:
+        with gate.serving():
+            clock.t += 10.0  # e.g. an explain over the whole fleet, or the process not scheduled for 10 s
+
+    request = asyncio.create_task(long_request())
+    await gate.pause()  # steps aside: the request runs, 10 s pass
+    await request
+    loop = asyncio.get_running_loop()
+    slices, yielded = 0, False
+
+    def mark() -> None:
+        nonlocal yielded
+        yielded = True
+
+    while not yielded and slices < 20_000:  # 1 ms slices until the turn ends and pause yields to the loop
+        clock.t += 0.001
+        slices += 1
+        loop.call_soon(mark)  # runs only if pause lets the loop turn
+        await gate.pause()
+    assert 199 <= slices <= 201  # a 0.2 s turn, not the 10 s that half of the wait would give
 
 
 async def test_pause_waits_while_a_request_is_served() -> None:
