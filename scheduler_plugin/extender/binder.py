@@ -1,9 +1,16 @@
 """Binding a pod to a node once its GPUs are chosen: the only place the extender writes to the Kubernetes API.
 
-:class:`KubeBinder` first records the chosen GPU indices on the pod (annotations ``kelvin.dev/gpu-assigned`` and
-``kelvin.dev/gpu-assigned-node``, one merge patch carrying the pod's UID as a precondition) and then creates the
-``Binding``. The annotation comes first so that the device plugin, the exporter and kelvin's own records never see a
-bound pod without its GPUs; when the Binding fails, the annotations are removed again (best effort).
+:class:`KubeBinder` makes one API call per pod: it creates the ``Binding`` (``pods/<name>/binding``) carrying the chosen
+GPU indices as annotations (``kelvin.dev/gpu-assigned`` and ``kelvin.dev/gpu-assigned-node``) and the pod's UID. The API
+server sets ``spec.nodeName`` and merges the Binding's annotations into the pod in one write, checking the UID as a
+precondition (``BindingREST.setPodHostAndAnnotations``), so the device plugin, the exporter and kelvin's own records
+never see a bound pod without its GPUs, and a failed Binding leaves nothing to undo. (Until issue 10 this took a merge
+patch, the Binding and, on failure, a second patch: two to three round trips per pod, which under a burst of binds
+queued behind one another for seconds.) At most ``max_in_flight`` calls run at once; the others wait their turn.
+
+Every bind has a deadline, :data:`BIND_TIMEOUT_S` (the extender's ``bind_timeout_s``), below kube-scheduler's
+extender ``httpTimeout`` (5 s by default): a slow or failing API server makes the bind fail with a message that says
+so, instead of the scheduler timing out on kelvin without a reason.
 
 :class:`LocalBinder` is for the simulated fleet (demo, benchmarks): there is no API server, the placement is only
 recorded by the caller.
@@ -11,6 +18,7 @@ recorded by the caller.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Mapping
 from typing import Any, Protocol
@@ -20,6 +28,13 @@ from ..kube import KubeClient, KubeError
 from ..model import annotations as ann
 
 log = logging.getLogger(__name__)
+
+#: Seconds a bind may spend on the API server (reading the pod when needed, and the Binding): below kube-scheduler's
+#: default extender ``httpTimeout`` of 5 s, so that kelvin answers with the reason before the scheduler gives up.
+BIND_TIMEOUT_S = 4.0
+#: API calls a :class:`KubeBinder` runs at once. Enough for a loopback API server to keep kube-scheduler's binding
+#: cycles flowing; more only makes the HTTP client's connection pool slower (and opens more TLS connections).
+BIND_MAX_IN_FLIGHT = 16
 
 
 class BindError(RuntimeError):
@@ -45,42 +60,37 @@ def _pod_path(namespace: str, name: str) -> str:
 
 
 class KubeBinder:
-    def __init__(self, client: KubeClient) -> None:
+    def __init__(self, client: KubeClient, *, max_in_flight: int = BIND_MAX_IN_FLIGHT) -> None:
+        if max_in_flight < 1:
+            raise ValueError(f"max_in_flight must be >= 1, got {max_in_flight!r}")
         self.client = client
+        self._slots = asyncio.Semaphore(max_in_flight)
 
     async def get_pod(self, namespace: str, name: str) -> Mapping[str, Any] | None:
         try:
-            return await self.client.get(_pod_path(namespace, name))
+            async with self._slots:
+                return await self.client.get(_pod_path(namespace, name))
         except KubeError as exc:
             raise BindError(f"cannot read pod {namespace}/{name}: {exc}") from exc
 
     async def bind(self, namespace: str, name: str, uid: str, node: str, gpus: tuple[int, ...]) -> None:
-        path = _pod_path(namespace, name)
-        meta: dict[str, Any] = {"annotations": {ann.GPU_ASSIGNED: gpu_annotation(gpus), ann.GPU_ASSIGNED_NODE: node}}
+        meta: dict[str, Any] = {"name": name, "namespace": namespace}
         if uid:
             meta["uid"] = uid  # precondition: fails if the pod was recreated under the same name
-        try:
-            await self.client.patch_merge(path, {"metadata": meta})
-        except KubeError as exc:
-            raise BindError(f"cannot record GPUs {gpu_annotation(gpus)} on pod {namespace}/{name}: {exc}") from exc
+        if gpus:
+            meta["annotations"] = {ann.GPU_ASSIGNED: gpu_annotation(gpus), ann.GPU_ASSIGNED_NODE: node}
         binding: dict[str, Any] = {
             "apiVersion": "v1",
             "kind": "Binding",
-            "metadata": {"name": name, "namespace": namespace, **({"uid": uid} if uid else {})},
+            "metadata": meta,
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
         try:
-            await self.client.post(path + "/binding", binding)
+            async with self._slots:
+                await self.client.post(_pod_path(namespace, name) + "/binding", binding)
         except KubeError as exc:
-            try:
-                await self.client.patch_merge(
-                    path, {"metadata": {"annotations": {ann.GPU_ASSIGNED: None, ann.GPU_ASSIGNED_NODE: None}}}
-                )
-            except KubeError as undo:
-                log.warning(
-                    "bind of %s/%s failed and its GPU annotations could not be removed: %s", namespace, name, undo
-                )
-            raise BindError(f"cannot bind pod {namespace}/{name} to {node}: {exc}") from exc
+            what = f" with GPUs {gpu_annotation(gpus)}" if gpus else ""
+            raise BindError(f"cannot bind pod {namespace}/{name} to {node}{what}: {exc}") from exc
 
     async def close(self) -> None:
         await self.client.close()

@@ -10,6 +10,7 @@ annotation and value named: the scheduler shows that text on the pod, does not p
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections import Counter, OrderedDict
@@ -28,7 +29,7 @@ from ..telemetry.cache import SnapshotCache
 from ..telemetry.ledger import AssumedLedger
 from ..telemetry.source import TelemetrySource
 from . import wire
-from .binder import Binder, BindError
+from .binder import BIND_TIMEOUT_S, Binder, BindError
 from .metrics import ExtenderMetrics, rejection_code
 
 log = logging.getLogger(__name__)
@@ -78,6 +79,8 @@ class Extender:
     binder: Binder
     metrics: ExtenderMetrics
     clock: Callable[[], float] = time.time
+    bind_timeout_s: float = BIND_TIMEOUT_S
+    """Deadline of one bind's API calls (below kube-scheduler's extender httpTimeout, 5 s by default)."""
 
     def __post_init__(self) -> None:
         self.memo = RequestMemo()
@@ -186,12 +189,17 @@ class Extender:
                 "binding through kelvin is disabled (KELVIN_BIND_ENABLED=false); "
                 "remove bindVerb from the scheduler's extender configuration",
             )
+        deadline = asyncio.get_running_loop().time() + self.bind_timeout_s
         req = self.memo.get(b.PodUID, key)
         if req is None:
             try:
-                pod = await self.binder.get_pod(b.PodNamespace, b.PodName)
+                with self.cache.gate.awaiting():
+                    async with asyncio.timeout_at(deadline):
+                        pod = await self.binder.get_pod(b.PodNamespace, b.PodName)
             except BindError as exc:
                 return self._bind_error(key, str(exc))
+            except TimeoutError:
+                return self._bind_error(key, f"cannot read pod {key}: {self._late()}")
             if pod is None:
                 return self._bind_error(key, f"kelvin has not seen pod {key} in a filter call and cannot read it")
             try:
@@ -219,11 +227,16 @@ class Extender:
             assignment = claim_of(req, gpus, pod_key=key, pod_uid=b.PodUID or None)  # charged by GPU size
             self.ledger.assume(b.Node, assignment, now)
         try:
-            await self.binder.bind(b.PodNamespace, b.PodName, b.PodUID, b.Node, gpus)
+            with self.cache.gate.awaiting():  # no CPU used meanwhile: the refresh need not wait for the API server
+                async with asyncio.timeout_at(deadline):
+                    await self.binder.bind(b.PodNamespace, b.PodName, b.PodUID, b.Node, gpus)
         except BindError as exc:
             if assignment is not None:
                 self.ledger.forget(key)
             return self._bind_error(key, str(exc))
+        except TimeoutError:
+            # The Binding may still be applied: keep the GPUs assumed (until the TTL or the pod list shows the truth).
+            return self._bind_error(key, f"binding pod {key} to {b.Node}: {self._late()}")
         if assignment is not None and isinstance(self.source, BindingObserver):
             try:
                 self.source.record_binding(b.Node, assignment)
@@ -232,6 +245,12 @@ class Extender:
         self.metrics.decisions.labels("bind", "bound").inc()
         log.info("bound %s to %s gpus %s", key, b.Node, ",".join(map(str, gpus)) or "-")
         return {"Error": ""}
+
+    def _late(self) -> str:
+        return (
+            f"the Kubernetes API server did not answer within {self.bind_timeout_s:g} s (kelvin's bind deadline, "
+            "kept below kube-scheduler's extender httpTimeout)"
+        )
 
     def _bind_error(self, key: str, message: str) -> dict[str, str]:
         log.warning("bind of %s failed: %s", key, message)

@@ -2,11 +2,12 @@
 
 The extender's hot path only reads :attr:`SnapshotCache.snapshot` (an attribute read, no I/O, no lock). Every
 ``refresh_interval_s`` the task fetches from the source, builds a new :class:`~scheduler_plugin.model.Snapshot` on the
-event loop in small slices (a request waits for at most one slice, never for a whole 40,000-GPU build, and no builder
-thread competes with it for the GIL), fills in the per-GPU temperature trend from the snapshots it kept, reconciles the
-assumed-allocation ledger and publishes the new snapshot with one assignment. When the source fails
-(:class:`SourceError` or anything else), the last good snapshot stays in use and the cache reports itself unhealthy
-until the next success.
+event loop in small slices, taking turns with requests through a :class:`RequestGate` (a request waits for at most
+one turn, never for a whole 40,000-GPU build, and no builder thread competes with it for the GIL; the refresh gets at
+least a fixed share of the loop, so it finishes however many requests arrive), fills in the per-GPU temperature trend
+from the snapshots it kept, reconciles the assumed-allocation ledger and publishes the new snapshot with one
+assignment. When the source fails (:class:`SourceError` or anything else), the last good snapshot stays in use and
+the cache reports itself unhealthy until the next success.
 
 The trend is computed against the oldest kept snapshot no older than ``trend_window_s`` (at least ``min_trend_s``
 apart), per GPU slot, in Celsius per minute; a source that reports its own trend (non-zero) keeps it. Each GPU's
@@ -42,8 +43,13 @@ FloatA = npt.NDArray[np.float64]
 
 #: Free memory on a GPU below this is "stranded": too little for the typical shared-GPU request.
 DEFAULT_STRANDED_BELOW_BYTES = 8 * GIB
-#: Nodes built per event-loop turn: 32 nodes of 8 GPUs take about 0.5 ms, so a request waits at most that long.
+#: Nodes built between two checks of the request gate (32 nodes of 8 GPUs: about 0.5 ms).
 DEFAULT_BUILD_SLICE_NODES = 32
+#: Least share of the event loop that a snapshot refresh gets while requests keep it busy (see :class:`RequestGate`):
+#: a 20,000-node refresh (about 4 s of CPU on a 2-core box) then completes within about 16 s however heavy the load.
+DEFAULT_BACKGROUND_SHARE = 0.25
+#: The share once the snapshot is about to go stale (see :meth:`SnapshotCache.urgency`).
+URGENT_BACKGROUND_SHARE = 0.75
 
 
 class TelemetryMetrics:
@@ -99,19 +105,56 @@ class Readiness:
 
 
 class RequestGate:
-    """Lets background work (building a snapshot) step aside while the hot path serves requests.
+    """Shares the event loop between the hot path (requests) and background work (building a snapshot).
 
-    The extender's routes wrap each verb in :meth:`serving`; the snapshot build calls :meth:`pause` between slices. A
-    pause yields to the event loop once and then, while a request is being served, keeps waiting (polling every
-    ``poll_s``) for up to ``max_defer_s``, so that a refresh runs in the gaps between requests and is delayed, not
-    starved, under sustained load. Single event loop: no locks.
+    The extender's routes wrap each verb in :meth:`serving`; the snapshot build calls :meth:`pause` between slices.
+    Background work runs in *turns*: :meth:`pause` returns at once while the current turn lasts, and when it is over
+    steps aside: it yields to the event loop and, while requests are being served, keeps waiting (polling every
+    ``poll_s``) for up to ``max_defer_s``. The next turn then lasts ``share / (1 - share)`` of the time it waited
+    (at least ``min_turn_s``, at most ``max_turn_s``), so that background work gets at least ``share`` of the event
+    loop however many requests arrive (as long as no single request holds the loop for more than ``max_turn_s * (1 -
+    share) / share``): a refresh is slowed down by load, never starved by it (issue 10: under two clients looping
+    ``/filter`` a 20,000-node refresh, deferred slice by slice, never finished and every node went stale). A request
+    waits for at most one turn. Without requests a turn is ``min_turn_s`` and the work runs at full speed. Single
+    event loop: no locks.
+
+    ``urgency`` (0 to 1, read at each step-aside) raises the share linearly up to ``max_share``: the snapshot cache
+    reports how close its snapshot is to going stale, so that on a starved CPU requests get slower before every node
+    is refused as stale.
     """
 
-    def __init__(self, *, poll_s: float = 0.0005, max_defer_s: float = 0.02) -> None:
+    def __init__(
+        self,
+        *,
+        share: float = DEFAULT_BACKGROUND_SHARE,
+        max_share: float = URGENT_BACKGROUND_SHARE,
+        min_turn_s: float = 0.002,
+        max_turn_s: float = 0.2,
+        poll_s: float = 0.0005,
+        max_defer_s: float = 0.02,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        if not 0.0 < share <= max_share < 1.0:
+            raise ValueError(f"need 0 < share <= max_share < 1, got share={share!r}, max_share={max_share!r}")
+        if not 0 < min_turn_s <= max_turn_s:
+            raise ValueError(f"need 0 < min_turn_s <= max_turn_s, got {min_turn_s!r} and {max_turn_s!r}")
+        self.share = share
+        """Least share of the event loop's time that background work gets while requests keep it busy."""
+        self.max_share = max_share
+        self.urgency: Callable[[], float] | None = None
+        """How urgent the background work is now, 0 to 1 (None: never urgent)."""
+        self.min_turn_s = min_turn_s
+        self.max_turn_s = max_turn_s
+        """Longest turn, whatever the wait before it (a long request, the process not scheduled): what a request
+        may have to wait for background work."""
         self.poll_s = poll_s
         self.max_defer_s = max_defer_s
+        self.clock = clock
         self.active = 0
         """Requests being served now."""
+        self.awaiting_io = 0
+        """Of those, requests waiting on another server (a bind's API call): they use no CPU meanwhile."""
+        self._turn_ends = -math.inf
 
     @contextlib.contextmanager
     def serving(self) -> Iterator[None]:
@@ -121,13 +164,35 @@ class RequestGate:
         finally:
             self.active -= 1
 
+    @contextlib.contextmanager
+    def awaiting(self) -> Iterator[None]:
+        """Within :meth:`serving`: the request now waits on I/O (e.g. a bind on the API server), so background work
+        need not step aside for it (nor make its answer wait for a long turn when it comes back)."""
+        self.awaiting_io += 1
+        try:
+            yield
+        finally:
+            self.awaiting_io -= 1
+
+    @property
+    def busy(self) -> int:
+        """Requests being served that are not waiting on I/O."""
+        return self.active - self.awaiting_io
+
     async def pause(self) -> None:
+        stepped_aside = self.clock()
+        if stepped_aside < self._turn_ends:
+            return  # this turn of background work is not over yet
         await asyncio.sleep(0)
-        if not self.active:
-            return
-        deadline = time.monotonic() + self.max_defer_s
-        while self.active and time.monotonic() < deadline:
+        deadline = stepped_aside + self.max_defer_s
+        while self.busy > 0 and self.clock() < deadline:
             await asyncio.sleep(self.poll_s)
+        resumed = self.clock()
+        share = self.share
+        if self.urgency is not None:
+            share += (self.max_share - share) * min(1.0, max(0.0, self.urgency()))
+        earned = (resumed - stepped_aside) * share / (1.0 - share)
+        self._turn_ends = resumed + min(self.max_turn_s, max(self.min_turn_s, earned))
 
 
 class SnapshotCache:
@@ -163,9 +228,10 @@ class SnapshotCache:
         if build_slice_nodes < 1:
             raise ValueError(f"build_slice_nodes must be >= 1, got {build_slice_nodes!r}")
         self.build_slice_nodes = build_slice_nodes
-        """Nodes whose arrays are built per event-loop turn (see :meth:`_arrays`)."""
+        """Nodes whose arrays are built between two checks of the gate (see :meth:`_arrays`)."""
         self.gate = gate if gate is not None else RequestGate()
-        """Requests in flight: the build steps aside for them between slices."""
+        self.gate.urgency = self.urgency
+        """Requests in flight: the build takes turns with them (at least ``gate.share`` of the loop for the build)."""
         self.cooling = cooling if cooling is not None else CoolingEstimator()
         self.on_publish = on_publish
         """Called with each new snapshot just before it is published (e.g. to warm the policies' per-snapshot
@@ -253,8 +319,8 @@ class SnapshotCache:
             await self.gate.pause()
 
     async def _arrays(self, nodes: Sequence[GpuNode]) -> FleetArrays:
-        """Build the snapshot's arrays on the event loop, ``build_slice_nodes`` nodes per turn: requests are served
-        between slices (each well under a millisecond), and the build waits while one is served (:class:`RequestGate`),
+        """Build the snapshot's arrays on the event loop, ``build_slice_nodes`` nodes per slice, checking the gate
+        between slices: requests are served between the build's turns (:class:`RequestGate`),
         instead of competing for the GIL with a builder thread."""
         builder = ArraysBuilder(nodes)
         step = self.build_slice_nodes
@@ -327,6 +393,15 @@ class SnapshotCache:
     def refresher_stopped(self) -> bool:
         """The background task was started and has ended (it should run until :meth:`stop`)."""
         return self._task is not None and self._task.done()
+
+    def urgency(self) -> float:
+        """0 while the snapshot is younger than half of ``max_age_s``, rising to 1 when it reaches ``max_age_s`` (or
+        there is none yet): the gate then gives the refresh a larger share of the event loop."""
+        age = self.snapshot.age_seconds(self.clock())
+        if not math.isfinite(age):
+            return 1.0
+        half = self.max_age_s / 2.0
+        return min(1.0, max(0.0, (age - half) / half))
 
     # -- health ------------------------------------------------------------------------------------------------
 

@@ -55,7 +55,8 @@ TREND_WINDOW_S = 300.0
 TREND_SAMPLE_S = 30.0
 #: No trend is reported before the history spans this long (a slope over a few seconds is mostly noise).
 TREND_MIN_S = 10.0
-#: Nodes turned into ``GpuNode`` objects per event-loop turn in :meth:`SimulatedFleetSource.fetch` (8 GPUs: ~0.3 ms).
+#: Nodes turned into ``GpuNode`` objects between two awaits of ``pause`` in :meth:`SimulatedFleetSource.fetch`
+#: (8 GPUs: ~0.3 ms).
 FETCH_SLICE_NODES = 8
 
 
@@ -493,8 +494,8 @@ class SimulatedFleetSource:
 
     async def fetch(self) -> Sequence[GpuNode]:
         """Advance the simulation to now and read the fleet. The ``GpuNode`` objects are made on the event loop,
-        ``FETCH_SLICE_NODES`` nodes per turn with :attr:`pause` awaited in between, so a request waits for at most
-        one slice (a fraction of a millisecond)."""
+        ``FETCH_SLICE_NODES`` nodes per slice with :attr:`pause` awaited in between (in the extender, the request
+        gate's: it lets requests in between turns of slices and guarantees the fetch its share of the loop)."""
         now = self._clock()
         dt = min(MAX_STEP_S, max(0.0, now - self._last) * self.spec.time_scale)
         self._last = now

@@ -334,8 +334,7 @@ def test_rbac_grants_what_each_component_calls(render: Render) -> None:
     assert extender == {
         ("", "pods", "get"),
         ("", "pods", "list"),
-        ("", "pods", "patch"),
-        ("", "pods/binding", "create"),
+        ("", "pods/binding", "create"),  # the Binding carries the GPU annotations: no pod patch
     }
     namespaced = grants(one(docs, "Role", "scheduler"))
     assert ("discovery.k8s.io", "endpointslices", "list") in namespaced  # default source: scrape, own namespace only

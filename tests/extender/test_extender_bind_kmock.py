@@ -32,8 +32,10 @@ def _requests(k: kmock.RawHandler) -> list[Any]:
     return list(k)
 
 
-async def test_bind_patches_annotations_then_creates_binding(kmock: kmock.RawHandler) -> None:
-    kmock[f"patch {POD}"] << {"kind": "Pod", "metadata": {"name": "p1"}}
+async def test_bind_is_one_binding_that_carries_the_gpus(kmock: kmock.RawHandler) -> None:
+    """Issue 10: a bind was a merge patch, then the Binding (then an undo patch on failure): two or three round trips
+    that queued behind one another under a burst. The API server merges a Binding's annotations into the pod in the
+    same write that sets nodeName, so one call does it all."""
     kmock[f"post {POD}/binding"] << 201 << {"kind": "Status", "status": "Success"}
     ext, _, _ = make_extender(binder=KubeBinder(_client(kmock)))
     await ext.cache.refresh_once()
@@ -44,25 +46,26 @@ async def test_bind_patches_annotations_then_creates_binding(kmock: kmock.RawHan
         )
     assert r.status_code == 200 and r.json() == {"Error": ""}
     reqs = _requests(kmock)
-    assert [str(q.method).upper().split(".")[-1] for q in reqs] == ["PATCH", "POST"]
-    patch, binding = reqs
-    assert patch.headers["Content-Type"] == "application/merge-patch+json"
-    annotations = patch.data["metadata"]["annotations"]
+    assert [str(q.method).upper().split(".")[-1] for q in reqs] == ["POST"]
+    (binding,) = reqs
     gpus = ext.ledger.entries(ext.clock())["gpu-node-2"][0].gpu_indices
     assert len(gpus) == 2 and 0 not in gpus  # gpu 0 of gpu-node-2 is busy
-    assert annotations == {
-        "kelvin.dev/gpu-assigned": ",".join(map(str, gpus)),
-        "kelvin.dev/gpu-assigned-node": "gpu-node-2",
-    }
-    assert patch.data["metadata"]["uid"] == "uid-p1"
     assert binding.url.path == f"{POD}/binding"
-    assert binding.data["kind"] == "Binding" and binding.data["metadata"]["name"] == "p1"
+    assert binding.data["kind"] == "Binding"
+    assert binding.data["metadata"] == {
+        "name": "p1",
+        "namespace": "default",
+        "uid": "uid-p1",  # the API server's precondition: not a pod recreated under the same name
+        "annotations": {
+            "kelvin.dev/gpu-assigned": ",".join(map(str, gpus)),
+            "kelvin.dev/gpu-assigned-node": "gpu-node-2",
+        },
+    }
     assert binding.data["target"] == {"apiVersion": "v1", "kind": "Node", "name": "gpu-node-2"}
     await ext.binder.close()
 
 
-async def test_failed_binding_removes_annotations_and_forgets(kmock: kmock.RawHandler) -> None:
-    kmock[f"patch {POD}"] << {"kind": "Pod"}
+async def test_failed_binding_forgets_the_gpus(kmock: kmock.RawHandler) -> None:
     kmock[f"post {POD}/binding"] << 409 << {"kind": "Status", "message": "pod p1 is already assigned to node x"}
     ext, _, _ = make_extender(binder=KubeBinder(_client(kmock)))
     await ext.cache.refresh_once()
@@ -72,32 +75,30 @@ async def test_failed_binding_removes_annotations_and_forgets(kmock: kmock.RawHa
             "/bind", json={"PodName": "p1", "PodNamespace": "default", "PodUID": "uid-p1", "Node": "gpu-node-2"}
         )
     err = r.json()["Error"]
+    assert "cannot bind pod default/p1 to gpu-node-2 with GPUs" in err
     assert "HTTP 409" in err and "already assigned" in err
-    reqs = _requests(kmock)
-    assert len(reqs) == 3
-    undo = reqs[2]
-    assert undo.data == {
-        "metadata": {"annotations": {"kelvin.dev/gpu-assigned": None, "kelvin.dev/gpu-assigned-node": None}}
-    }
+    assert len(_requests(kmock)) == 1  # nothing to undo: the annotations were part of the refused Binding
     assert len(ext.ledger) == 0
     await ext.binder.close()
 
 
-async def test_failed_annotation_does_not_bind(kmock: kmock.RawHandler) -> None:
-    kmock[f"patch {POD}"] << 404 << {"kind": "Status", "message": 'pods "p1" not found'}
+async def test_bind_of_a_pod_without_gpus_carries_no_annotations(kmock: kmock.RawHandler) -> None:
+    kmock[f"post {POD}/binding"] << 201 << {"kind": "Status"}
     ext, _, _ = make_extender(binder=KubeBinder(_client(kmock)))
     await ext.cache.refresh_once()
+    plain = pod()
+    plain["spec"]["containers"][0]["resources"] = {}
     async with await _asgi(ext) as c:
-        await c.post("/filter", content=args(pod()))
+        await c.post("/filter", content=args(plain))
         r = await c.post("/bind", json={"PodName": "p1", "PodNamespace": "default", "PodUID": "", "Node": "gpu-node-1"})
-    assert "cannot record GPUs" in r.json()["Error"] and "not found" in r.json()["Error"]
-    assert len(_requests(kmock)) == 1
+    assert r.json() == {"Error": ""}
+    (binding,) = _requests(kmock)
+    assert binding.data["metadata"] == {"name": "p1", "namespace": "default"}
     await ext.binder.close()
 
 
 async def test_bind_reads_the_pod_when_filter_was_not_seen(kmock: kmock.RawHandler) -> None:
     kmock[f"get {POD}"] << pod("p1", gpus=1, annotations={"kelvin.dev/gpu-memory": "20Gi"})
-    kmock[f"patch {POD}"] << {"kind": "Pod"}
     kmock[f"post {POD}/binding"] << 201 << {"kind": "Status"}
     ext, _, _ = make_extender(binder=KubeBinder(_client(kmock)))
     await ext.cache.refresh_once()
