@@ -1,7 +1,7 @@
 """What bind records equals what the listing of bound pods rebuilds (issue 10 item 3).
 
 Bind goes through the real extender and the real :class:`KubeBinder`, against an in-memory pod that applies the
-binder's merge patch and Binding as the API server would; the listing is :func:`assignments_from_pods` of that pod.
+binder's Binding (and any merge patch) as the API server would; the listing is :func:`assignments_from_pods` of that pod.
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ from tests.extender.ext_helpers import make_extender
 
 
 class PodStore:
-    """The few API calls :class:`KubeBinder` makes, on one pod held in memory (merge patch, Binding)."""
+    """The few API calls :class:`KubeBinder` makes, on one pod held in memory (Binding, merge patch), applied as
+    kube-apiserver does: a Binding's annotations are merged into the pod in the write that sets ``nodeName``."""
 
     def __init__(self, pod: dict[str, Any]) -> None:
         self.pod = pod
@@ -45,6 +46,9 @@ class PodStore:
 
     async def post(self, path: str, body: Any) -> dict[str, Any]:
         assert body["kind"] == "Binding"
+        uid = body["metadata"].get("uid")
+        assert uid in (None, self.pod["metadata"].get("uid")), "UID precondition"
+        self.pod["metadata"].setdefault("annotations", {}).update(body["metadata"].get("annotations") or {})
         self.pod["spec"]["nodeName"] = body["target"]["name"]
         return {"kind": "Status"}
 
