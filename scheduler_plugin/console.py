@@ -10,6 +10,7 @@ Errors are one line on stderr, ``error: <what went wrong>`` (:func:`fail`).
 from __future__ import annotations
 
 import enum
+import sys
 from typing import Literal, NoReturn
 
 import typer
@@ -20,9 +21,13 @@ UNWRAPPED_WIDTH = 10_000
 
 
 def is_terminal(*, stderr: bool = False) -> bool:
-    """Whether stdout (or stderr) is an interactive terminal, as rich sees it (``FORCE_COLOR``/``TTY_COMPATIBLE``
-    and friends included)."""
-    return Console(stderr=stderr).is_terminal
+    """Whether stdout (or stderr) really is an interactive terminal. Not rich's ``is_terminal``: ``FORCE_COLOR``
+    (set by many CI systems) makes that true for a pipe, and rich then wraps everything at 80 columns."""
+    stream = sys.stderr if stderr else sys.stdout
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # replaced or closed stream
+        return False
 
 
 def console(*, stderr: bool = False) -> Console:

@@ -32,3 +32,18 @@ def read_text(path: str | Path, what: str = "file") -> str:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise TextFileError(f"{what} {p}: {decode_problem(exc)}") from None
+
+
+def first_undecodable(*paths: str | Path | None) -> str | None:
+    """``<path>: not UTF-8 text (...)`` for the first of ``paths`` that is readable but not UTF-8, else None. For the
+    edge of a command whose file readers let a :class:`UnicodeDecodeError` through without naming the file."""
+    for p in paths:
+        if p is None or str(p) == "":
+            continue
+        try:
+            Path(p).read_bytes().decode("utf-8-sig")
+        except UnicodeDecodeError as exc:
+            return f"{p}: {decode_problem(exc)}"
+        except OSError:
+            continue
+    return None

@@ -15,7 +15,7 @@ import typer
 
 from ..config import ConfigError, Settings, load_settings
 from ..console import LogLevel, console, fail
-from ..textfile import TextFileError, decode_problem, read_text
+from ..textfile import TextFileError, decode_problem, first_undecodable, read_text
 
 
 def _fail(message: str, code: int = 2) -> NoReturn:
@@ -29,21 +29,6 @@ def _setting(text: str, field: str, env: bool = True) -> str:
     default = Settings.model_fields[field].default
     shown = "" if default is None else f"; default {default}"
     return f"{text} (env KELVIN_{field.upper()}{shown})" if env else f"{text} (default {default})"
-
-
-def _undecodable(*paths: Path | None) -> str | None:
-    """The first given file that is not UTF-8 text, described in one phrase (for errors raised by readers that do
-    not name the file)."""
-    for p in paths:
-        if p is None:
-            continue
-        try:
-            p.read_bytes().decode("utf-8-sig")
-        except UnicodeDecodeError as exc:
-            return f"{p}: {decode_problem(exc)}"
-        except OSError:
-            continue
-    return None
 
 
 def _known_models() -> str:
@@ -109,7 +94,7 @@ def extender(
     except (ConfigError, StartupError) as exc:
         _fail(f"configuration error: {exc}")
     except UnicodeDecodeError as exc:
-        _fail(f"configuration error: {_undecodable(policy_file, fleet_file) or decode_problem(exc)}")
+        _fail(f"configuration error: {first_undecodable(policy_file, fleet_file) or decode_problem(exc)}")
     # A long-lived server: keep snapshots out of the cyclic collector's scans, and let the event loop take the GIL
     # back every 0.5 ms instead of every 5 ms from worker threads (a source's fetch; the snapshot itself is built on
     # the loop in slices that step aside for requests).
@@ -308,7 +293,7 @@ def _offline_explainer(**flags: Any) -> Any:
     except (ConfigError, StartupError) as exc:
         _fail(f"configuration error: {exc}")
     except UnicodeDecodeError as exc:
-        _fail(f"configuration error: {_undecodable(flags['policy_file'], flags['fleet_file']) or decode_problem(exc)}")
+        _fail(f"configuration error: {first_undecodable(flags['policy_file'], flags['fleet_file']) or decode_problem(exc)}")
     asyncio.run(ext.cache.refresh_once())
 
     def explain_one(pod: dict[str, Any], node: str, candidates: list[str] | None) -> dict[str, Any]:
