@@ -266,8 +266,9 @@ def explain(
         out: Any = results[0][1] if len(results) == 1 else [{"document": lb, **d} for lb, d in results]
         typer.echo(json.dumps(out, indent=2))
         return
+    several = len(results) > 1 or " document " in results[0][0]
     for i, (label, data) in enumerate(results):
-        if len(results) > 1:
+        if several:  # which document of a multi-document file this is
             typer.echo(("\n" if i else "") + f"== {label}")
         print_explanation(data)
 
