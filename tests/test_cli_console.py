@@ -129,7 +129,9 @@ def test_fleet_spec_knows_its_models() -> None:
 def test_thermal_refuses_a_policy_it_does_not_run() -> None:
     res = runner.invoke(app, ["simulate", "--thermal", "--policy", "bogus", "--no-progress"])
     assert res.exit_code == 2
-    assert "'bogus' is not a thermal-scenario policy; with --thermal use default, kelvin-no-thermal, kelvin" in res.output
+    assert (
+        "'bogus' is not a thermal-scenario policy; with --thermal use default, kelvin-no-thermal, kelvin" in res.output
+    )
 
 
 # -- item 11: files that are not UTF-8 ---------------------------------------------------------------------------
@@ -145,7 +147,13 @@ def test_non_utf8_files_are_named(tmp_path: Path, trace: tuple[Path, Path]) -> N
         ["extender", "--fleet-file", str(bad)],
         ["operator", "--policy-file", str(bad)],
         ["explain", str(bad), "gpu-node-1"],
-        ["explain", str(ROOT / "manifests/examples/latency-sensitive-pod.yaml"), "gpu-node-1", "--policy-file", str(bad)],
+        [
+            "explain",
+            str(ROOT / "manifests/examples/latency-sensitive-pod.yaml"),
+            "gpu-node-1",
+            "--policy-file",
+            str(bad),
+        ],
         ["simulate", "--nodes", str(nodes), "--pods", str(pods), "--policy-file", str(bad), "--no-progress"],
     ]
     for argv in cases:

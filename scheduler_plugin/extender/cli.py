@@ -59,7 +59,9 @@ def extender(
     ] = None,
     fleet_file: Annotated[
         Path | None,
-        typer.Option(help=_setting("Simulated fleet: YAML fleet file, overriding the other --fleet-* flags", "fleet_file")),
+        typer.Option(
+            help=_setting("Simulated fleet: YAML fleet file, overriding the other --fleet-* flags", "fleet_file")
+        ),
     ] = None,
     fleet_seed: Annotated[int | None, typer.Option(help=_setting("Simulated fleet: random seed", "fleet_seed"))] = None,
     refresh_interval: Annotated[
@@ -221,7 +223,9 @@ def explain(
     candidates: Annotated[
         list[str] | None, typer.Option("--candidate", help="Nodes the node competes with (repeatable; default all).")
     ] = None,
-    fleet_nodes: Annotated[int | None, typer.Option(help=_setting("Offline: simulated fleet size", "fleet_nodes"))] = None,
+    fleet_nodes: Annotated[
+        int | None, typer.Option(help=_setting("Offline: simulated fleet size", "fleet_nodes"))
+    ] = None,
     fleet_gpus: Annotated[
         int | None, typer.Option(help=_setting("Offline: GPUs per node", "fleet_gpus_per_node"))
     ] = None,
@@ -294,7 +298,9 @@ def _offline_explainer(**flags: Any) -> Any:
     except (ConfigError, StartupError) as exc:
         _fail(f"configuration error: {exc}")
     except UnicodeDecodeError as exc:
-        _fail(f"configuration error: {first_undecodable(flags['policy_file'], flags['fleet_file']) or decode_problem(exc)}")
+        _fail(
+            f"configuration error: {first_undecodable(flags['policy_file'], flags['fleet_file']) or decode_problem(exc)}"
+        )
     asyncio.run(ext.cache.refresh_once())
 
     def explain_one(pod: dict[str, Any], node: str, candidates: list[str] | None) -> dict[str, Any]:
@@ -335,34 +341,43 @@ def print_explanation(data: dict[str, Any]) -> None:
 
 def demo(
     pods: Annotated[int, typer.Option(min=1, max=100_000, help="Pods to stream.")] = 200,
-    nodes: Annotated[int, typer.Option(min=1, max=100_000, help="Simulated nodes.")] = 48,
-    gpus: Annotated[int, typer.Option(min=1, max=16, help="GPUs per node.")] = 8,
-    seed: Annotated[int, typer.Option(help="Random seed (fleet and pod stream).")] = 0,
-    interval: Annotated[float, typer.Option(min=0, help="Seconds between pods.")] = 0.05,
-    policy_file: Annotated[Path | None, typer.Option(help="Policy YAML.")] = None,
+    nodes: Annotated[int, typer.Option(min=2, max=100_000, help="Simulated nodes.")] = 16,
+    gpus: Annotated[int, typer.Option(min=2, max=16, help="GPUs per node.")] = 8,
+    hot_nodes: Annotated[
+        int, typer.Option(min=0, help="Poorly cooled nodes among them, hot from the start (a job at full power).")
+    ] = 2,
+    seed: Annotated[
+        int, typer.Option(help="Random seed (fleet and pod stream); the same seed gives the same run.")
+    ] = 0,
+    interval: Annotated[float, typer.Option(min=0, help="Seconds between pods in the live table.")] = 0.05,
+    policy_file: Annotated[Path | None, typer.Option(help="Policy YAML for kelvin (default: built-in).")] = None,
     live: Annotated[bool, typer.Option("--live/--no-live", help="Live table (off when not a terminal).")] = True,
     compare: Annotated[
         bool,
         typer.Option("--compare/--no-compare", help="Also run the same pods through a GPU-blind baseline and compare."),
     ] = True,
 ) -> None:
-    """Stream pods through the extender on a simulated fleet over real HTTP, with a live table and a summary."""
-    from rich.console import Console
-
+    """Stream pods through the extender on a simulated fleet over real HTTP, then compare with a GPU-blind baseline
+    (fragmentation, hot nodes). Repeatable: the same --seed gives the same numbers."""
     from ..demo import run_demo
     from .app import StartupError
 
+    if hot_nodes >= nodes:
+        _fail(f"--hot-nodes {hot_nodes}: must be fewer than --nodes ({nodes})")
     try:
         run_demo(
             pods=pods,
             nodes=nodes,
             gpus=gpus,
+            hot_nodes=hot_nodes,
             seed=seed,
             live=live,
             interval_s=interval,
             policy_file=str(policy_file) if policy_file else None,
             compare=compare,
-            console=Console(),
+            console=console(),
         )
     except StartupError as exc:
         _fail(f"configuration error: {exc}")
+    except UnicodeDecodeError as exc:
+        _fail(f"configuration error: {first_undecodable(policy_file) or decode_problem(exc)}")

@@ -6,7 +6,9 @@ PREFIX = "kelvin.dev/"
 
 # Resources
 GPU_RESOURCE = "nvidia.com/gpu"
-SHARED_GPU_RESOURCE = PREFIX + "shared-gpu"  # one slot on a shared GPU (memory pool / compute share); `kelvin device-plugin`
+SHARED_GPU_RESOURCE = (
+    PREFIX + "shared-gpu"
+)  # one slot on a shared GPU (memory pool / compute share); `kelvin device-plugin`
 
 # Pod annotations read by the extender (set by users)
 GPU_MEMORY = PREFIX + "gpu-memory"  # per-GPU memory of a shared GPU, a quantity: "20Gi"

@@ -35,9 +35,7 @@ def _progress(err: Console, enabled: bool) -> Progress:
     )
 
 
-def _thermal(
-    err: Console, seeds: list[int], hours: float, json_out: bool, progress: bool, policies: list[str]
-) -> None:
+def _thermal(err: Console, seeds: list[int], hours: float, json_out: bool, progress: bool, policies: list[str]) -> None:
     results: list[tuple[int, ThermalResult]] = []
     with _progress(err, progress) as bar:
         for s in seeds:
