@@ -314,8 +314,9 @@ class Demo:
         self._loop = asyncio.new_event_loop()
 
     def _heat_hot_nodes(self, count: int, busy: int) -> list[str]:
-        """The poorly cooled nodes (the last ``count``) run a pre-existing job flat out on ``busy`` of their GPUs, so they are hot when the stream starts; their other GPUs are free. (Two processes per GPU: the
-        simulated load is the sum of its pods' utilisation, so the GPU runs at 100 % whatever each one's draw.)"""
+        """The poorly cooled nodes (the last ``count``) run a pre-existing job flat out on ``busy`` of their GPUs, so
+        they are hot when the stream starts; their other GPUs are free. (Two processes per GPU: the simulated load
+        is the sum of its pods' utilisation, so the GPU runs at 100 % whatever each one's draw.)"""
         names = self.source.node_names[len(self.source.node_names) - count :] if count else []
         for node in names:
             for g in range(busy):

@@ -108,7 +108,7 @@ def test_log_level_is_a_choice(command: str) -> None:
     [
         (["extender", "--fleet-model", "Z9000"], {}),
         (["extender"], {"KELVIN_FLEET_MODEL": "Z9000"}),
-        (["explain", str(ROOT / "manifests/examples/latency-sensitive-pod.yaml"), "gpu-node-1"], {"KELVIN_FLEET_MODEL": "Z9000"}),
+        (["explain", str(EXAMPLES[0]), "gpu-node-1"], {"KELVIN_FLEET_MODEL": "Z9000"}),
     ],
 )  # fmt: skip
 def test_unknown_fleet_model_is_refused_naming_the_known_ones(argv: list[str], env: dict[str, str]) -> None:

@@ -111,12 +111,12 @@ def _check_fleet_model(settings: Settings) -> None:
     by its own loader)."""
     from ..telemetry.thermal_model import PROFILES
 
-    if settings.source == "simulated" and settings.fleet_file is None:
-        if not any(name.lower() == settings.fleet_model.strip().lower() for name in PROFILES):
-            _fail(
-                f"configuration error: fleet_model (KELVIN_FLEET_MODEL, --fleet-model): unknown GPU model "
-                f"{settings.fleet_model!r}; known models: {_known_models()}"
-            )
+    known = any(name.lower() == settings.fleet_model.strip().lower() for name in PROFILES)
+    if settings.source == "simulated" and settings.fleet_file is None and not known:
+        _fail(
+            f"configuration error: fleet_model (KELVIN_FLEET_MODEL, --fleet-model): unknown GPU model "
+            f"{settings.fleet_model!r}; known models: {_known_models()}"
+        )
 
 
 def _read_docs(pod_file: Path) -> list[Any]:
@@ -298,9 +298,8 @@ def _offline_explainer(**flags: Any) -> Any:
     except (ConfigError, StartupError) as exc:
         _fail(f"configuration error: {exc}")
     except UnicodeDecodeError as exc:
-        _fail(
-            f"configuration error: {first_undecodable(flags['policy_file'], flags['fleet_file']) or decode_problem(exc)}"
-        )
+        bad = first_undecodable(flags["policy_file"], flags["fleet_file"]) or decode_problem(exc)
+        _fail(f"configuration error: {bad}")
     asyncio.run(ext.cache.refresh_once())
 
     def explain_one(pod: dict[str, Any], node: str, candidates: list[str] | None) -> dict[str, Any]:
