@@ -212,6 +212,12 @@ def _reason_key(reason: str) -> str:
     return tail.strip() if sep else re.sub(r"\d+(\.\d+)?", "#", head)
 
 
+def _closest_miss(node_reason: tuple[str, str]) -> int:
+    """The first number of a rejection (``6 of 8 usable GPUs are free``): the node with the most left came nearest."""
+    m = re.search(r"\d+", node_reason[1])
+    return int(m.group()) if m else -1
+
+
 def fleet_state(snap: Snapshot) -> tuple[int, int, int, int]:
     """(stranded GPUs, stranded bytes, whole free GPUs, GPUs thermally throttling) of a snapshot."""
     a = snap.arrays
@@ -347,7 +353,8 @@ class Demo:
             failed = {**(res.get("FailedNodes") or {}), **(res.get("FailedAndUnresolvableNodes") or {})}
             why = Counter(_reason_key(r) for r in failed.values())
             top = why.most_common(1)[0][0] if why else "no nodes"
-            example = next(((nd, r) for nd, r in sorted(failed.items()) if _reason_key(r) == top), None)
+            alike = [(nd, r) for nd, r in sorted(failed.items()) if _reason_key(r) == top]
+            example = max(alike, key=_closest_miss) if alike else None  # the node that came nearest
             row.note = f"{example[0]}: {example[1]}" if example else top
             self.reasons[top] += 1
             if example:
@@ -521,7 +528,9 @@ def print_summary(s: DemoSummary, console: Console, baseline: DemoSummary | None
             t.add_row(what, mine)
     console.print(t)
     if baseline is not None:
-        console.print("baseline: the same pods and fleet, random feasible node and GPUs, no thermal limits")
+        console.print(
+            "baseline: the same pods and fleet, random feasible node and GPUs, no thermal or hot-node filters"
+        )
     if s.failure_reasons:
         console.print("[b]why pods were refused under kelvin[/b] (most common reason per pod, with an example):")
         for reason, n in s.failure_reasons.most_common(5):
