@@ -25,7 +25,7 @@ NODES_CSV = "sn,cpu_milli,memory_mib,gpu,model\nn0,32000,131072,2,T4\nn1,64000,2
 PODS_CSV = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\np0,4000,8192,1,1000,\np1,2000,4096,1,500,\n"
 
 
-def kelvin(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def kelvin(*argv: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     """``python -m scheduler_plugin.cli`` with stdin, stdout and stderr all pipes (no terminal anywhere)."""
     full_env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'operator'}", **(env or {})}
     return subprocess.run(
@@ -34,7 +34,7 @@ def kelvin(*argv: str, env: dict[str, str] | None = None) -> subprocess.Complete
         capture_output=True,
         text=True,
         env=full_env,
-        timeout=120,
+        timeout=timeout,
         cwd=ROOT,
     )
 
@@ -106,15 +106,16 @@ def test_log_level_is_a_choice(command: str) -> None:
 @pytest.mark.parametrize(
     ("argv", "env"),
     [
-        (["extender", "--fleet-model", "Z9000"], {}),
-        (["extender"], {"KELVIN_FLEET_MODEL": "Z9000"}),
+        (["extender", "--fleet-model", "Z9000", "--port", "0"], {}),
+        (["extender", "--port", "0"], {"KELVIN_FLEET_MODEL": "Z9000"}),
         (["explain", str(EXAMPLES[0]), "gpu-node-1"], {"KELVIN_FLEET_MODEL": "Z9000"}),
     ],
-)  # fmt: skip
+)
 def test_unknown_fleet_model_is_refused_naming_the_known_ones(argv: list[str], env: dict[str, str]) -> None:
-    res = runner.invoke(app, argv, env=env)
-    assert res.exit_code == 2, res.output
-    assert "unknown GPU model 'Z9000'" in res.output and "H100-SXM-80GB" in res.output and "L40S-48GB" in res.output
+    # in a subprocess with a timeout: were the model accepted, the extender would serve until stopped
+    res = kelvin(*argv, env=env, timeout=60)
+    assert res.returncode == 2, res.stderr
+    assert "unknown GPU model 'Z9000'" in res.stderr and "H100-SXM-80GB" in res.stderr and "L40S-48GB" in res.stderr
 
 
 def test_fleet_spec_knows_its_models() -> None:
