@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import typer
 
+from .console import markup_mode
+
 app = typer.Typer(
     name="kelvin",
     help="kelvin: GPU-aware scheduling for Kubernetes (extender, exporter, operator, simulator).",
     no_args_is_help=True,
     add_completion=False,
+    # rich boxes on a terminal; plain, unwrapped usage errors when piped or captured (CI logs)
+    rich_markup_mode=markup_mode(),
 )
 
 # Registration: one line per subcommand, each defined next to the code it runs.
@@ -21,3 +25,6 @@ app.command("demo")(__import__("scheduler_plugin.extender.cli", fromlist=["demo"
 app.command("operator")(__import__("kelvin_operator.cli", fromlist=["operator"]).operator)
 app.command("device-plugin")(__import__("scheduler_plugin.deviceplugin.cli", fromlist=["x"]).device_plugin)
 app.command("simulate")(__import__("scheduler_plugin.simulator.cli", fromlist=["simulate"]).simulate)
+
+if __name__ == "__main__":  # python -m scheduler_plugin.cli
+    app()

@@ -1,18 +1,27 @@
 """``kelvin demo``: the extender on a simulated fleet, with pods streamed through it over HTTP as kube-scheduler would.
 
-The extender runs in-process under uvicorn on a free loopback port, on a :class:`SimulatedFleetSource` whose clock
-runs ``time_scale`` times faster than the wall clock (so placed load heats nodes within the demo). For each pod of a
-realistic mix the demo does what kube-scheduler does with an extender (``nodeCacheCapable: true``): ``POST /filter``
-with every node name, ``POST /prioritize`` with the survivors when two or more remain, picks the highest score (ties
-broken at random, seeded), then ``POST /bind``. Bound pods load the simulated GPUs; some finish later and free them.
+The extender runs in-process under uvicorn on a free loopback port, on a :class:`SimulatedFleetSource`. For each pod
+of a realistic mix the demo does what kube-scheduler does with an extender (``nodeCacheCapable: true``):
+``POST /filter`` with every node name, ``POST /prioritize`` with the survivors when two or more remain, picks the
+highest score (ties broken at random, seeded), then ``POST /bind``. Bound pods load the simulated GPUs (they heat
+up); some finish later and free them.
 
-At the end it prints a summary: pods placed and failed (with the most common reasons), GPUs stranded (free capacity
-too small for the smallest pod of the mix), placements on hot nodes, and pods and GPUs throttling at the end; by
-default the same pods are then run through a GPU-blind baseline (random placement, no thermal limits) for comparison.
+The scenario is built to show what a GPU-blind scheduler cannot see: the fleet starts part-full with scattered
+memory-pool shares (fragmentation) and has poorly cooled nodes that throttle under load (``hot_nodes``). The same
+pods then run through a GPU-blind baseline (random feasible node and GPUs, no thermal limits) for comparison.
+
+Repeatable: the demo drives the fleet's clock itself (``step_s`` simulated seconds per pod, not the wall clock) and
+refreshes the extender's snapshot before each pod, and the pod stream (shapes and lifetimes) is drawn up front from
+``seed``; the same seed gives the same numbers, and kelvin and the baseline see the same pods.
+
+The summary compares pods placed and refused, pods refused although the fleet had enough free GPUs in total
+(fragmentation), GPUs stranded (free capacity too small for the smallest pod of the mix), placements on hot nodes
+and GPU-minutes the placed pods spent on thermally throttling GPUs.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import random
 import re
@@ -25,23 +34,32 @@ import httpx
 import numpy as np
 from rich.console import Console, Group
 from rich.live import Live
+from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 
 from .config import Settings
+from .console import console as make_console
 from .extender.app import build_extender, create_app
+from .extender.binder import LocalBinder
 from .extender.server import ServerThread
 from .extender.service import Extender
-from .model import GIB, MILLI_PER_GPU, Snapshot
+from .model import GIB, MILLI_PER_GPU, GpuAssignment, Snapshot
 from .model import annotations as ann
 from .policies import baselines as _baselines  # noqa: F401  (registers the comparison policies)
 from .policies.config import PolicyConfig
 from .telemetry.simulated import FleetSpec, SimulatedFleetSource
 
-#: A node with a GPU within this many degrees of its slowdown threshold counts as hot.
-HOT_MARGIN_C = 10.0
+#: A node with a GPU within this many degrees of its slowdown threshold (or throttling) counts as hot.
+HOT_MARGIN_C = 5.0
 #: The smallest GPU memory any pod of the mix asks for; free capacity below it is stranded.
 SMALLEST_REQUEST_BYTES = 10 * GIB
+#: NVML's SW and HW thermal-slowdown clock-event reasons.
+THERMAL_THROTTLE_BITS = 0x60
+#: GPUs of each hot node busy at full power when the demo starts (a pre-existing job kelvin did not place).
+HOT_NODE_BUSY_GPUS = 6
+#: Where the demo's simulated clock starts (any fixed instant: only differences matter).
+DEMO_EPOCH_S = 1_750_000_000.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +81,39 @@ MIX: tuple[PodShape, ...] = (
     PodShape("4 GPU", 4, 0.06),
     PodShape("8 GPU", 8, 0.08, ((ann.TOPOLOGY, "nvlink-preferred"),)),
 )
+
+
+@dataclass(frozen=True, slots=True)
+class PodSpec:
+    """One pod of the stream: its shape and how many pods later it finishes."""
+
+    n: int
+    shape: PodShape
+    lifetime: int
+
+
+def pod_stream(pods: int, seed: int, mean_lifetime: float) -> list[PodSpec]:
+    """The demo's pods, drawn from ``seed`` alone: kelvin and the baseline get the very same stream."""
+    rng = random.Random(seed)
+    weights = [s.weight for s in MIX]
+    out = []
+    for n in range(1, pods + 1):
+        shape = rng.choices(MIX, weights=weights)[0]
+        out.append(PodSpec(n, shape, max(1, int(rng.expovariate(1.0 / mean_lifetime)))))
+    return out
+
+
+def demo_fleet(
+    nodes: int, gpus: int, hot_nodes: int, seed: int, initial_load: float = 0.1, ambient_c: float = 30.0
+) -> FleetSpec:
+    """``nodes`` nodes of ``gpus`` H100s (NVSwitch), the last ``hot_nodes`` of them poorly cooled (they throttle
+    under sustained load), part-full at start with whole GPUs and scattered memory-pool shares."""
+    groups: list[dict[str, Any]] = [{"count": nodes - hot_nodes, "gpus": gpus, "topology": "nvswitch"}]
+    if hot_nodes:
+        groups.append({"count": hot_nodes, "gpus": gpus, "topology": "nvswitch", "poorCoolingFraction": 1.0})
+    return FleetSpec.parse(
+        {"seed": seed, "initialLoad": initial_load, "ambientC": ambient_c, "groups": groups}, source="demo fleet"
+    )
 
 
 def make_pod(name: str, shape: PodShape, uid: str) -> dict[str, Any]:
@@ -105,6 +156,10 @@ class Row:
     hot: bool = False
     candidates: int = 0
     note: str = ""
+    demand: float = 0.0
+    """GPUs the pod asks for (a memory-pool share counts as its share of one GPU)."""
+    fragmented: bool = False
+    """Refused although the fleet had as many whole GPUs free as the pod needs, only not on one node."""
     ms: float = 0.0
 
 
@@ -112,9 +167,14 @@ class Row:
 class DemoSummary:
     pods: int
     placed: int
+    placed_gpus: float
+    """GPUs' worth of pods placed (a memory-pool share counts as its share of one GPU)."""
     failed: int
+    failed_fragmented: int
     failure_reasons: Counter[str]
+    failure_examples: dict[str, str]
     hot_placements: int
+    throttled_gpu_minutes: float
     stranded_gpus: int
     stranded_bytes: int
     free_whole_gpus: int
@@ -126,6 +186,18 @@ class DemoSummary:
     p99_ms: float
     rows: list[Row] = field(default_factory=list)
 
+    def headline(self) -> dict[str, float]:
+        """The numbers the demo is about (same seed, same numbers): for the comparison and for tests."""
+        return {
+            "placed": self.placed,
+            "placed_gpus": round(self.placed_gpus, 1),
+            "refused": self.failed,
+            "refused_fragmented": self.failed_fragmented,
+            "stranded_gpus": self.stranded_gpus,
+            "hot_placements": self.hot_placements,
+            "throttled_gpu_minutes": round(self.throttled_gpu_minutes, 1),
+        }
+
 
 def _pick_best(scores: list[dict[str, Any]], rng: random.Random) -> tuple[str, int]:
     best = max(int(s["Score"]) for s in scores)
@@ -133,10 +205,17 @@ def _pick_best(scores: list[dict[str, Any]], rng: random.Random) -> tuple[str, i
     return rng.choice(top), best
 
 
-def _short_reason(reason: str) -> str:
-    """Group rejection texts: numbers about the node (before the first ';') become N; the pod's need is kept."""
+def _reason_key(reason: str) -> str:
+    """Group rejection texts by what the pod needed: the node's own numbers (before the first ';') are dropped from
+    the key, and one real example is shown next to it (see :meth:`Demo._schedule_one`)."""
     head, sep, tail = reason.partition(";")
-    return re.sub(r"\d+(\.\d+)?", "N", head) + sep + tail
+    return tail.strip() if sep else re.sub(r"\d+(\.\d+)?", "#", head)
+
+
+def _closest_miss(node_reason: tuple[str, str]) -> int:
+    """The first number of a rejection (``6 of 8 usable GPUs are free``): the node with the most left came nearest."""
+    m = re.search(r"\d+", node_reason[1])
+    return int(m.group()) if m else -1
 
 
 def fleet_state(snap: Snapshot) -> tuple[int, int, int, int]:
@@ -145,18 +224,50 @@ def fleet_state(snap: Snapshot) -> tuple[int, int, int, int]:
     partial = a.gpu_present & (a.free_milli > 0) & (a.free_milli < MILLI_PER_GPU)
     stranded = partial & (a.free_mem < SMALLEST_REQUEST_BYTES)
     whole = a.gpu_present & (a.free_milli >= MILLI_PER_GPU)
-    throttling = a.gpu_present & ((a.throttle & 0x60) != 0)
+    throttling = a.gpu_present & ((a.throttle & THERMAL_THROTTLE_BITS) != 0)
     return int(stranded.sum()), int(a.free_mem[stranded].sum()), int(whole.sum()), int(throttling.sum())
 
 
-def pods_throttled(snap: Snapshot) -> int:
-    """Pods (of any origin) with at least one GPU thermally throttling: the jobs running slower right now."""
+def throttled_gpus_of(snap: Snapshot, prefix: str = "") -> int:
+    """GPUs thermally throttling that run a pod whose key starts with ``prefix`` (each GPU counted once)."""
     n = 0
     for nd in snap.nodes:
-        hot = {g.index for g in nd.gpus if g.throttle_reasons & 0x60}
+        hot = {g.index for g in nd.gpus if g.throttle_reasons & THERMAL_THROTTLE_BITS}
         if hot:
-            n += sum(1 for a in nd.assignments if hot.intersection(a.gpu_indices))
+            used = {i for a in nd.assignments if a.pod_key.startswith(prefix) for i in a.gpu_indices}
+            n += len(hot & used)
     return n
+
+
+def pods_throttled(snap: Snapshot, prefix: str = "") -> int:
+    """Pods (whose key starts with ``prefix``) with at least one GPU thermally throttling: jobs running slower now."""
+    n = 0
+    for nd in snap.nodes:
+        hot = {g.index for g in nd.gpus if g.throttle_reasons & THERMAL_THROTTLE_BITS}
+        if hot:
+            n += sum(1 for a in nd.assignments if a.pod_key.startswith(prefix) and hot.intersection(a.gpu_indices))
+    return n
+
+
+def _demand(shape: PodShape) -> float:
+    """GPUs' worth of a pod: whole GPUs, or a memory pool's share of one 80 GiB GPU."""
+    pool = dict(shape.annotations).get(ann.GPU_MEMORY)
+    if pool is None:
+        return float(shape.gpus)
+    return min(1.0, int(pool.removesuffix("Gi")) / 80)
+
+
+class SimClock:
+    """The demo's clock: simulated seconds, moved only by :meth:`advance` (the fleet and the extender share it)."""
+
+    def __init__(self, start: float = DEMO_EPOCH_S) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
 
 
 class Demo:
@@ -164,42 +275,74 @@ class Demo:
         self,
         *,
         pods: int = 200,
-        nodes: int = 48,
+        nodes: int = 16,
         gpus: int = 8,
+        hot_nodes: int = 2,
         seed: int = 0,
         interval_s: float = 0.05,
-        time_scale: float = 60.0,
+        step_s: float = 30.0,
         mean_lifetime: float | None = None,
         policy_file: str | None = None,
         policy: PolicyConfig | None = None,
     ) -> None:
         self.pods = pods
         self.interval_s = interval_s
-        self.rng = random.Random(seed)
-        self.mean_lifetime = mean_lifetime if mean_lifetime is not None else max(10.0, pods / 3)
+        self.step_s = step_s
+        self.rng = random.Random(seed + 1)  # tie-breaks among equal scores, as kube-scheduler does
+        lifetime = mean_lifetime if mean_lifetime is not None else max(10.0, pods / 4)
+        self.stream = pod_stream(pods, seed, lifetime)
+        self.clock = SimClock()
         settings = Settings(
             source="simulated",
             fleet_nodes=nodes,
             fleet_gpus_per_node=gpus,
             fleet_seed=seed,
-            refresh_interval_s=0.5,
+            # the demo refreshes the snapshot itself, once per pod; the background refresh never fires
+            refresh_interval_s=3600,
+            max_telemetry_age_s=7200,
             policy_file=policy_file,
             bind_enabled=True,
         )
-        self.source = SimulatedFleetSource(FleetSpec.uniform(nodes, gpus, seed=seed, time_scale=time_scale))
-        self.ext: Extender = build_extender(settings, source=self.source, policy=policy)
+        hot = min(hot_nodes, nodes - 1) if nodes > 1 else 0
+        self.source = SimulatedFleetSource(demo_fleet(nodes, gpus, hot, seed), clock=self.clock)
+        self.hot_nodes = self._heat_hot_nodes(hot, min(HOT_NODE_BUSY_GPUS, gpus - 1))
+        self.ext: Extender = build_extender(
+            settings, source=self.source, policy=policy, binder=LocalBinder(), clock=self.clock
+        )
         self.names = self.source.node_names
         self.rows: list[Row] = []
         self.latencies: list[float] = []
         self.reasons: Counter[str] = Counter()
+        self.examples: dict[str, str] = {}
         self.finish_at: list[tuple[int, str]] = []
         self.finished = 0
+        self.throttled_gpu_s = 0.0
+        self._loop = asyncio.new_event_loop()
 
-    def _schedule_one(self, client: httpx.Client, n: int) -> Row:
-        shape = self.rng.choices(MIX, weights=[s.weight for s in MIX])[0]
+    def _heat_hot_nodes(self, count: int, busy: int) -> list[str]:
+        """The poorly cooled nodes (the last ``count``) run a pre-existing job flat out on ``busy`` of their GPUs, so
+        they are hot when the stream starts; their other GPUs are free. (Two processes per GPU: the simulated load
+        is the sum of its pods' utilisation, so the GPU runs at 100 % whatever each one's draw.)"""
+        names = self.source.node_names[len(self.source.node_names) - count :] if count else []
+        for node in names:
+            for g in range(busy):
+                for k in range(2):
+                    key = f"preexisting/{node}-burn-g{g}-{k}"
+                    self.source.record_binding(node, GpuAssignment(pod_key=key, gpu_indices=(g,)))
+        if names:  # let them settle at that load (an hour before the demo starts; no pods arrive meanwhile)
+            self.source.advance(3600.0)
+        return names
+
+    def _refresh(self) -> Snapshot:
+        """One telemetry refresh at the demo's clock (the fleet advances by the time since the last one)."""
+        self._loop.run_until_complete(self.ext.cache.refresh_once())
+        return self.ext.cache.snapshot
+
+    def _schedule_one(self, client: httpx.Client, spec: PodSpec, snap: Snapshot) -> Row:
+        n, shape = spec.n, spec.shape
         name = f"job-{n:04d}-{shape.label.split()[0]}"
         pod = make_pod(name, shape, uid=f"00000000-0000-4000-8000-{n:012d}")
-        row = Row(n=n, pod=name, shape=shape.label)
+        row = Row(n=n, pod=name, shape=shape.label, demand=_demand(shape))
         t0 = time.perf_counter()
         res = client.post("/filter", json={"Pod": pod, "Nodes": None, "NodeNames": self.names}).json()
         passed: list[str] = res.get("NodeNames") or []
@@ -207,21 +350,24 @@ class Demo:
         if res.get("Error"):
             row.note = res["Error"]
         elif not passed:
-            why = Counter(
-                _short_reason(r)
-                for d in ("FailedNodes", "FailedAndUnresolvableNodes")
-                for r in (res.get(d) or {}).values()
-            )
+            failed = {**(res.get("FailedNodes") or {}), **(res.get("FailedAndUnresolvableNodes") or {})}
+            why = Counter(_reason_key(r) for r in failed.values())
             top = why.most_common(1)[0][0] if why else "no nodes"
-            row.note = top
+            alike = [(nd, r) for nd, r in sorted(failed.items()) if _reason_key(r) == top]
+            example = max(alike, key=_closest_miss) if alike else None  # the node that came nearest
+            row.note = f"{example[0]}: {example[1]}" if example else top
             self.reasons[top] += 1
+            if example:
+                self.examples.setdefault(top, row.note)
+            if shape.gpus > 1 or not shape.annotations:  # whole GPUs: would they have fit if pooled?
+                _, _, whole, _ = fleet_state(snap)
+                row.fragmented = whole >= shape.gpus
         else:
             if len(passed) == 1:  # kube-scheduler skips prioritize with one feasible node
                 node, score = passed[0], None
             else:
                 scores = client.post("/prioritize", json={"Pod": pod, "Nodes": None, "NodeNames": passed}).json()
                 node, score = _pick_best(scores, self.rng)
-            snap = self.ext.cache.snapshot
             bound = client.post(
                 "/bind", json={"PodName": name, "PodNamespace": "demo", "PodUID": pod["metadata"]["uid"], "Node": node}
             ).json()
@@ -236,9 +382,12 @@ class Demo:
                 nd = snap.node(node)
                 if nd is not None and nd.gpus:  # the node's hottest GPU when the pod was placed
                     row.temp = max(g.temperature_celsius for g in nd.gpus)
-                    row.hot = any(g.temperature_celsius >= g.slowdown_celsius - HOT_MARGIN_C for g in nd.gpus)
-                life = max(1, int(self.rng.expovariate(1.0 / self.mean_lifetime)))
-                self.finish_at.append((n + life, f"demo/{name}"))
+                    row.hot = any(
+                        g.temperature_celsius >= g.slowdown_celsius - HOT_MARGIN_C
+                        or g.throttle_reasons & THERMAL_THROTTLE_BITS
+                        for g in nd.gpus
+                    )
+                self.finish_at.append((n + spec.lifetime, f"demo/{name}"))
         row.ms = (time.perf_counter() - t0) * 1000
         self.latencies.append(row.ms)
         return row
@@ -251,13 +400,21 @@ class Demo:
                 self.ext.ledger.forget(key)
                 self.finished += 1
 
+    def _step(self, client: httpx.Client, spec: PodSpec) -> None:
+        """One pod: time passes, due pods finish, telemetry refreshes, the pod is scheduled."""
+        self.clock.advance(self.step_s)
+        self._finish_due(spec.n)
+        snap = self._refresh()
+        self.throttled_gpu_s += throttled_gpus_of(snap, "demo/") * self.step_s
+        self.rows.append(self._schedule_one(client, spec, snap))
+
     def _table(self, elapsed: float) -> Group:
         placed = sum(1 for r in self.rows if r.node)
         failed = len(self.rows) - placed
         hot = sum(1 for r in self.rows if r.hot)
         stranded, _, whole, thr = fleet_state(self.ext.cache.snapshot)
         head = (
-            f"[b]{len(self.rows)}/{self.pods}[/b] pods  placed [green]{placed}[/]  failed [red]{failed}[/]  "
+            f"[b]{len(self.rows)}/{self.pods}[/b] pods  placed [green]{placed}[/]  refused [red]{failed}[/]  "
             f"on hot nodes [yellow]{hot}[/]  finished {self.finished}   fleet: {whole} whole GPUs free, "
             f"{stranded} stranded, {thr} throttling   {elapsed:.1f}s"
         )
@@ -273,53 +430,59 @@ class Demo:
             temp = "" if r.temp is None else (f"[yellow]{r.temp:.0f}[/]" if r.hot else f"{r.temp:.0f}")
             t.add_row(
                 f"job-{r.n:04d}",
-                r.shape,
+                escape(r.shape),
                 r.node or "[red]unschedulable[/]",
                 r.gpus,
                 "" if r.score is None else str(r.score),
                 temp,
                 str(r.candidates),
                 f"{r.ms:.1f}",
-                r.note,
+                escape(r.note),
             )
         return Group(Panel(head, title="kelvin demo: simulated fleet, real HTTP"), t)
 
     def run(self, console: Console | None = None, live: bool = True, progress: bool = True) -> DemoSummary:
-        console = console or Console()
+        console = console or make_console()
         started = time.perf_counter()
         app = create_app(self.ext)
-        with ServerThread(app) as url, httpx.Client(base_url=url, timeout=30.0) as client:
-            if live:
-                with Live(self._table(0.0), console=console, refresh_per_second=8, transient=False) as lv:
-                    for n in range(1, self.pods + 1):
-                        self._finish_due(n)
-                        self.rows.append(self._schedule_one(client, n))
-                        lv.update(self._table(time.perf_counter() - started))
-                        time.sleep(self.interval_s)
-            else:
-                step = max(1, self.pods // 10)
-                for n in range(1, self.pods + 1):
-                    self._finish_due(n)
-                    self.rows.append(self._schedule_one(client, n))
-                    if progress and (n % step == 0 or n == self.pods):
-                        placed = sum(1 for r in self.rows if r.node)
-                        console.print(f"{n}/{self.pods} pods: {placed} placed, {n - placed} failed")
-                    time.sleep(self.interval_s)
-            time.sleep(0.6)  # one more refresh, so the summary sees the last binds
-            snap = self.ext.cache.snapshot
+        try:
+            with ServerThread(app) as url, httpx.Client(base_url=url, timeout=30.0) as client:
+                if live:
+                    with Live(self._table(0.0), console=console, refresh_per_second=8, transient=False) as lv:
+                        for spec in self.stream:
+                            self._step(client, spec)
+                            lv.update(self._table(time.perf_counter() - started))
+                            time.sleep(self.interval_s)
+                else:
+                    step = max(1, self.pods // 10)
+                    for spec in self.stream:
+                        self._step(client, spec)
+                        n = spec.n
+                        if progress and (n % step == 0 or n == self.pods):
+                            placed = sum(1 for r in self.rows if r.node)
+                            console.print(f"{n}/{self.pods} pods: {placed} placed, {n - placed} refused")
+                self.clock.advance(self.step_s)
+                snap = self._refresh()  # the summary sees the last binds
+                self.throttled_gpu_s += throttled_gpus_of(snap, "demo/") * self.step_s
+        finally:
+            self._loop.close()
         stranded, stranded_bytes, whole, thr = fleet_state(snap)
         lat = np.asarray(self.latencies or [0.0])
         return DemoSummary(
             pods=self.pods,
             placed=sum(1 for r in self.rows if r.node),
+            placed_gpus=sum(r.demand for r in self.rows if r.node),
             failed=sum(1 for r in self.rows if not r.node),
+            failed_fragmented=sum(1 for r in self.rows if r.fragmented),
             failure_reasons=self.reasons,
+            failure_examples=self.examples,
             hot_placements=sum(1 for r in self.rows if r.hot),
+            throttled_gpu_minutes=self.throttled_gpu_s / 60.0,
             stranded_gpus=stranded,
             stranded_bytes=stranded_bytes,
             free_whole_gpus=whole,
             throttling_gpus=thr,
-            pods_throttled=pods_throttled(snap),
+            pods_throttled=pods_throttled(snap, "demo/"),
             finished=self.finished,
             elapsed_s=time.perf_counter() - started,
             p50_ms=float(np.percentile(lat, 50)),
@@ -332,12 +495,20 @@ def _summary_rows(s: DemoSummary) -> list[tuple[str, str]]:
     return [
         ("pods streamed", str(s.pods)),
         ("placed", f"[green]{s.placed}[/]"),
-        ("failed (no feasible node)", f"[red]{s.failed}[/]"),
-        ("placements on hot nodes (a GPU within 10 °C of slowdown)", f"[yellow]{s.hot_placements}[/]"),
-        ("pods on thermally throttling GPUs at the end", f"[yellow]{s.pods_throttled}[/]"),
-        ("GPUs stranded (free capacity < 10 GiB)", f"{s.stranded_gpus} ({s.stranded_bytes / GIB:.0f} GiB)"),
+        ("GPUs' worth of pods placed (a memory share counts as its part of a GPU)", f"[green]{s.placed_gpus:.0f}[/]"),
+        ("refused (no feasible node)", f"[red]{s.failed}[/]"),
+        ("  of which refused with enough whole GPUs free fleet-wide (fragmentation)", f"[red]{s.failed_fragmented}[/]"),
+        (
+            "GPUs stranded at the end (partly used, < 10 GiB free)",
+            f"{s.stranded_gpus} ({s.stranded_bytes / GIB:.0f} GiB)",
+        ),
+        (
+            f"placements on hot nodes (a GPU throttling or within {HOT_MARGIN_C:g} °C of slowdown)",
+            f"[yellow]{s.hot_placements}[/]",
+        ),
+        ("GPU-minutes of placed pods on thermally throttling GPUs", f"[yellow]{s.throttled_gpu_minutes:.0f}[/]"),
+        ("placed pods on thermally throttling GPUs at the end", str(s.pods_throttled)),
         ("whole GPUs free at the end", str(s.free_whole_gpus)),
-        ("GPUs thermally throttling at the end", str(s.throttling_gpus)),
         ("pods finished during the run", str(s.finished)),
         ("round-trip p50 / p99 (filter+prioritize+bind)", f"{s.p50_ms:.1f} / {s.p99_ms:.1f} ms"),
         ("elapsed", f"{s.elapsed_s:.1f} s"),
@@ -357,27 +528,41 @@ def print_summary(s: DemoSummary, console: Console, baseline: DemoSummary | None
             t.add_row(what, mine)
     console.print(t)
     if baseline is not None:
-        console.print("baseline: the same pods and fleet, random feasible node and GPUs, no thermal limits")
+        console.print(
+            "baseline: the same pods and fleet, random feasible node and GPUs, no thermal or hot-node filters"
+        )
     if s.failure_reasons:
-        console.print("[b]why pods failed under kelvin[/b] (most common rejection per pod):")
+        console.print("[b]why pods were refused under kelvin[/b] (most common reason per pod, with an example):")
         for reason, n in s.failure_reasons.most_common(5):
-            console.print(f"  {n:4d}  {reason}")
+            example = s.failure_examples.get(reason, reason)
+            console.print(f"  {n:4d}  {escape(reason)}  [dim](e.g. {escape(example)})[/dim]")
 
 
 #: The comparison run: what a GPU-blind scheduler does (random feasible node and GPUs, no thermal limits).
 BASELINE_POLICY: dict[str, Any] = {
-    "filters": {"thermalHardLimits": False, "throttleHardLimit": False},
+    "filters": {"thermalHardLimits": False, "throttleHardLimit": False, "hotNodes": False},
     "scoring": {"random": {"weight": 1, "args": {"seed": 0}}},
     "picker": "random",
     "pickerArgs": {"seed": 0},
 }
 
 
+def baseline_policy(seed: int) -> PolicyConfig:
+    """:data:`BASELINE_POLICY` with its random choices seeded from the demo's seed."""
+    data: dict[str, Any] = {
+        **BASELINE_POLICY,
+        "scoring": {"random": {"weight": 1, "args": {"seed": seed}}},
+        "pickerArgs": {"seed": seed},
+    }
+    return PolicyConfig.from_mapping(data, source="baseline policy")
+
+
 def run_demo(
     *,
     pods: int = 200,
-    nodes: int = 48,
+    nodes: int = 16,
     gpus: int = 8,
+    hot_nodes: int = 2,
     seed: int = 0,
     live: bool = True,
     interval_s: float = 0.05,
@@ -385,15 +570,16 @@ def run_demo(
     compare: bool = True,
     console: Console | None = None,
 ) -> tuple[DemoSummary, DemoSummary | None]:
-    """Run the demo; with ``compare``, run the same pod stream again under :data:`BASELINE_POLICY` (no live table)."""
-    console = console or Console()
+    """Run the demo; with ``compare``, run the same pod stream again under :data:`BASELINE_POLICY` (no live table,
+    no pauses)."""
+    console = console or make_console()
     logging.getLogger("scheduler_plugin").setLevel(logging.ERROR)
-    common: dict[str, Any] = {"pods": pods, "nodes": nodes, "gpus": gpus, "seed": seed, "interval_s": interval_s}
-    summary = Demo(policy_file=policy_file, **common).run(console, live=live and console.is_terminal)
+    common: dict[str, Any] = {"pods": pods, "nodes": nodes, "gpus": gpus, "hot_nodes": hot_nodes, "seed": seed}
+    live = live and console.is_terminal
+    summary = Demo(policy_file=policy_file, interval_s=interval_s, **common).run(console, live=live)
     baseline = None
     if compare:
         console.print("running the same pods through a GPU-blind baseline (random placement, no thermal limits)...")
-        policy = PolicyConfig.from_mapping(BASELINE_POLICY, source="baseline policy")
-        baseline = Demo(policy=policy, **common).run(console, live=False, progress=False)
+        baseline = Demo(policy=baseline_policy(seed), interval_s=0.0, **common).run(console, live=False, progress=False)
     print_summary(summary, console, baseline)
     return summary, baseline

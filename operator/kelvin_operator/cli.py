@@ -5,15 +5,18 @@ Configuration errors end the command with exit code 2 and one message naming the
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
 import typer
 
+from scheduler_plugin.console import LogLevel, fail
+from scheduler_plugin.textfile import decode_problem, first_undecodable
+
 
 def _fail(message: str, code: int = 2) -> NoReturn:
-    typer.echo(f"kelvin: {message}", err=True)
-    raise typer.Exit(code)
+    fail(message, code)
 
 
 def operator(
@@ -36,7 +39,7 @@ def operator(
     metrics_port: Annotated[int | None, typer.Option(help="/metrics port, 0 to disable (default 8080).")] = None,
     webhook_port: Annotated[int | None, typer.Option(help="HTTPS admission webhook port (default 9443).")] = None,
     liveness: Annotated[str, typer.Option(help="kopf liveness endpoint.")] = "http://0.0.0.0:8081/healthz",
-    log_level: Annotated[str, typer.Option(help="Log level.")] = "info",
+    log_level: Annotated[LogLevel, typer.Option(case_sensitive=False, help="Log level.")] = LogLevel.info,
 ) -> None:
     """Run the operator: taint and drain hot nodes, act on noisy neighbours, enforce GPU memory pools, serve the
     admission webhooks."""
@@ -68,13 +71,17 @@ def operator(
         )
         kube_config = KubeConfig.load(kubeconfig=settings.kubeconfig, server=settings.kube_server)
         telemetry = build_source(settings)
+    except UnicodeDecodeError as exc:  # a ValueError too: the file readers do not name the file themselves
+        env = os.environ.get
+        files = (policy_file, env("KELVIN_POLICY_FILE"), kubeconfig, env("KELVIN_KUBECONFIG"), env("KUBECONFIG"))
+        _fail(f"configuration error: {first_undecodable(*files) or decode_problem(exc)}")
     except (ConfigError, KubeError, ValueError) as exc:
         _fail(f"configuration error: {exc}")
 
     async def start(c: OperatorConfig) -> Runtime:
         return await Runtime.start(c, kube_config, telemetry, refresh_interval_s=settings.refresh_interval_s)
 
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=log_level.value.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     registry = build_registry(cfg, start, kube_config)
     # kopf waits for the peering resource whenever a peering name is given, even when standalone
     priority = cfg.peering_priority or random.SystemRandom().randint(1, 2**31 - 1)

@@ -12,6 +12,7 @@ from typing import Annotated
 
 import typer
 
+from ..console import LogLevel
 from .backend import NvmlApi, real_nvml
 
 
@@ -20,7 +21,11 @@ def exporter(
     port: Annotated[int, typer.Option(min=0, max=65535, help="Port for /metrics, /v1/node and /healthz.")] = 9400,
     node_name: Annotated[
         str,
-        typer.Option(envvar="NODE_NAME", help="Kubernetes node name (downward API spec.nodeName); default: hostname."),
+        typer.Option(
+            envvar="NODE_NAME",
+            show_default=False,
+            help="Kubernetes node name (downward API spec.nodeName) (default: this host's name).",
+        ),
     ] = "",
     proc_root: Annotated[
         Path, typer.Option(help="The host's /proc (the pod needs hostPID: true) for pid -> pod attribution.")
@@ -35,13 +40,13 @@ def exporter(
     ),
     fake_seed: Annotated[int, typer.Option(help="Seed of the fake backend (UUIDs, pod names).")] = 0,
     fake_vary: Annotated[bool, typer.Option(help="Let the fake GPUs' load and temperature vary over time.")] = True,
-    log_level: Annotated[str, typer.Option(help="Python log level.")] = "INFO",
+    log_level: Annotated[LogLevel, typer.Option(case_sensitive=False, help="Python log level.")] = LogLevel.info,
 ) -> None:
     """Serve NVML GPU metrics for Prometheus (/metrics) and this node as JSON (/v1/node)."""
     from .app import Exporter
     from .fake_nvml import FakeNvml, write_proc
 
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=log_level.value.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     node = node_name or os.uname().nodename
     nvml: NvmlApi
     if fake:

@@ -1,7 +1,7 @@
 """``kelvin extender``, ``kelvin explain`` and ``kelvin demo``. Registered in ``scheduler_plugin/cli.py``.
 
 Heavy imports (FastAPI, uvicorn, numpy policies) happen inside the commands, so ``kelvin --help`` stays fast.
-Configuration errors end the command with exit code 2 and one message naming the field, never a traceback.
+Configuration errors end the command with exit code 2 and one line, ``error: ...`` naming the field, never a traceback.
 """
 
 from __future__ import annotations
@@ -13,52 +13,70 @@ from typing import Annotated, Any, NoReturn
 
 import typer
 
-from ..config import ConfigError, load_settings
+from ..config import ConfigError, Settings, load_settings
+from ..console import LogLevel, console, fail
+from ..textfile import TextFileError, decode_problem, first_undecodable, read_text
 
 
 def _fail(message: str, code: int = 2) -> NoReturn:
-    typer.echo(f"kelvin: {message}", err=True)
-    raise typer.Exit(code)
+    fail(message, code)
+
+
+def _setting(text: str, field: str, env: bool = True) -> str:
+    """Help for a flag that overrides a setting: its env variable and the setting's real default (the flag's own
+    default is None, so that an unset flag leaves the environment in charge). Parentheses, not brackets: rich help
+    would take ``[...]`` for markup and print nothing."""
+    default = Settings.model_fields[field].default
+    shown = "" if default is None else f"; default {default}"
+    return f"{text} (env KELVIN_{field.upper()}{shown})" if env else f"{text} (default {default})"
+
+
+def _known_models() -> str:
+    from ..telemetry.thermal_model import PROFILES
+
+    return ", ".join(PROFILES)
 
 
 def extender(
-    host: Annotated[
-        str | None,
-        typer.Option(
-            help="Address of filter/prioritize/bind [env KELVIN_HOST; default 127.0.0.1: the scheduler's pod]."
-        ),
-    ] = None,
-    port: Annotated[
-        int | None, typer.Option(help="Port of filter/prioritize/bind [env KELVIN_PORT; default 8888].")
-    ] = None,
+    host: Annotated[str | None, typer.Option(help=_setting("Address of filter/prioritize/bind", "host"))] = None,
+    port: Annotated[int | None, typer.Option(help=_setting("Port of filter/prioritize/bind", "port"))] = None,
     metrics_host: Annotated[
-        str | None,
-        typer.Option(help="Address of /metrics, /healthz, /readyz [env KELVIN_METRICS_HOST; default 0.0.0.0]."),
+        str | None, typer.Option(help=_setting("Address of /metrics, /healthz, /readyz", "metrics_host"))
     ] = None,
     metrics_port: Annotated[
         int | None,
-        typer.Option(
-            help="Port of /metrics, /healthz, /readyz; 0 serves them on --port [env KELVIN_METRICS_PORT; default 8889]."
-        ),
+        typer.Option(help=_setting("Port of /metrics, /healthz, /readyz; 0 serves them on --port", "metrics_port")),
     ] = None,
     source: Annotated[
         str | None,
-        typer.Option(help="Telemetry source: simulated, prometheus or scrape [env KELVIN_SOURCE; default simulated]."),
+        typer.Option(help=_setting("Telemetry source: simulated, prometheus or scrape", "source")),
     ] = None,
     policy_file: Annotated[
-        Path | None, typer.Option(help="Policy YAML (weights, thresholds) [env KELVIN_POLICY_FILE].")
+        Path | None, typer.Option(help=_setting("Policy YAML (weights, thresholds); default: built-in", "policy_file"))
     ] = None,
-    fleet_nodes: Annotated[int | None, typer.Option(help="Simulated fleet: number of nodes [default 64].")] = None,
-    fleet_gpus: Annotated[int | None, typer.Option(help="Simulated fleet: GPUs per node [default 8].")] = None,
-    fleet_model: Annotated[str | None, typer.Option(help="Simulated fleet: GPU model [default H100-SXM-80GB].")] = None,
+    fleet_nodes: Annotated[
+        int | None, typer.Option(help=_setting("Simulated fleet: number of nodes", "fleet_nodes"))
+    ] = None,
+    fleet_gpus: Annotated[
+        int | None, typer.Option(help=_setting("Simulated fleet: GPUs per node", "fleet_gpus_per_node"))
+    ] = None,
+    fleet_model: Annotated[
+        str | None,
+        typer.Option(help=_setting(f"Simulated fleet: GPU model, one of {_known_models()}", "fleet_model")),
+    ] = None,
     fleet_file: Annotated[
-        Path | None, typer.Option(help="Simulated fleet: YAML fleet file (overrides the other --fleet-* shape flags).")
+        Path | None,
+        typer.Option(
+            help=_setting("Simulated fleet: YAML fleet file, overriding the other --fleet-* flags", "fleet_file")
+        ),
     ] = None,
-    fleet_seed: Annotated[int | None, typer.Option(help="Simulated fleet: random seed [default 0].")] = None,
+    fleet_seed: Annotated[int | None, typer.Option(help=_setting("Simulated fleet: random seed", "fleet_seed"))] = None,
     refresh_interval: Annotated[
-        float | None, typer.Option(help="Seconds between telemetry refreshes [default 5].")
+        float | None, typer.Option(help=_setting("Seconds between telemetry refreshes", "refresh_interval_s"))
     ] = None,
-    log_level: Annotated[str, typer.Option(help="uvicorn/kelvin log level.")] = "info",
+    log_level: Annotated[
+        LogLevel, typer.Option(case_sensitive=False, help="uvicorn/kelvin log level.")
+    ] = LogLevel.info,
 ) -> None:
     """Run the scheduler extender (filter, prioritize, bind, explain, /metrics, /healthz, /readyz)."""
     import logging
@@ -81,32 +99,88 @@ def extender(
             fleet_seed=fleet_seed,
             refresh_interval_s=refresh_interval,
         )
+        _check_fleet_model(settings)
         ext = build_extender(settings)
-        servers = ExtenderServers(ext, settings, log_level=log_level)
+        servers = ExtenderServers(ext, settings, log_level=log_level.value)
     except (ConfigError, StartupError) as exc:
         _fail(f"configuration error: {exc}")
+    except UnicodeDecodeError as exc:
+        _fail(f"configuration error: {first_undecodable(policy_file, fleet_file) or decode_problem(exc)}")
     # A long-lived server: keep snapshots out of the cyclic collector's scans, and let the event loop take the GIL
     # back every 0.5 ms instead of every 5 ms from worker threads (a source's fetch; the snapshot itself is built on
     # the loop in slices that step aside for requests).
     ext.cache.freeze_gc = True
     sys.setswitchinterval(0.0005)
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=log_level.value.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     servers.run()
 
 
-def _read_pod(pod_file: Path) -> dict[str, Any]:
+def _check_fleet_model(settings: Settings) -> None:
+    """``--fleet-model``/``KELVIN_FLEET_MODEL`` must be a model the simulated fleet knows (a fleet file is checked
+    by its own loader)."""
+    from ..telemetry.thermal_model import PROFILES
+
+    known = any(name.lower() == settings.fleet_model.strip().lower() for name in PROFILES)
+    if settings.source == "simulated" and settings.fleet_file is None and not known:
+        _fail(
+            f"configuration error: fleet_model (KELVIN_FLEET_MODEL, --fleet-model): unknown GPU model "
+            f"{settings.fleet_model!r}; known models: {_known_models()}"
+        )
+
+
+def _read_docs(pod_file: Path) -> list[Any]:
+    """Every YAML/JSON document of the file (``---`` separated), empty ones dropped."""
     import yaml
 
     try:
-        text = sys.stdin.read() if str(pod_file) == "-" else pod_file.read_text(encoding="utf-8")
-        pod = yaml.safe_load(text)
-    except OSError as exc:
-        _fail(f"cannot read pod file {pod_file}: {exc.strerror or exc}")
+        text = sys.stdin.read() if str(pod_file) == "-" else read_text(pod_file, "pod file")
+        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+    except TextFileError as exc:
+        _fail(str(exc))
+    except UnicodeDecodeError as exc:  # stdin that is not UTF-8
+        _fail(f"pod file {pod_file}: {decode_problem(exc)}")
     except yaml.YAMLError as exc:
         _fail(f"pod file {pod_file} is not YAML/JSON: {exc}")
-    if not isinstance(pod, dict):
-        _fail(f"pod file {pod_file}: must hold one Pod object")
-    return _pod_of(pod, str(pod_file))
+    if not docs:
+        _fail(f"pod file {pod_file}: no documents")
+    return docs
+
+
+def _describe(obj: Any) -> str:
+    if not isinstance(obj, dict):
+        return type(obj).__name__
+    name = (obj.get("metadata") or {}).get("name") if isinstance(obj.get("metadata"), dict) else None
+    return f"{obj.get('kind', 'Pod')} {name}" if name else str(obj.get("kind", "Pod"))
+
+
+def _pods_to_explain(pod_file: Path, document: int | None) -> list[tuple[str, dict[str, Any]]]:
+    """(label, Pod) for each document to explain. One document: it must hold a pod. Several: every document that
+    is a Pod or a workload is explained and the others are skipped with a note on stderr; ``document`` (1-based)
+    picks one."""
+    docs = _read_docs(pod_file)
+    if document is not None:
+        if not 1 <= document <= len(docs):
+            _fail(f"--document {document}: {pod_file} has {len(docs)} document(s)")
+        docs_n = [(document, docs[document - 1])]
+    else:
+        docs_n = list(enumerate(docs, start=1))
+    if len(docs_n) == 1:
+        n, obj = docs_n[0]
+        if not isinstance(obj, dict):
+            _fail(f"pod file {pod_file}: must hold one Pod object")
+        where = str(pod_file) if len(docs) == 1 else f"{pod_file} document {n}"
+        return [(f"{where}: {_describe(obj)}", _pod_of(obj, where))]
+    out: list[tuple[str, dict[str, Any]]] = []
+    for n, obj in docs_n:
+        where = f"{pod_file} document {n}"
+        kind = obj.get("kind", "Pod") if isinstance(obj, dict) else None
+        if kind != "Pod" and kind not in _TEMPLATES:
+            typer.echo(f"note: skipping {where} ({_describe(obj)}): no pod to explain", err=True)
+            continue
+        out.append((f"{where}: {_describe(obj)}", _pod_of(obj, where)))
+    if not out:
+        _fail(f"{pod_file}: none of its {len(docs)} documents is a Pod or a workload ({', '.join(_TEMPLATES)})")
+    return out
 
 
 #: Workload kinds whose pods ``kelvin explain`` accepts, and where their pod template lives.
@@ -141,52 +215,79 @@ def _pod_of(obj: dict[str, Any], source: str) -> dict[str, Any]:
 
 def explain(
     pod_file: Annotated[
-        Path, typer.Argument(help="Pod manifest, or a workload's (its pod template); YAML or JSON, '-' for stdin.")
+        Path,
+        typer.Argument(
+            help="Pod manifest, or a workload's (its pod template); YAML or JSON, '-' for stdin. A file of several "
+            "documents explains each Pod or workload in it (others are skipped with a note)."
+        ),
     ],
     node: Annotated[str, typer.Argument(help="Node to explain the pod on.")],
     url: Annotated[
         str | None,
         typer.Option(help="A running extender, e.g. http://127.0.0.1:8888. Without it: offline, on a simulated fleet."),
     ] = None,
+    document: Annotated[
+        int | None, typer.Option(min=1, help="Explain only this document of the file (1-based; default: all).")
+    ] = None,
     candidates: Annotated[
         list[str] | None, typer.Option("--candidate", help="Nodes the node competes with (repeatable; default all).")
     ] = None,
-    fleet_nodes: Annotated[int | None, typer.Option(help="Offline: simulated fleet size.")] = None,
-    fleet_gpus: Annotated[int | None, typer.Option(help="Offline: GPUs per node.")] = None,
-    fleet_file: Annotated[Path | None, typer.Option(help="Offline: fleet file.")] = None,
-    fleet_seed: Annotated[int | None, typer.Option(help="Offline: fleet seed.")] = None,
-    policy_file: Annotated[Path | None, typer.Option(help="Offline: policy YAML.")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the raw JSON.")] = False,
+    fleet_nodes: Annotated[
+        int | None, typer.Option(help=_setting("Offline: simulated fleet size", "fleet_nodes"))
+    ] = None,
+    fleet_gpus: Annotated[
+        int | None, typer.Option(help=_setting("Offline: GPUs per node", "fleet_gpus_per_node"))
+    ] = None,
+    fleet_file: Annotated[Path | None, typer.Option(help=_setting("Offline: fleet file", "fleet_file"))] = None,
+    fleet_seed: Annotated[int | None, typer.Option(help=_setting("Offline: fleet seed", "fleet_seed"))] = None,
+    policy_file: Annotated[
+        Path | None, typer.Option(help=_setting("Offline: policy YAML; default: built-in", "policy_file"))
+    ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the raw JSON (a list when several documents are explained).")
+    ] = False,
 ) -> None:
     """Why a pod would (not) go to a node: every filter's verdict and every policy's score and reasons."""
-    pod = _read_pod(pod_file)
-    body: dict[str, Any] = {"pod": pod, "node": node, "candidates": candidates or None}
+    pods = _pods_to_explain(pod_file, document)
     if url:
         import httpx
 
-        try:
-            resp = httpx.post(url.rstrip("/") + "/explain", json=body, timeout=30.0)
-        except httpx.HTTPError as exc:
-            _fail(f"cannot reach the extender at {url}: {exc}", 1)
-        data = resp.json() if resp.headers.get("content-type", "").startswith("application/json") else {}
-        if resp.status_code != 200:
-            _fail(f"explain failed (HTTP {resp.status_code}): {data.get('Error', resp.text[:300])}", 1)
+        def ask(pod: dict[str, Any]) -> dict[str, Any]:
+            body = {"pod": pod, "node": node, "candidates": candidates or None}
+            try:
+                resp = httpx.post(url.rstrip("/") + "/explain", json=body, timeout=30.0)
+            except httpx.HTTPError as exc:
+                _fail(f"cannot reach the extender at {url}: {exc}", 1)
+            data: dict[str, Any] = (
+                resp.json() if resp.headers.get("content-type", "").startswith("application/json") else {}
+            )
+            if resp.status_code != 200:
+                _fail(f"explain failed (HTTP {resp.status_code}): {data.get('Error', resp.text[:300])}", 1)
+            return data
+
+        results = [(label, ask(pod)) for label, pod in pods]
     else:
-        data = _explain_offline(
-            body,
+        explain_one = _offline_explainer(
             fleet_nodes=fleet_nodes,
             fleet_gpus=fleet_gpus,
             fleet_file=fleet_file,
             fleet_seed=fleet_seed,
             policy_file=policy_file,
         )
+        results = [(label, explain_one(pod, node, candidates or None)) for label, pod in pods]
     if as_json:
-        typer.echo(json.dumps(data, indent=2))
-    else:
+        out: Any = results[0][1] if len(results) == 1 else [{"document": lb, **d} for lb, d in results]
+        typer.echo(json.dumps(out, indent=2))
+        return
+    several = len(results) > 1 or " document " in results[0][0]
+    for i, (label, data) in enumerate(results):
+        if several:  # which document of a multi-document file this is
+            typer.echo(("\n" if i else "") + f"== {label}")
         print_explanation(data)
 
 
-def _explain_offline(body: dict[str, Any], **flags: Any) -> dict[str, Any]:
+def _offline_explainer(**flags: Any) -> Any:
+    """``explain(pod, node, candidates) -> dict`` on a simulated fleet built once from the flags and environment."""
     import asyncio
 
     from . import wire
@@ -201,72 +302,90 @@ def _explain_offline(body: dict[str, Any], **flags: Any) -> dict[str, Any]:
             fleet_seed=flags["fleet_seed"],
             policy_file=flags["policy_file"],
         )
+        _check_fleet_model(settings)
         ext = build_extender(settings)
     except (ConfigError, StartupError) as exc:
         _fail(f"configuration error: {exc}")
+    except UnicodeDecodeError as exc:
+        bad = first_undecodable(flags["policy_file"], flags["fleet_file"]) or decode_problem(exc)
+        _fail(f"configuration error: {bad}")
     asyncio.run(ext.cache.refresh_once())
-    try:
-        return ext.explain(body["pod"], body["node"], body["candidates"])
-    except wire.WireError as exc:
-        _fail(str(exc), 1)
+
+    def explain_one(pod: dict[str, Any], node: str, candidates: list[str] | None) -> dict[str, Any]:
+        try:
+            return ext.explain(pod, node, candidates)
+        except wire.WireError as exc:
+            _fail(str(exc), 1)
+
+    return explain_one
 
 
 def print_explanation(data: dict[str, Any]) -> None:
-    from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
-    console = Console()
+    out = console()
     verdict = f"score [b]{data['score']}[/b] ({data['combined']:.2f})" if data.get("fits") else "[red]filtered out[/]"
-    console.print(
-        f"[b]{data['node']}[/b] for {data['request']}: {verdict}"
-        + (f", GPUs {data['gpus']}" if data.get("gpus") is not None else "")
+    out.print(
+        f"[b]{escape(str(data['node']))}[/b] for {escape(str(data['request']))}: {verdict}"
+        + (f", GPUs {escape(str(data['gpus']))}" if data.get("gpus") is not None else "")
     )
     for f in data.get("filters", []):
         mark = "[green]pass[/]" if f["passed"] else "[red]fail[/]"
         extra = "" if f["passed"] else f": {f['reason']}" + (" (unresolvable)" if f.get("unresolvable") else "")
-        console.print(f"  filter {f['filter']}: {mark}{extra}")
+        out.print(f"  filter {escape(str(f['filter']))}: {mark}{escape(extra)}")
     if data.get("scores"):
         t = Table(title=f"policies (normalised among {data.get('candidates')} candidates)")
         for col in ("policy", "weight", "raw", "0..10", "reasons"):
             t.add_column(col, overflow="fold")
         for s in data["scores"]:
             raw = "n/a" if s["raw"] is None else f"{s['raw']:.3f}"
-            t.add_row(s["policy"], f"{s['weight']:g}", raw, f"{s['normalized']:.1f}", "\n".join(s["reasons"]))
-        console.print(t)
+            reasons = "\n".join(escape(r) for r in s["reasons"])
+            t.add_row(escape(s["policy"]), f"{s['weight']:g}", raw, f"{s['normalized']:.1f}", reasons)
+        out.print(t)
     for line in data.get("gpu_details", []):
-        console.print(f"  {line}")
+        out.print(f"  {escape(line)}")
 
 
 def demo(
     pods: Annotated[int, typer.Option(min=1, max=100_000, help="Pods to stream.")] = 200,
-    nodes: Annotated[int, typer.Option(min=1, max=100_000, help="Simulated nodes.")] = 48,
-    gpus: Annotated[int, typer.Option(min=1, max=16, help="GPUs per node.")] = 8,
-    seed: Annotated[int, typer.Option(help="Random seed (fleet and pod stream).")] = 0,
-    interval: Annotated[float, typer.Option(min=0, help="Seconds between pods.")] = 0.05,
-    policy_file: Annotated[Path | None, typer.Option(help="Policy YAML.")] = None,
+    nodes: Annotated[int, typer.Option(min=2, max=100_000, help="Simulated nodes.")] = 16,
+    gpus: Annotated[int, typer.Option(min=2, max=16, help="GPUs per node.")] = 8,
+    hot_nodes: Annotated[
+        int, typer.Option(min=0, help="Poorly cooled nodes among them, hot from the start (a job at full power).")
+    ] = 2,
+    seed: Annotated[
+        int, typer.Option(help="Random seed (fleet and pod stream); the same seed gives the same run.")
+    ] = 0,
+    interval: Annotated[float, typer.Option(min=0, help="Seconds between pods in the live table.")] = 0.05,
+    policy_file: Annotated[Path | None, typer.Option(help="Policy YAML for kelvin (default: built-in).")] = None,
     live: Annotated[bool, typer.Option("--live/--no-live", help="Live table (off when not a terminal).")] = True,
     compare: Annotated[
         bool,
         typer.Option("--compare/--no-compare", help="Also run the same pods through a GPU-blind baseline and compare."),
     ] = True,
 ) -> None:
-    """Stream pods through the extender on a simulated fleet over real HTTP, with a live table and a summary."""
-    from rich.console import Console
-
+    """Stream pods through the extender on a simulated fleet over real HTTP, then compare with a GPU-blind baseline
+    (fragmentation, hot nodes). Repeatable: the same --seed gives the same numbers."""
     from ..demo import run_demo
     from .app import StartupError
 
+    if hot_nodes >= nodes:
+        _fail(f"--hot-nodes {hot_nodes}: must be fewer than --nodes ({nodes})")
     try:
         run_demo(
             pods=pods,
             nodes=nodes,
             gpus=gpus,
+            hot_nodes=hot_nodes,
             seed=seed,
             live=live,
             interval_s=interval,
             policy_file=str(policy_file) if policy_file else None,
             compare=compare,
-            console=Console(),
+            console=console(),
         )
     except StartupError as exc:
         _fail(f"configuration error: {exc}")
+    except UnicodeDecodeError as exc:
+        _fail(f"configuration error: {first_undecodable(policy_file) or decode_problem(exc)}")

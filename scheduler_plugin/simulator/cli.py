@@ -10,10 +10,13 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from ..console import console, fail
 from ..policies.registry import PolicyConfigError
+from ..textfile import decode_problem, first_undecodable
 from .engine import RunResult, prepare, run
 from .policies import POLICIES, build_policy
 from .report import json_summary, summary_table, write_curve_csv, write_plot
@@ -32,12 +35,12 @@ def _progress(err: Console, enabled: bool) -> Progress:
     )
 
 
-def _thermal(err: Console, seeds: list[int], hours: float, json_out: bool, progress: bool) -> None:
+def _thermal(err: Console, seeds: list[int], hours: float, json_out: bool, progress: bool, policies: list[str]) -> None:
     results: list[tuple[int, ThermalResult]] = []
     with _progress(err, progress) as bar:
         for s in seeds:
             sc = ThermalScenario(seed=s, hours=hours)
-            for p in THERMAL_POLICIES:
+            for p in policies:
                 task = bar.add_task(f"thermal {p} seed {s}", total=None)
 
                 def tick(done: int, total: int, task_id: TaskID = task) -> None:
@@ -47,10 +50,9 @@ def _thermal(err: Console, seeds: list[int], hours: float, json_out: bool, progr
     table = Table(title=f"Thermal scenario ({hours:g} h per seed)")
     for col in ("seed", "policy", "throttled GPU-min", "vs default", "placements", "on hot nodes", "mean wait s"):
         table.add_column(col, justify="left" if col == "policy" else "right")
-    base: dict[int, float] = {}
+    base = {s: r.throttled_gpu_minutes for s, r in results if r.policy == "default"}
     for s, r in results:
-        base.setdefault(s, r.throttled_gpu_minutes)
-        b = base[s]
+        b = base.get(s)
         rel = f"{100 * (r.throttled_gpu_minutes - b) / b:+.0f} %" if b else "-"
         table.add_row(
             str(s),
@@ -61,7 +63,7 @@ def _thermal(err: Console, seeds: list[int], hours: float, json_out: bool, progr
             str(r.placements_on_hot_nodes),
             f"{r.mean_wait_s:.0f}",
         )
-    (err if json_out else Console()).print(table)
+    (err if json_out else console()).print(table)
     if json_out:
         sys.stdout.write(json.dumps({"thermal": [dict(seed=s, **r.as_dict()) for s, r in results]}, indent=2) + "\n")
 
@@ -73,8 +75,15 @@ def simulate(
     pods: Annotated[
         Path | None, typer.Option(help="pod list: openb CSV (name,cpu_milli,...,gpu_spec) or kelvin YAML/CSV")
     ] = None,
-    policy: Annotated[list[str] | None, typer.Option(help=f"policy (repeatable): {', '.join(POLICIES)}")] = None,
-    seed: Annotated[list[int] | None, typer.Option(help="seed (repeatable); default 42")] = None,
+    policy: Annotated[
+        list[str] | None,
+        typer.Option(
+            show_default=False,
+            help=f"policy (repeatable): {', '.join(POLICIES)} (default kelvin); with --thermal: "
+            f"{', '.join(THERMAL_POLICIES)} (default all three)",
+        ),
+    ] = None,
+    seed: Annotated[list[int] | None, typer.Option(show_default=False, help="seed (repeatable) (default 42)")] = None,
     target: Annotated[float, typer.Option(help="inflate arrivals to this % of cluster GPU capacity", min=1)] = 130.0,
     policy_file: Annotated[Path | None, typer.Option(help="kelvin policy YAML for the 'kelvin' policy")] = None,
     out: Annotated[Path, typer.Option(help="folder for curve.csv and curve.png")] = Path("simulate-out"),
@@ -91,25 +100,30 @@ def simulate(
     ] = False,
 ) -> None:
     """Replay a trace with the FGD paper's protocol (seeded shuffle, inflation to --target %) and compare policies."""
-    err = Console(stderr=True)
+    err = console(stderr=True)
     seeds = seed or [42]
     if thermal:
-        _thermal(err, seeds, hours, json_out, progress)
+        unknown = [p for p in policy or () if p not in THERMAL_POLICIES]
+        if unknown:
+            fail(
+                f"--policy {unknown[0]!r} is not a thermal-scenario policy; with --thermal use "
+                f"{', '.join(THERMAL_POLICIES)}"
+            )
+        _thermal(err, seeds, hours, json_out, progress, list(dict.fromkeys(policy or THERMAL_POLICIES)))
         return
     if nodes is None or pods is None:
-        err.print("[red]error:[/red] --nodes and --pods are required (or use --thermal)")
-        raise typer.Exit(2)
+        fail("--nodes and --pods are required (or use --thermal)")
     policies = policy or ["kelvin"]
     try:
         for p in policies:
             build_policy(p, 0, policy_file=policy_file)
         prep = prepare(load_trace(nodes, pods))
     except (TraceError, PolicyConfigError) as exc:
-        err.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(2) from None
+        fail(exc)
+    except UnicodeDecodeError as exc:  # the policy file's reader does not name the file
+        fail(f"policy file {first_undecodable(policy_file) or decode_problem(exc)}")
     if prep.capacity_milli == 0:
-        err.print(f"[red]error:[/red] {nodes}: the nodes have no GPUs")
-        raise typer.Exit(2)
+        fail(f"{nodes}: the nodes have no GPUs")
     err.print(
         f"{len(prep.trace.nodes)} nodes, {prep.capacity_milli // 1000} GPUs, {len(prep.trace.pods)} pods, "
         + (
@@ -133,9 +147,9 @@ def simulate(
                 results.append(run(prep, pol, s, target=target / 100.0, progress=tick, learn_workload=learn_workload))
     write_curve_csv(results, out / "curve.csv")
     write_plot(results, out / "curve.png", title=f"{nodes.name} / {pods.name}")
-    human = err if json_out else Console()
+    human = err if json_out else console()
     human.print(summary_table(results))
-    human.print(f"curve: {out / 'curve.csv'}  plot: {out / 'curve.png'}")
+    human.print(f"curve: {escape(str(out / 'curve.csv'))}  plot: {escape(str(out / 'curve.png'))}")
     if json_out:
         summary = {**json_summary(results), "workload": "learned" if learn_workload else "trace"}
         sys.stdout.write(json.dumps(summary, indent=2) + "\n")

@@ -6,7 +6,10 @@ Everything is read into two plain lists, :class:`TraceNode` and :class:`TracePod
 openb columns (see ``../shared/traces/openb/README.md``)::
 
     nodes: sn,cpu_milli,memory_mib,gpu,model
-    pods:  name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,...   (extra columns are ignored)
+    pods:  name,cpu_milli,memory_mib,num_gpu,gpu_milli[,gpu_spec],...   (extra columns are ignored)
+
+``gpu_spec`` (allowed GPU models, ``|``-separated) may be empty or absent: the public ``openb_pod_list_multigpu*``
+files have no such column; either way the pod takes any GPU model.
 
 kelvin's own format is YAML (a mapping with ``nodes:`` and/or ``pods:`` lists) or CSV with these columns::
 
@@ -20,6 +23,7 @@ kelvin's own format is YAML (a mapping with ``nodes:`` and/or ``pods:`` lists) o
 from __future__ import annotations
 
 import csv
+import io
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,9 +34,11 @@ import yaml
 from ..model.gpu import MIB, MILLI_PER_GPU
 from ..model.quantity import QuantityError, parse_bytes, parse_cpu_milli
 from ..model.request import GpuRequest
+from ..textfile import TextFileError, read_text
 
 OPENB_NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
-OPENB_POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "gpu_spec")
+OPENB_POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
+"""Required pod columns; ``gpu_spec`` is optional (absent means no model constraint)."""
 OWN_NODE_COLUMNS = ("name", "cpu", "memory", "gpus", "gpu_model")
 OWN_POD_COLUMNS = ("name", "cpu", "memory", "gpus")
 
@@ -140,22 +146,25 @@ def _models(raw: Any) -> frozenset[str] | None:
     return out or None
 
 
-def _read_csv(path: Path, required: Iterable[str]) -> list[tuple[int, dict[str, str]]]:
+def _read(path: Path) -> str:
     try:
-        with path.open(newline="") as fh:
-            reader = csv.DictReader(fh)
-            header = reader.fieldnames or []
-            missing = [c for c in required if c not in header]
-            if missing:
-                raise TraceError(f"{path}: row 1 (header): missing column(s) {', '.join(missing)}")
-            rows = []
-            for n, rec in enumerate(reader, start=2):
-                if None in rec:
-                    raise TraceError(f"{path}: row {n}: more cells than the header has columns")
-                rows.append((n, rec))
-            return rows
-    except OSError as exc:
-        raise TraceError(f"{path}: cannot read ({exc.strerror})") from None
+        return read_text(path, "trace file")
+    except TextFileError as exc:
+        raise TraceError(str(exc)) from None
+
+
+def _read_csv(path: Path, required: Iterable[str]) -> list[tuple[int, dict[str, str]]]:
+    reader = csv.DictReader(io.StringIO(_read(path), newline=""))
+    header = reader.fieldnames or []
+    missing = [c for c in required if c not in header]
+    if missing:
+        raise TraceError(f"{path}: row 1 (header): missing column(s) {', '.join(missing)}")
+    rows = []
+    for n, rec in enumerate(reader, start=2):
+        if None in rec:
+            raise TraceError(f"{path}: row {n}: more cells than the header has columns")
+        rows.append((n, rec))
+    return rows
 
 
 def _unique(path: Path, names: Iterable[tuple[int, str]], what: str) -> None:
@@ -263,9 +272,7 @@ def read_own(path: Path, kind: str) -> list[Any]:
     parse_one = _own_node if kind == "nodes" else _own_pod
     if path.suffix.lower() in {".yaml", ".yml"}:
         try:
-            doc = yaml.safe_load(path.read_text())
-        except OSError as exc:
-            raise TraceError(f"{path}: cannot read ({exc.strerror})") from None
+            doc = yaml.safe_load(_read(path))
         except yaml.YAMLError as exc:
             raise TraceError(f"{path}: not valid YAML ({exc})") from None
         items = doc.get(kind) if isinstance(doc, Mapping) else None
@@ -296,11 +303,7 @@ def read_own(path: Path, kind: str) -> list[Any]:
 def _is_openb(path: Path, columns: tuple[str, ...]) -> bool:
     if path.suffix.lower() != ".csv":
         return False
-    try:
-        with path.open(newline="") as fh:
-            header = next(csv.reader(fh), [])
-    except OSError as exc:
-        raise TraceError(f"{path}: cannot read ({exc.strerror})") from None
+    header = next(csv.reader(io.StringIO(_read(path).partition("\n")[0])), [])
     return all(c in header for c in columns)
 
 

@@ -33,11 +33,12 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic.alias_generators import to_camel
 
 from ..model import GIB, MILLI_PER_GPU, GpuAssignment, GpuInfo, GpuNode
 from ..model.claim import charged_milli
+from ..textfile import TextFileError, read_text
 from . import thermal_model as tm
 
 FloatA = npt.NDArray[np.float64]
@@ -87,6 +88,16 @@ class NodeGroup(_Spec):
     name_prefix: str = Field("gpu-node-", pattern=r"^[a-z0-9]([-a-z0-9.]*)?$")
     cpu_cores: int = Field(128, ge=1)
     host_memory_gib: int = Field(2048, ge=1)
+
+    @field_validator("model")
+    @classmethod
+    def _known_model(cls, v: str) -> str:
+        """Only models the thermal model knows (case-insensitive, returned as spelt in ``PROFILES``): an unknown
+        name would silently get H100 physics."""
+        for name in tm.PROFILES:
+            if name.lower() == v.strip().lower():
+                return name
+        raise ValueError(f"unknown GPU model {v!r}; known models: {', '.join(tm.PROFILES)}")
 
     def gpu_memory_bytes(self) -> int:
         if self.memory_gib is not None:
@@ -141,9 +152,9 @@ class FleetSpec(_Spec):
     def from_yaml(cls, path: str | Path) -> FleetSpec:
         p = Path(path)
         try:
-            data = yaml.safe_load(p.read_text(encoding="utf-8"))
-        except OSError as exc:
-            raise FleetSpecError(f"{p}: cannot read the fleet file ({exc.strerror or exc})") from None
+            data = yaml.safe_load(read_text(p, "fleet file"))
+        except TextFileError as exc:
+            raise FleetSpecError(str(exc)) from None
         except yaml.YAMLError as exc:
             raise FleetSpecError(f"{p}: not valid YAML ({exc})") from None
         return cls.parse(data, source=str(p))

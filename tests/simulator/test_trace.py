@@ -107,3 +107,32 @@ def test_unreadable_and_empty_inputs(tmp_path: Path) -> None:
     f.write_text(HEADER)
     with pytest.raises(TraceError, match="no pods"):
         load_pods(f)
+
+
+#: The header of the public openb_pod_list_multigpu*.csv files (alibaba/clusterdata, cluster-trace-gpu-v2023): no
+#: gpu_spec column.
+MULTIGPU_HEADER = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,qos,pod_phase,creation_time,deletion_time,scheduled_time"
+
+
+def test_openb_pods_without_gpu_spec_column_take_any_model(tmp_path: Path) -> None:
+    f = tmp_path / "openb_pod_list_multigpu50.csv"
+    f.write_text(f"{MULTIGPU_HEADER}\nopenb-pod-0000,12000,16384,2,1000,LS,Running,0,12537496,0\n")
+    (pod,) = load_pods(f)
+    assert (pod.num_gpu, pod.gpu_milli, pod.gpu_spec) == (2, 1000, None)
+    assert pod.request().models is None
+
+
+def test_every_shared_openb_pod_file_loads() -> None:
+    folder = Path(__file__).resolve().parents[3] / "shared" / "traces" / "openb"
+    files = sorted(folder.glob("openb_pod_list_*.csv"))
+    if not files:
+        pytest.skip(f"no openb pod lists in {folder}")
+    for f in files:
+        assert load_pods(f), f
+
+
+def test_a_trace_that_is_not_utf8_is_named(tmp_path: Path) -> None:
+    f = tmp_path / "pods.csv"
+    f.write_bytes(f"{MULTIGPU_HEADER}\nn\xe9,1,1,1,1000,LS,Running,0,1,0\n".encode("latin-1"))
+    with pytest.raises(TraceError, match=r"trace file .*pods.csv: not UTF-8 text \(byte 0xe9 at offset 102\)"):
+        load_pods(f)

@@ -1,0 +1,65 @@
+"""Output of every kelvin command: one console factory, one way to fail, one set of log levels.
+
+On a terminal, commands print with rich (colours, tables sized to the window, live displays). When the output is
+piped or captured (CI logs, ``| less``, ``> file``), nothing is wrapped or truncated: :func:`console` returns a
+console as wide as the longest line needs and soft-wrapped text, so an error is one line and a table keeps every
+cell whole. Typer's own usage errors are printed plainly (:func:`markup_mode`), not in a box cut at 80 columns.
+Errors are one line on stderr, ``error: <what went wrong>`` (:func:`fail`).
+"""
+
+from __future__ import annotations
+
+import enum
+import sys
+from typing import Literal, NoReturn
+
+import typer
+from rich.console import Console
+
+#: Width of a console that is not a terminal: wide enough that no table row or message is ever wrapped.
+UNWRAPPED_WIDTH = 10_000
+
+
+def is_terminal(*, stderr: bool = False) -> bool:
+    """Whether stdout (or stderr) really is an interactive terminal. Not rich's ``is_terminal``: ``FORCE_COLOR``
+    (set by many CI systems) makes that true for a pipe, and rich then wraps everything at 80 columns."""
+    stream = sys.stderr if stderr else sys.stdout
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # replaced or closed stream
+        return False
+
+
+def console(*, stderr: bool = False) -> Console:
+    """A rich console for stdout (or stderr): the terminal's own on a terminal; otherwise one that never wraps or
+    truncates (tables as wide as their cells, text on one line)."""
+    if is_terminal(stderr=stderr):
+        return Console(stderr=stderr)
+    return Console(stderr=stderr, width=UNWRAPPED_WIDTH, soft_wrap=True, highlight=False)
+
+
+def markup_mode() -> Literal["rich"] | None:
+    """Typer's ``rich_markup_mode``: rich help and error boxes on a terminal, plain click output otherwise (a boxed
+    usage error is cut into 80-column pieces when piped)."""
+    return "rich" if is_terminal(stderr=True) else None
+
+
+def one_line(message: object) -> str:
+    """``message`` with every run of whitespace (newlines included) made one space."""
+    return " ".join(str(message).split())
+
+
+def fail(message: object, code: int = 2) -> NoReturn:
+    """End the command: ``error: <message>`` as one line on stderr, exit status ``code`` (2: bad input)."""
+    typer.echo(f"error: {one_line(message)}", err=True)
+    raise typer.Exit(code)
+
+
+class LogLevel(enum.StrEnum):
+    """``--log-level`` values (case-insensitive on the command line)."""
+
+    debug = "debug"
+    info = "info"
+    warning = "warning"
+    error = "error"
+    critical = "critical"
