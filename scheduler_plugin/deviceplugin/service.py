@@ -18,8 +18,8 @@ from .allocation import (
     grant,
     next_indices,
     pick_pod,
-    preferred,
     pod_key,
+    preferred,
 )
 from .devices import WHOLE_RESOURCE, Gpu, device_ids
 from .pods import NodePods

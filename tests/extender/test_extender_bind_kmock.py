@@ -10,8 +10,8 @@ import kmock
 import pytest
 from ext_helpers import args, make_extender, pod
 
-from scheduler_plugin.extender.app import create_app
 from scheduler_plugin.deviceplugin.allocation import parse_time_ns
+from scheduler_plugin.extender.app import create_app
 from scheduler_plugin.extender.binder import KubeBinder, bind_time
 from scheduler_plugin.kube import KubeClient, KubeConfig
 from scheduler_plugin.model.claim import charged_milli
