@@ -2,15 +2,18 @@
 
 The kubelet does not say which pod it allocates devices for, only how many devices of a resource one container
 needs. As in gpushare-device-plugin, the pod is found among the pods of this node: bound here (``spec.nodeName``),
-not finished or deleted, carrying kelvin's ``kelvin.dev/gpu-assigned`` for this node, with a container that requests
-exactly that many devices of the resource, and with assigned GPUs not yet handed out (``kelvin.dev/gpu-allocated``).
-The oldest such pod (PodScheduled condition time, then creation time) is the one: the kubelet admits pods in order.
-A pod the plugin cannot serve exactly gets an :class:`AllocationError` whose message the kubelet shows on the pod;
-never another GPU.
+``Pending`` with no container started (a running pod is never in admission), not deleted, carrying kelvin's
+``kelvin.dev/gpu-assigned`` for this node, and whose next container asking for the resource asks for exactly that
+many devices. Progress is recorded per container in ``kelvin.dev/gpu-allocated`` (``;`` between containers), because
+the kubelet calls Allocate for every container, init containers first, and hands a regular init container's devices on
+to the app containers (:func:`plan`). The candidate kelvin bound first (``kelvin.dev/gpu-assigned-at``, nanoseconds)
+is the one: the kubelet admits pods in the order it receives them. A pod the plugin cannot serve exactly gets an
+:class:`AllocationError` whose message the kubelet shows on the pod; never another GPU.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -22,7 +25,6 @@ from ..model.quantity import QuantityError, parse_quantity
 from ..telemetry.assignments import parse_gpu_indices
 from .devices import SHARED_RESOURCE, WHOLE_RESOURCE, Gpu, gpu_uuid_of
 
-_DONE_PHASES = frozenset({"Succeeded", "Failed"})
 _NEVER = datetime.max.replace(tzinfo=UTC)
 VISIBLE_DEVICES_ENV = "NVIDIA_VISIBLE_DEVICES"
 MPS_MEMORY_ENV = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
@@ -43,8 +45,8 @@ class Grant:
     resource_version: str
     indices: tuple[int, ...]
     """The GPUs (NVML indices) this container gets."""
-    allocated: tuple[int, ...]
-    """The pod's ``kelvin.dev/gpu-allocated`` after this grant."""
+    allocated: tuple[tuple[int, ...], ...]
+    """The pod's ``kelvin.dev/gpu-allocated`` after this grant: the GPUs of each container served."""
     envs: dict[str, str] = field(default_factory=dict)
     cdi_devices: tuple[str, ...] = ()
 
@@ -58,31 +60,87 @@ def pod_key(pod: Mapping[str, Any]) -> str:
     return f"{meta.get('namespace', 'default')}/{meta.get('name', '')}"
 
 
-def container_counts(pod: Mapping[str, Any], resource: str) -> list[int]:
-    """How many devices of ``resource`` each container (init containers too) asks for; unreadable counts left out."""
+@dataclass(frozen=True, slots=True)
+class ContainerNeed:
+    """One container asking for devices of a resource, in the kubelet's order of Allocate calls."""
+
+    name: str
+    count: int
+    reuses: bool
+    """A regular init container: it runs before the app containers and the kubelet hands its devices on to them
+    (it does not use them up). Sidecar init containers (``restartPolicy: Always``) run alongside the app containers
+    and keep theirs."""
+
+
+def _count(c: Mapping[str, Any], resource: str) -> int | None:
+    res = (c.get("resources") or {}) if isinstance(c, Mapping) else {}
+    raw = (res.get("limits") or {}).get(resource, (res.get("requests") or {}).get(resource))
+    if raw is None:
+        return None
+    try:
+        q = parse_quantity(raw)
+    except QuantityError:
+        return None
+    return int(q) if q == q.to_integral_value() and q > 0 else None
+
+
+def container_needs(pod: Mapping[str, Any], resource: str) -> list[ContainerNeed]:
+    """The containers asking for ``resource``, init containers first, as the kubelet calls Allocate for them."""
     spec = pod.get("spec") or {}
-    out: list[int] = []
+    out: list[ContainerNeed] = []
     for group in ("initContainers", "containers"):
         for c in spec.get(group) or ():
-            res = (c.get("resources") or {}) if isinstance(c, Mapping) else {}
-            raw = (res.get("limits") or {}).get(resource, (res.get("requests") or {}).get(resource))
-            if raw is None:
+            n = _count(c, resource) if isinstance(c, Mapping) else None
+            if n is None:
                 continue
-            try:
-                q = parse_quantity(raw)
-            except QuantityError:
-                continue
-            if q == q.to_integral_value() and q > 0:
-                out.append(int(q))
+            sidecar = group == "initContainers" and c.get("restartPolicy") == "Always"
+            out.append(ContainerNeed(str(c.get("name") or ""), n, reuses=group == "initContainers" and not sidecar))
     return out
 
 
-def _live_on(pod: Mapping[str, Any], node: str) -> bool:
+def container_counts(pod: Mapping[str, Any], resource: str) -> list[int]:
+    """How many devices of ``resource`` each container (init containers too) asks for; unreadable counts left out."""
+    return [n.count for n in container_needs(pod, resource)]
+
+
+def plan(assigned: Sequence[int], needs: Sequence[ContainerNeed]) -> list[tuple[int, ...]] | None:
+    """The GPUs each container gets, as the kubelet hands devices out: app and sidecar containers take the next of
+    the assigned GPUs; a regular init container gets the first ones not held by a sidecar, without using them up (the
+    app containers after it get them again). None when the assignment is too short for some container."""
+    out: list[tuple[int, ...]] = []
+    taken = 0
+    for need in needs:
+        mine = tuple(assigned[taken : taken + need.count])
+        if len(mine) < need.count:
+            return None
+        out.append(mine)
+        if not need.reuses:
+            taken += need.count
+    return out
+
+
+def _started(statuses: object) -> bool:
+    for st in statuses if isinstance(statuses, list) else ():
+        if not isinstance(st, Mapping):
+            continue
+        state = st.get("state") or {}
+        last = st.get("lastState") or {}
+        if st.get("started") or "running" in state or "terminated" in state or "terminated" in last:
+            return True
+    return False
+
+
+def _candidate_on(pod: Mapping[str, Any], node: str) -> bool:
+    """Bound here, Pending, not deleted and no container started yet: only such a pod can be in admission. A running
+    pod bound before this plugin served the node (its GPUs came from another plugin) is never one."""
     meta = pod.get("metadata") or {}
+    status = pod.get("status") or {}
     return (
         (pod.get("spec") or {}).get("nodeName") == node
-        and (pod.get("status") or {}).get("phase") not in _DONE_PHASES
+        and status.get("phase") == "Pending"
         and not meta.get("deletionTimestamp")
+        and not _started(status.get("containerStatuses"))
+        and not _started(status.get("initContainerStatuses"))
     )
 
 
@@ -96,14 +154,56 @@ def _time(raw: object) -> datetime:
     return t if t.tzinfo else t.replace(tzinfo=UTC)
 
 
-def admission_order(pod: Mapping[str, Any]) -> tuple[datetime, datetime, str]:
-    """Sort key: PodScheduled condition time, creation time, namespace/name."""
+_RFC3339_NS = re.compile(r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))?(Z|[+-]\d{2}:\d{2})$")
+
+
+def parse_time_ns(raw: object) -> int | None:
+    """An RFC 3339 time with up to nanoseconds (``kelvin.dev/gpu-assigned-at``) as Unix nanoseconds, or None."""
+    m = _RFC3339_NS.match(raw) if isinstance(raw, str) else None
+    if m is None:
+        return None
+    try:
+        base = datetime.fromisoformat(m.group(1) + ("+00:00" if m.group(3) == "Z" else m.group(3)))
+    except ValueError:
+        return None
+    return int(base.timestamp()) * 1_000_000_000 + int((m.group(2) or "0").ljust(9, "0"))
+
+
+def _ns(t: datetime) -> int:
+    return _NEVER_NS if t == _NEVER else int(t.timestamp()) * 1_000_000_000 + t.microsecond * 1000
+
+
+_NEVER_NS = 2**63
+
+
+def _scheduled(pod: Mapping[str, Any]) -> datetime:
     conditions = (pod.get("status") or {}).get("conditions") or ()
-    scheduled = next(
-        (c.get("lastTransitionTime") for c in conditions if isinstance(c, Mapping) and c.get("type") == "PodScheduled"),
-        None,
+    return _time(
+        next(
+            (
+                c.get("lastTransitionTime")
+                for c in conditions
+                if isinstance(c, Mapping) and c.get("type") == "PodScheduled"
+            ),
+            None,
+        )
     )
-    return _time(scheduled), _time((pod.get("metadata") or {}).get("creationTimestamp")), pod_key(pod)
+
+
+def bind_time_ns(pod: Mapping[str, Any]) -> int:
+    """When kelvin bound the pod: ``kelvin.dev/gpu-assigned-at`` (nanoseconds), else the PodScheduled time."""
+    at = parse_time_ns(_annotations(pod).get(ann.GPU_ASSIGNED_AT))
+    return at if at is not None else _ns(_scheduled(pod))
+
+
+def admission_order(pod: Mapping[str, Any]) -> tuple[int, datetime, datetime, str]:
+    """Sort key: kelvin's bind time (ns), PodScheduled condition time, creation time, namespace/name."""
+    return (
+        bind_time_ns(pod),
+        _scheduled(pod),
+        _time((pod.get("metadata") or {}).get("creationTimestamp")),
+        pod_key(pod),
+    )
 
 
 def _annotations(pod: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -111,39 +211,54 @@ def _annotations(pod: Mapping[str, Any]) -> Mapping[str, Any]:
     return a if isinstance(a, Mapping) else {}
 
 
-def _allocated(pod: Mapping[str, Any]) -> tuple[int, ...]:
+def _allocated(pod: Mapping[str, Any]) -> list[tuple[int, ...]]:
+    """``kelvin.dev/gpu-allocated``: the GPUs of each container served so far, ``;`` between containers."""
     raw = _annotations(pod).get(ann.GPU_ALLOCATED)
     if raw is None or raw == "":
-        return ()
-    got = parse_gpu_indices(raw)
-    if got is None:
+        return []
+    groups = [parse_gpu_indices(part) for part in str(raw).split(";")]
+    if any(g is None for g in groups):
         raise AllocationError(
-            f"pod {pod_key(pod)}: {ann.GPU_ALLOCATED}={raw!r} is not a comma-separated list of GPU indices"
+            f"pod {pod_key(pod)}: {ann.GPU_ALLOCATED}={raw!r} is not a ';'-separated list of comma-separated "
+            "lists of GPU indices"
         )
-    return got
+    return [g for g in groups if g is not None]
 
 
-def _waiting(pod: Mapping[str, Any]) -> bool:
-    """The pod still has assigned GPUs not handed out (a malformed assignment counts as waiting: it gets the error)."""
-    assigned = parse_gpu_indices(_annotations(pod).get(ann.GPU_ASSIGNED))
-    if assigned is None:
-        return True
+def allocated_annotation(groups: Sequence[Sequence[int]]) -> str:
+    return ";".join(",".join(map(str, g)) for g in groups)
+
+
+def _next_need(pod: Mapping[str, Any], resource: str) -> ContainerNeed | None:
+    """The container of the pod the kubelet allocates next (None: all served). A malformed ``gpu-allocated`` counts
+    as the first container: the pod is picked and gets the error."""
+    needs = container_needs(pod, resource)
     try:
-        return bool(set(assigned) - set(_allocated(pod)))
+        served = len(_allocated(pod))
     except AllocationError:
-        return True
+        served = 0
+    return needs[served] if served < len(needs) else None
 
 
 def pick_pod(pods: Sequence[Mapping[str, Any]], *, node: str, resource: str, count: int) -> Mapping[str, Any]:
     """The pod this Allocate (``count`` devices of ``resource`` for one container) is for, or AllocationError."""
-    asking = [p for p in pods if _live_on(p, node) and count in container_counts(p, resource)]
-    kelvin = [
-        p
-        for p in asking
-        if ann.GPU_ASSIGNED in _annotations(p) and _annotations(p).get(ann.GPU_ASSIGNED_NODE) == node and _waiting(p)
-    ]
+    return candidates(pods, node=node, resource=resource, count=count)[0]
+
+
+def candidates(pods: Sequence[Mapping[str, Any]], *, node: str, resource: str, count: int) -> list[Mapping[str, Any]]:
+    """Every pod this Allocate could be for, oldest bind first (never empty), or AllocationError."""
+    live = [p for p in pods if _candidate_on(p, node)]
+    kelvin = []
+    for p in live:
+        a = _annotations(p)
+        if ann.GPU_ASSIGNED not in a or a.get(ann.GPU_ASSIGNED_NODE) != node:
+            continue
+        need = _next_need(p, resource)
+        if need is not None and need.count == count:
+            kelvin.append(p)
     if kelvin:
-        return min(kelvin, key=admission_order)
+        return sorted(kelvin, key=admission_order)
+    asking = [p for p in live if count in container_counts(p, resource)]
     others = sorted(pod_key(p) for p in asking if ann.GPU_ASSIGNED not in _annotations(p))
     stale = sorted(
         pod_key(p)
@@ -151,14 +266,35 @@ def pick_pod(pods: Sequence[Mapping[str, Any]], *, node: str, resource: str, cou
         if ann.GPU_ASSIGNED in _annotations(p) and _annotations(p).get(ann.GPU_ASSIGNED_NODE) != node
     )
     msg = (
-        f"kelvin device plugin on node {node}: no pod bound here is waiting for {count} {resource} with kelvin's GPU "
-        f"assignment ({ann.GPU_ASSIGNED} and {ann.GPU_ASSIGNED_NODE}={node})"
+        f"kelvin device plugin on node {node}: no pending pod bound here is waiting for {count} {resource} for its "
+        f"next container with kelvin's GPU assignment ({ann.GPU_ASSIGNED} and {ann.GPU_ASSIGNED_NODE}={node})"
     )
     if others:
         msg += f"; pods asking for {resource} here without one: {', '.join(others[:5])}"
     if stale:
         msg += f"; pods whose {ann.GPU_ASSIGNED_NODE} names another node: {', '.join(stale[:5])}"
     raise AllocationError(msg + ". GPUs on kelvin nodes go only to pods bound by kelvin's scheduler extender")
+
+
+#: Two pods bound closer together than this may reach the kubelet in one batch, which it sorts by creation time.
+CLOSE_BIND_NS = 2_000_000_000
+
+
+def close_binds(chosen: Mapping[str, Any], others: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """Other candidates bound within :data:`CLOSE_BIND_NS` of ``chosen`` but created before it: the kubelet may be
+    admitting one of them now (it sorts a batch by creation time) and the GPUs may go to the wrong pod."""
+    at = bind_time_ns(chosen)
+    created = _time((chosen.get("metadata") or {}).get("creationTimestamp"))
+    out = []
+    for p in others:
+        if p is chosen:
+            continue
+        if (
+            abs(bind_time_ns(p) - at) < CLOSE_BIND_NS
+            and _time((p.get("metadata") or {}).get("creationTimestamp")) < created
+        ):
+            out.append(p)
+    return out
 
 
 def grant(
@@ -170,10 +306,10 @@ def grant(
     gpus: Sequence[Gpu],
     cdi_kind: str | None = None,
 ) -> Grant:
-    """The next ``count`` of the pod's assigned GPUs and the container's environment, or AllocationError.
+    """The GPUs of the pod's next container and the container's environment, or AllocationError.
 
-    ``cdi_kind`` (e.g. ``nvidia.com/gpu``): name the GPUs as CDI devices ``<kind>=<uuid>`` instead of setting
-    ``NVIDIA_VISIBLE_DEVICES``.
+    ``cdi_kind`` (e.g. ``nvidia.com/gpu``): name the GPUs as CDI devices ``<kind>=<uuid>`` and set
+    ``NVIDIA_VISIBLE_DEVICES=void`` (CUDA images set it to ``all``, which would expose every GPU).
     """
     key = pod_key(pod)
     annotations = _annotations(pod)
@@ -189,21 +325,30 @@ def grant(
             f"pod {key}: {ann.GPU_ASSIGNED}={raw!r} names GPU {missing[0]}, which node {node}'s kelvin device plugin "
             f"does not serve (it serves GPUs {have})"
         )
-    done = _allocated(pod)
-    remaining = [i for i in assigned if i not in done]
-    if len(remaining) < count:
-        raise AllocationError(
-            f"pod {key}: a container asks for {count} {resource} but only {len(remaining)} of its assigned GPUs "
-            f"({ann.GPU_ASSIGNED}={raw!r}, {ann.GPU_ALLOCATED}={','.join(map(str, done))!r}) are left"
-        )
     if resource == SHARED_RESOURCE and count != 1:
         raise AllocationError(f"pod {key}: a container asks for {count} {resource}; a shared GPU is requested as 1")
-    mine = tuple(remaining[:count])
+    done = _allocated(pod)
+    needs = container_needs(pod, resource)
+    if len(done) >= len(needs) or needs[len(done)].count != count:
+        raise AllocationError(
+            f"pod {key}: a container asks for {count} {resource} but the pod's next container waiting for "
+            f"{resource} does not ({ann.GPU_ALLOCATED}={allocated_annotation(done)!r} records "
+            f"{len(done)} of its {len(needs)} containers served)"
+        )
+    shares = plan(assigned, needs)
+    if shares is None:
+        raise AllocationError(
+            f"pod {key}: its containers ask for {'+'.join(str(n.count) for n in needs)} {resource} "
+            f"({'init containers reusing theirs' if any(n.reuses for n in needs) else 'in all'}) but "
+            f"{ann.GPU_ASSIGNED}={raw!r} names only {len(assigned)}"
+        )
+    mine = shares[len(done)]
     uuids = [served[i].uuid for i in mine]
     envs: dict[str, str] = {}
     cdi: tuple[str, ...] = ()
     if cdi_kind:
         cdi = tuple(f"{cdi_kind}={u}" for u in uuids)
+        envs[VISIBLE_DEVICES_ENV] = "void"
     else:
         envs[VISIBLE_DEVICES_ENV] = ",".join(uuids)
     envs.update(_mps_envs(pod, resource, count))
@@ -214,7 +359,7 @@ def grant(
         uid=str(meta.get("uid") or ""),
         resource_version=str(meta.get("resourceVersion") or ""),
         indices=mine,
-        allocated=tuple(i for i in assigned if i in done or i in mine),
+        allocated=(*done, mine),
         envs=envs,
         cdi_devices=cdi,
     )
@@ -268,7 +413,7 @@ def preferred(
     return out
 
 
-def next_indices(pod: Mapping[str, Any], count: int) -> tuple[int, ...] | None:
+def next_indices(pod: Mapping[str, Any], resource: str, count: int) -> tuple[int, ...] | None:
     """The GPUs the pod's next container would get (GetPreferredAllocation); None when its annotations are bad."""
     assigned = parse_gpu_indices(_annotations(pod).get(ann.GPU_ASSIGNED))
     if assigned is None:
@@ -277,5 +422,8 @@ def next_indices(pod: Mapping[str, Any], count: int) -> tuple[int, ...] | None:
         done = _allocated(pod)
     except AllocationError:
         return None
-    remaining = [i for i in assigned if i not in done]
-    return tuple(remaining[:count]) if len(remaining) >= count else None
+    needs = container_needs(pod, resource)
+    shares = plan(assigned, needs)
+    if shares is None or len(done) >= len(shares) or needs[len(done)].count != count:
+        return None
+    return shares[len(done)]

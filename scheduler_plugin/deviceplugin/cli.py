@@ -37,16 +37,13 @@ def device_plugin(
         str,
         typer.Option(
             help="How the container runtime learns the GPUs: 'env' (NVIDIA_VISIBLE_DEVICES=<uuids>) or 'cdi' "
-            "(CDI device names <cdi-kind>=<uuid>)."
+            "(CDI device names <cdi-kind>=<uuid>, NVIDIA_VISIBLE_DEVICES=void; needs Kubernetes 1.29+)."
         ),
     ] = "env",
     cdi_kind: Annotated[
         str, typer.Option(help="CDI kind of the GPUs' CDI names (with --device-list-strategy cdi).")
     ] = ("nvidia.com/gpu"),
     health_interval: Annotated[float, typer.Option(min=0.05, help="Seconds between NVML health checks.")] = 2.0,
-    xid_hold_seconds: Annotated[
-        float, typer.Option(min=0.0, help="Seconds a GPU stays Unhealthy after a critical XID.")
-    ] = 300.0,
     kubeconfig: Annotated[
         str | None, typer.Option(help="kubeconfig for the pod lookup (default: $KUBECONFIG, else in-cluster).")
     ] = None,
@@ -89,7 +86,6 @@ def device_plugin(
             slots=shared_slots_per_gpu,
             cdi_kind=cdi_kind if device_list_strategy == "cdi" else None,
             health_s=health_interval,
-            xid_hold_s=xid_hold_seconds,
         )
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None

@@ -2,17 +2,16 @@
 critical XID is Unhealthy.
 
 XIDs come from the exporter's :class:`~scheduler_plugin.exporter.events.XidWatcher` (NVML critical-error events).
-Every XID counts except those that report an application's own fault rather than the GPU's, the list NVIDIA's
-device plugin skips too (:data:`APPLICATION_XIDS`). A GPU with a critical XID stays Unhealthy for ``xid_hold_s``
-seconds after the last one, then is Healthy again if NVML reads it. A lost GPU is Healthy again as soon as NVML reads
-it (with the same UUID at the same index).
+As in NVIDIA's device plugin (``internal/rm/health.go``): every XID counts except those that report an application's
+own fault rather than the GPU's (:data:`APPLICATION_XIDS`, NVIDIA's list); a GPU with a critical XID stays Unhealthy
+until the plugin restarts; an XID NVML cannot attribute to a GPU (index -1) makes every GPU Unhealthy. A lost GPU (not
+an XID) is Healthy again as soon as NVML reads it (with the same UUID at the same index).
 """
 
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import pynvml
 
@@ -25,7 +24,6 @@ log = logging.getLogger(__name__)
 #: 13 graphics engine exception, 31 GPU memory page fault, 43 GPU stopped processing, 45 preemptive cleanup,
 #: 68 video processor exception, 109 context-switch timeout: a program's bug or its own kill, not a sick GPU.
 APPLICATION_XIDS: frozenset[int] = frozenset({13, 31, 43, 45, 68, 109})
-DEFAULT_XID_HOLD_S = 300.0
 
 
 class Health:
@@ -37,29 +35,28 @@ class Health:
         gpus: Sequence[Gpu],
         *,
         xids: XidWatcher | None = None,
-        xid_hold_s: float = DEFAULT_XID_HOLD_S,
-        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._nvml = nvml
         self._gpus = list(gpus)
         self._xids = xids
-        self._hold_s = xid_hold_s
-        self._clock = clock
         self._seen: dict[tuple[int, int], int] = {}
-        self._xid_until: dict[int, float] = {}
+        self._xid_sick: set[int] = set()
         self._last: frozenset[int] = frozenset()
 
     def check(self) -> frozenset[int]:
-        now = self._clock()
         bad = set(self._lost())
         if self._xids is not None:
             counts = self._xids.counts()
             for (index, xid), n in counts.items():
                 if n > self._seen.get((index, xid), 0) and xid not in APPLICATION_XIDS:
-                    self._xid_until[index] = now + self._hold_s
-                    log.warning("GPU %d: critical XID %d: Unhealthy for %.0fs", index, xid, self._hold_s)
+                    if index < 0:
+                        self._xid_sick |= {g.index for g in self._gpus}
+                        log.warning("critical XID %d on a GPU NVML cannot name: every GPU Unhealthy until restart", xid)
+                    else:
+                        self._xid_sick.add(index)
+                        log.warning("GPU %d: critical XID %d: Unhealthy until the plugin restarts", index, xid)
             self._seen = counts
-        bad |= {i for i, until in self._xid_until.items() if until > now}
+        bad |= self._xid_sick
         out = frozenset(bad)
         if out != self._last:
             log.warning("Unhealthy GPUs now: %s", sorted(out) or "none")

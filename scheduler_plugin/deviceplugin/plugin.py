@@ -22,7 +22,7 @@ import grpc
 from ..exporter.backend import NvmlApi
 from ..exporter.events import XidWatcher
 from .devices import RESOURCES, Gpu, discover
-from .health import DEFAULT_XID_HOLD_S, Health
+from .health import Health
 from .pods import NodePods
 from .service import DevicePluginService, DeviceState
 from .v1beta1 import api_pb2 as pb
@@ -50,7 +50,6 @@ class PluginConfig:
     cdi_kind: str | None = None
     poll_s: float = 1.0
     health_s: float = 2.0
-    xid_hold_s: float = DEFAULT_XID_HOLD_S
     register_timeout_s: float = 5.0
 
     def __post_init__(self) -> None:
@@ -86,13 +85,17 @@ class DevicePluginRunner:
         self.state: DeviceState | None = None
         self.registrations = 0
         """Successful rounds of registration (every resource), for tests and logs."""
+        self.polls = 0
+        """Looks at the kubelet's socket so far."""
+        self.health_checks = 0
+        """NVML health checks so far."""
         self._servers: list[grpc.aio.Server] = []
 
     async def run(self, stop: asyncio.Event, ready: asyncio.Event | None = None) -> None:
         gpus = await asyncio.to_thread(discover, self.nvml)
         log.info("serving %d GPUs of node %s: %s", len(gpus), self.config.node, ", ".join(g.uuid for g in gpus))
         self.state = DeviceState(gpus)
-        health = Health(self.nvml, gpus, xids=self.xids, xid_hold_s=self.config.xid_hold_s)
+        health = Health(self.nvml, gpus, xids=self.xids)
         if self.xids is not None:
             self.xids.start()
         watcher = asyncio.create_task(self._watch_health(health, self.state, stop))
@@ -109,6 +112,7 @@ class DevicePluginRunner:
     async def _watch_health(self, health: Health, state: DeviceState, stop: asyncio.Event) -> None:
         while not stop.is_set():
             await state.set_unhealthy(await asyncio.to_thread(health.check))
+            self.health_checks += 1
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), self.config.health_s)
 
@@ -140,6 +144,7 @@ class DevicePluginRunner:
             elif current is None and registered_with is not None:
                 log.info("kubelet socket %s is gone: waiting for the kubelet", kubelet)
                 registered_with = None
+            self.polls += 1
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), cfg.poll_s)
 

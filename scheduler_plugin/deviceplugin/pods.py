@@ -7,7 +7,7 @@ from typing import Any
 
 from ..kube import KubeClient
 from ..model import annotations as ann
-from .allocation import Grant
+from .allocation import Grant, allocated_annotation
 
 
 class NodePods:
@@ -25,7 +25,7 @@ class NodePods:
     async def mark(self, grant: Grant) -> None:
         """Record the grant on the pod. The UID and resourceVersion are preconditions: a pod recreated or changed
         since it was read is not marked (HTTP 409), so two Allocate calls cannot both take the same GPUs."""
-        meta: dict[str, Any] = {"annotations": {ann.GPU_ALLOCATED: ",".join(map(str, grant.allocated))}}
+        meta: dict[str, Any] = {"annotations": {ann.GPU_ALLOCATED: allocated_annotation(grant.allocated)}}
         if grant.uid:
             meta["uid"] = grant.uid
         if grant.resource_version:

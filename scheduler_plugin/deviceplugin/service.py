@@ -10,7 +10,17 @@ from typing import Any
 import grpc
 
 from ..kube import KubeError
-from .allocation import AllocationError, Grant, grant, next_indices, pick_pod, preferred
+from .allocation import (
+    AllocationError,
+    Grant,
+    candidates,
+    close_binds,
+    grant,
+    next_indices,
+    pick_pod,
+    pod_key,
+    preferred,
+)
 from .devices import WHOLE_RESOURCE, Gpu, device_ids
 from .pods import NodePods
 from .v1beta1 import api_pb2 as pb
@@ -68,6 +78,8 @@ class DevicePluginService(pb_grpc.DevicePluginServicer):
         self.cdi_kind = cdi_kind
         self._lock = lock or asyncio.Lock()
         self._devices = device_ids(resource, state.gpus, slots)
+        self.overrides = 0
+        """Allocate calls where the kubelet's devices were not kelvin's (the container got kelvin's)."""
 
     @property
     def node(self) -> str:
@@ -105,7 +117,8 @@ class DevicePluginService(pb_grpc.DevicePluginServicer):
             size = int(creq.allocation_size)
             indices: tuple[int, ...] | None = None
             try:
-                indices = next_indices(pick_pod(pods, node=self.node, resource=self.resource, count=size), size)
+                pod = pick_pod(pods, node=self.node, resource=self.resource, count=size)
+                indices = next_indices(pod, self.resource, size)
             except AllocationError as exc:
                 log.info("GetPreferredAllocation %s: %s; preferring the first available", self.resource, exc)
             ids = preferred(
@@ -165,7 +178,21 @@ class DevicePluginService(pb_grpc.DevicePluginServicer):
         return g
 
     async def _pick(self, devices: list[str]) -> Grant:
-        pod = pick_pod(await self.pods.list(), node=self.node, resource=self.resource, count=len(devices))
+        pods = candidates(await self.pods.list(), node=self.node, resource=self.resource, count=len(devices))
+        pod = pods[0]
+        for other in close_binds(pod, pods[1:]):
+            log.warning(
+                "Allocate %s: pods %s and %s (both waiting for %d on node %s) were bound less than 2 s apart and %s "
+                "was created first: if the kubelet admits them in one batch (sorted by creation time) the GPUs "
+                "kelvin assigned them may be swapped; %s gets its GPUs now",
+                self.resource,
+                pod_key(pod),
+                pod_key(other),
+                len(devices),
+                self.node,
+                pod_key(other),
+                pod_key(pod),
+            )
         g = grant(
             pod,
             node=self.node,
@@ -181,10 +208,13 @@ class DevicePluginService(pb_grpc.DevicePluginServicer):
             offered = sorted(devices)
             mine = sorted(gpu.uuid for gpu in self.state.gpus if gpu.index in g.indices)
             if offered != mine:
+                self.overrides += 1
                 log.warning(
-                    "pod %s: the kubelet picked %s, kelvin assigned %s: the container gets kelvin's GPUs",
+                    "pod %s: the kubelet picked %s, kelvin assigned %s: the container gets kelvin's GPUs; the "
+                    "kubelet's checkpoint and podresources API name the kubelet's (override %d of this plugin)",
                     g.key,
                     offered,
                     mine,
+                    self.overrides,
                 )
         return g

@@ -1,7 +1,8 @@
 """Binding a pod to a node once its GPUs are chosen: the only place the extender writes to the Kubernetes API.
 
 :class:`KubeBinder` makes one API call per pod: it creates the ``Binding`` (``pods/<name>/binding``) carrying the chosen
-GPU indices as annotations (``kelvin.dev/gpu-assigned`` and ``kelvin.dev/gpu-assigned-node``) and the pod's UID. The API
+GPU indices as annotations (``kelvin.dev/gpu-assigned``, ``kelvin.dev/gpu-assigned-node`` and the bind time in
+nanoseconds, ``kelvin.dev/gpu-assigned-at``) and the pod's UID. The API
 server sets ``spec.nodeName`` and merges the Binding's annotations into the pod in one write, checking the UID as a
 precondition (``BindingREST.setPodHostAndAnnotations``), so the device plugin, the exporter and kelvin's own records
 never see a bound pod without its GPUs, and a failed Binding leaves nothing to undo. (Until issue 10 this took a merge
@@ -20,7 +21,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any, Protocol
 from urllib.parse import quote
 
@@ -55,6 +58,13 @@ def gpu_annotation(gpus: tuple[int, ...]) -> str:
     return ",".join(str(i) for i in gpus)
 
 
+def bind_time(now_ns: int | None = None) -> str:
+    """``kelvin.dev/gpu-assigned-at``: RFC 3339 UTC with nanoseconds (PodScheduled's time has whole seconds)."""
+    ns = time.time_ns() if now_ns is None else now_ns
+    secs, frac = divmod(ns, 1_000_000_000)
+    return datetime.fromtimestamp(secs, UTC).strftime("%Y-%m-%dT%H:%M:%S") + f".{frac:09d}Z"
+
+
 def _pod_path(namespace: str, name: str) -> str:
     return f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(name, safe='')}"
 
@@ -78,7 +88,11 @@ class KubeBinder:
         if uid:
             meta["uid"] = uid  # precondition: fails if the pod was recreated under the same name
         if gpus:
-            meta["annotations"] = {ann.GPU_ASSIGNED: gpu_annotation(gpus), ann.GPU_ASSIGNED_NODE: node}
+            meta["annotations"] = {
+                ann.GPU_ASSIGNED: gpu_annotation(gpus),
+                ann.GPU_ASSIGNED_NODE: node,
+                ann.GPU_ASSIGNED_AT: bind_time(),  # the device plugin's admission order (ns, unlike PodScheduled)
+            }
         binding: dict[str, Any] = {
             "apiVersion": "v1",
             "kind": "Binding",

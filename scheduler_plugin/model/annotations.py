@@ -24,7 +24,10 @@ CHECKPOINT_DONE = PREFIX + "checkpoint-done"  # written by the workload: RFC 333
 # Written by kelvin
 GPU_ASSIGNED = PREFIX + "gpu-assigned"  # GPU indices chosen at bind: "0,1"
 GPU_ASSIGNED_NODE = PREFIX + "gpu-assigned-node"
-GPU_ALLOCATED = PREFIX + "gpu-allocated"  # GPU indices `kelvin device-plugin` handed to the pod's containers: "0,1"
+# when the extender bound the pod, RFC 3339 UTC with nanoseconds: "2026-12-01T04:00:00.123456789Z"
+GPU_ASSIGNED_AT = PREFIX + "gpu-assigned-at"
+# GPU indices `kelvin device-plugin` handed to each container so far, ";" between containers: "0;0,1"
+GPU_ALLOCATED = PREFIX + "gpu-allocated"
 CHECKPOINT_REQUESTED = PREFIX + "checkpoint-requested"
 
 # Node taint written by the operator

@@ -62,7 +62,7 @@ def test_values_reach_the_args(render: Render) -> None:
 def test_rbac_reads_and_marks_pods_only(render: Render) -> None:
     docs = render(None, ON)
     role = one(docs, "ClusterRole", "device-plugin")
-    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "patch"]}]
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "patch"]}]
     binding = one(docs, "ClusterRoleBinding", "device-plugin")
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
     assert [s["name"] for s in binding["subjects"]] == [

@@ -33,11 +33,14 @@ class FakeKubelet(pb_grpc.RegistrationServicer):
         self.socket_dir = socket_dir
         self.requests: list[Any] = []
         self.reject: str | None = None
+        self.rejected = 0
+        """Registrations refused (``reject`` set)."""
         self._server: grpc.aio.Server | None = None
         self._registered = asyncio.Condition()
 
     async def Register(self, request: Any, context: Any) -> Any:
         if self.reject:
+            self.rejected += 1
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, self.reject)
         async with self._registered:
             self.requests.append(request)
@@ -150,7 +153,6 @@ async def running_plugin(
     server: str,
     *,
     slots: int = 4,
-    xid_hold_s: float = 60.0,
     cdi_kind: str | None = None,
     watch_xids: bool = True,
     resources: tuple[str, ...] = (ann.GPU_RESOURCE, ann.SHARED_GPU_RESOURCE),
@@ -167,7 +169,6 @@ async def running_plugin(
         cdi_kind=cdi_kind,
         poll_s=0.05,
         health_s=0.05,
-        xid_hold_s=xid_hold_s,
     )
     xids = XidWatcher(nvml, wait_ms=50, retry_s=0.1) if watch_xids else None
     runner = DevicePluginRunner(config, nvml, NodePods(client, NODE), xids=xids)

@@ -11,6 +11,8 @@ from dpkit import NODE, pod
 from scheduler_plugin.deviceplugin.allocation import (
     AllocationError,
     admission_order,
+    allocated_annotation,
+    close_binds,
     container_counts,
     grant,
     next_indices,
@@ -39,13 +41,109 @@ def two_containers(assigned: str, allocated: str | None = None) -> dict[str, Any
 def test_containers_of_one_pod_get_its_gpus_in_turn() -> None:
     p = two_containers("2,0")
     first = grant(pick_pod([p], node=NODE, resource=WHOLE, count=1), node=NODE, resource=WHOLE, count=1, gpus=GPUS)
-    assert first.indices == (2,) and first.allocated == (2,)
+    assert first.indices == (2,)
+    assert first.allocated == ((2,),)
     p = two_containers("2,0", allocated="2")
     second = grant(pick_pod([p], node=NODE, resource=WHOLE, count=1), node=NODE, resource=WHOLE, count=1, gpus=GPUS)
-    assert second.indices == (0,) and second.allocated == (2, 0)
+    assert second.indices == (0,) and second.allocated == ((2,), (0,))
     assert second.envs == {"NVIDIA_VISIBLE_DEVICES": GPUS[0].uuid}
-    with pytest.raises(AllocationError, match="no pod bound here is waiting"):
-        pick_pod([two_containers("2,0", allocated="2,0")], node=NODE, resource=WHOLE, count=1)
+    assert allocated_annotation(second.allocated) == "2;0"
+    with pytest.raises(AllocationError, match="no pending pod bound here is waiting"):
+        pick_pod([two_containers("2,0", allocated="2;0")], node=NODE, resource=WHOLE, count=1)
+
+
+def _with_init(p: dict[str, Any], count: int, *, sidecar: bool = False) -> dict[str, Any]:
+    init: dict[str, Any] = {"name": "init", "resources": {"limits": {WHOLE: str(count)}}}
+    if sidecar:
+        init["restartPolicy"] = "Always"
+    p["spec"]["initContainers"] = [init]
+    return p
+
+
+def _serve(p: dict[str, Any], count: int) -> tuple[int, ...]:
+    """One Allocate: pick, grant, and record the grant on the pod as the plugin's patch does."""
+    g = grant(pick_pod([p], node=NODE, resource=WHOLE, count=count), node=NODE, resource=WHOLE, count=count, gpus=GPUS)
+    p["metadata"]["annotations"][ann.GPU_ALLOCATED] = allocated_annotation(g.allocated)
+    return g.indices
+
+
+def test_init_container_gpus_are_reused_by_the_app_container() -> None:
+    # the extender charged max(app 2, init 1) = 2 GPUs; the kubelet calls Allocate for the init container, then for
+    # the app container, which gets the init container's GPU again plus one
+    p = _with_init(pod("p", gpus=2, assigned="3,1"), 1)
+    assert _serve(p, 1) == (3,)
+    assert _serve(p, 2) == (3, 1)
+    assert p["metadata"]["annotations"][ann.GPU_ALLOCATED] == "3;3,1"
+    with pytest.raises(AllocationError, match="no pending pod"):
+        pick_pod([p], node=NODE, resource=WHOLE, count=2)
+
+
+def test_init_container_does_not_take_another_pods_gpus() -> None:
+    # before: after the init container gpu-allocated covered gpu-assigned and the app container took b's GPU
+    a = _with_init(pod("a", gpus=1, assigned="0", scheduled="2026-12-01T04:00:00Z"), 1)
+    b = pod("b", gpus=1, assigned="1", scheduled="2026-12-01T04:00:05Z")
+    assert _serve(a, 1) == (0,)
+    assert pick_pod([a, b], node=NODE, resource=WHOLE, count=1)["metadata"]["name"] == "a"
+    assert _serve(a, 1) == (0,)
+
+
+def test_sidecar_init_container_keeps_its_gpus() -> None:
+    p = _with_init(pod("p", gpus=1, assigned="2,0"), 1, sidecar=True)
+    assert _serve(p, 1) == (2,)
+    assert _serve(p, 1) == (0,)
+    too_short = _with_init(pod("q", gpus=1, assigned="2"), 1, sidecar=True)
+    with pytest.raises(AllocationError, match=re.escape("ask for 1+1 nvidia.com/gpu (in all) but")):
+        _serve(too_short, 1)
+
+
+def test_only_pending_pods_without_started_containers_are_candidates() -> None:
+    # bound by kelvin before this plugin replaced NVIDIA's: gpu-assigned, no gpu-allocated, older than everything
+    running = pod("running", gpus=1, assigned="0", scheduled="2026-12-01T01:00:00Z", phase="Running")
+    started = pod("started", gpus=1, assigned="1", scheduled="2026-12-01T02:00:00Z")
+    started["status"]["containerStatuses"] = [{"name": "main", "state": {"running": {}}, "started": True}]
+    init_ran = pod("init-ran", gpus=1, assigned="2", scheduled="2026-12-01T03:00:00Z")
+    init_ran["status"]["initContainerStatuses"] = [{"name": "i", "state": {"terminated": {"exitCode": 0}}}]
+    new = pod("new", gpus=1, assigned="3", scheduled="2026-12-01T04:00:00Z")
+    new["status"]["containerStatuses"] = [{"name": "main", "state": {"waiting": {"reason": "ContainerCreating"}}}]
+    assert pick_pod([running, started, init_ran, new], node=NODE, resource=WHOLE, count=1)["metadata"]["name"] == "new"
+
+
+def test_bind_time_in_nanoseconds_orders_pods_bound_in_the_same_second() -> None:
+    same = "2026-12-01T04:00:00Z"
+    first = pod(
+        "z-first",
+        gpus=1,
+        assigned="0",
+        scheduled=same,
+        created="2026-12-01T03:59:30Z",
+        annotations={ann.GPU_ASSIGNED_AT: "2026-12-01T04:00:00.000000100Z"},
+    )
+    second = pod(
+        "a-second",
+        gpus=1,
+        assigned="1",
+        scheduled=same,
+        created="2026-12-01T03:59:00Z",
+        annotations={ann.GPU_ASSIGNED_AT: "2026-12-01T04:00:00.000000200Z"},
+    )
+    assert pick_pod([second, first], node=NODE, resource=WHOLE, count=1)["metadata"]["name"] == "z-first"
+    # bound 100 ns apart, created in the other order: the kubelet may admit them swapped
+    assert close_binds(first, [first, second]) == [second]
+    assert close_binds(second, [first]) == []  # created after: the kubelet's order agrees
+    later = pod(
+        "later",
+        gpus=1,
+        assigned="2",
+        created="2026-12-01T03:00:00Z",
+        annotations={ann.GPU_ASSIGNED_AT: "2026-12-01T04:00:03Z"},
+    )
+    assert close_binds(first, [later]) == []  # 3 s apart
+
+
+def test_cdi_sets_visible_devices_to_void() -> None:
+    g = grant(pod("p", gpus=1, assigned="1"), node=NODE, resource=WHOLE, count=1, gpus=GPUS, cdi_kind="nvidia.com/gpu")
+    assert g.cdi_devices == (f"nvidia.com/gpu={GPUS[1].uuid}",)
+    assert g.envs == {"NVIDIA_VISIBLE_DEVICES": "void"}  # CUDA images set it to "all"
 
 
 def test_order_is_scheduled_time_then_creation_time() -> None:
@@ -67,7 +165,7 @@ def test_deleted_and_finished_pods_are_not_candidates() -> None:
 def test_malformed_allocated_annotation_is_named() -> None:
     p = pod("p", gpus=1, assigned="1")
     p["metadata"]["annotations"][ann.GPU_ALLOCATED] = "one"
-    with pytest.raises(AllocationError, match=re.escape("kelvin.dev/gpu-allocated='one' is not a comma-separated")):
+    with pytest.raises(AllocationError, match=re.escape("kelvin.dev/gpu-allocated='one' is not a ';'-separated")):
         grant(pick_pod([p], node=NODE, resource=WHOLE, count=1), node=NODE, resource=WHOLE, count=1, gpus=GPUS)
 
 
@@ -113,7 +211,8 @@ def test_preferred_fills_from_available_when_kelvins_gpu_is_taken() -> None:
     assert preferred((1,), resource=WHOLE, gpus=GPUS, available=[ids[0], ids[2]], must_include=[], size=1) == [ids[0]]
     slots = [d for d, _ in device_ids(SHARED, GPUS, 2)]
     assert preferred((3,), resource=SHARED, gpus=GPUS, available=slots, must_include=[], size=1) == [f"{ids[3]}::0"]
-    assert next_indices(pod("p", gpus=1, assigned="bad"), 1) is None
+    assert next_indices(pod("p", gpus=1, assigned="bad"), WHOLE, 1) is None
+    assert next_indices(_with_init(pod("p", gpus=2, assigned="3,1"), 1), WHOLE, 1) == (3,)
 
 
 def test_mig_gpus_are_not_served() -> None:

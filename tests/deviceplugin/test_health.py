@@ -32,20 +32,21 @@ def test_another_gpu_at_the_same_index_is_unhealthy(fake: FakeNvml) -> None:
     assert health.check() == frozenset({3})
 
 
-def test_critical_xids_hold_application_xids_do_not(fake: FakeNvml) -> None:
-    now = [100.0]
+def test_critical_xid_stays_unhealthy_until_restart_application_xids_do_not(fake: FakeNvml) -> None:
     xids = Xids()
-    health = Health(fake, discover(fake), xids=xids, xid_hold_s=60.0, clock=lambda: now[0])  # type: ignore[arg-type]
+    health = Health(fake, discover(fake), xids=xids)  # type: ignore[arg-type]
     xids.seen = {(0, 13): 1, (1, 31): 4, (2, 43): 1}  # application faults
     assert health.check() == frozenset()
     xids.seen = {**xids.seen, (2, 48): 1}  # double-bit ECC error
     assert health.check() == frozenset({2})
-    now[0] += 59.0
-    assert health.check() == frozenset({2})
-    now[0] += 30.0
-    xids.seen = {**xids.seen, (2, 48): 2}  # another one, seen at 189 s, holds the GPU until 249 s
-    assert health.check() == frozenset({2})
-    now[0] += 59.0
-    assert health.check() == frozenset({2})
-    now[0] += 2.0
+    for _ in range(3):  # NVML still reads the GPU: it stays Unhealthy (NVIDIA's device plugin does the same)
+        assert health.check() == frozenset({2})
+
+
+def test_xid_nvml_cannot_attribute_makes_every_gpu_unhealthy(fake: FakeNvml) -> None:
+    xids = Xids()
+    health = Health(fake, discover(fake), xids=xids)  # type: ignore[arg-type]
+    xids.seen = {(-1, 13): 1}  # an application fault, even unattributed, is not the GPUs'
     assert health.check() == frozenset()
+    xids.seen = {(-1, 79): 1}
+    assert health.check() == frozenset({0, 1, 2, 3})

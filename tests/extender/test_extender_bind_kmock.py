@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import httpx
@@ -9,8 +10,9 @@ import kmock
 import pytest
 from ext_helpers import args, make_extender, pod
 
+from scheduler_plugin.deviceplugin.allocation import parse_time_ns
 from scheduler_plugin.extender.app import create_app
-from scheduler_plugin.extender.binder import KubeBinder
+from scheduler_plugin.extender.binder import KubeBinder, bind_time
 from scheduler_plugin.kube import KubeClient, KubeConfig
 from scheduler_plugin.model.claim import charged_milli
 from scheduler_plugin.telemetry.assignments import assignment_of_pod, list_assigned_pods
@@ -39,6 +41,7 @@ async def test_bind_is_one_binding_that_carries_the_gpus(kmock: kmock.RawHandler
     kmock[f"post {POD}/binding"] << 201 << {"kind": "Status", "status": "Success"}
     ext, _, _ = make_extender(binder=KubeBinder(_client(kmock)))
     await ext.cache.refresh_once()
+    before = time.time_ns()
     async with await _asgi(ext) as c:
         await c.post("/filter", content=args(pod(gpus=2)))
         r = await c.post(
@@ -52,6 +55,8 @@ async def test_bind_is_one_binding_that_carries_the_gpus(kmock: kmock.RawHandler
     assert len(gpus) == 2 and 0 not in gpus  # gpu 0 of gpu-node-2 is busy
     assert binding.url.path == f"{POD}/binding"
     assert binding.data["kind"] == "Binding"
+    at = binding.data["metadata"]["annotations"].pop("kelvin.dev/gpu-assigned-at")
+    assert before <= parse_time_ns(at) <= time.time_ns()  # the bind time, to the nanosecond
     assert binding.data["metadata"] == {
         "name": "p1",
         "namespace": "default",
@@ -156,3 +161,11 @@ async def test_assigned_source_merges_pod_records_into_telemetry(kmock: kmock.Ra
     assert len(list(kmock)) == 1
     await src.close()
     await client.close()
+
+
+def test_bind_time_keeps_nanoseconds() -> None:
+    """Pods bound in the same second still have distinct, ordered bind times (PodScheduled has whole seconds)."""
+    ns = 1_796_097_600_000_000_001  # 2026-12-01T04:00:00 UTC + 1 ns
+    assert bind_time(ns) == "2026-12-01T04:00:00.000000001Z"
+    assert parse_time_ns(bind_time(ns)) == ns
+    assert parse_time_ns(bind_time(ns + 1)) == ns + 1
