@@ -185,7 +185,12 @@ def test_help_shows_no_empty_defaults(command: str, rich: bool, monkeypatch: pyt
     text = " ".join(res.output.split())
     assert "[default: ]" not in text and "[default: None]" not in text and " . " not in text, res.output
     if command == "extender":
-        for shown in ("env KELVIN_PORT; default 8888", "env KELVIN_HOST; default 127.0.0.1", "env KELVIN_METRICS_PORT; default 8889", "default H100-SXM-80GB"):
+        for shown in (
+            "env KELVIN_PORT; default 8888",
+            "env KELVIN_HOST; default 127.0.0.1",
+            "env KELVIN_METRICS_PORT; default 8889",
+            "default H100-SXM-80GB",
+        ):
             assert shown in text, res.output
     if command == "explain":
         assert "env KELVIN_FLEET_NODES; default 64" in text, res.output
