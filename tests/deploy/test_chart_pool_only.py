@@ -10,8 +10,18 @@ from typing import Any
 import celpy  # type: ignore[import-untyped]
 import kubernetes_validate
 import pytest
-from deploy_helpers import CHART, K8S_VERSION, NAMESPACE, PROMETHEUS_OPERATOR_API, Doc, Render, by_kind, one, pod_spec
-from deploy_helpers import run_helm
+from deploy_helpers import (
+    CHART,
+    K8S_VERSION,
+    NAMESPACE,
+    PROMETHEUS_OPERATOR_API,
+    Doc,
+    Render,
+    by_kind,
+    one,
+    pod_spec,
+    run_helm,
+)
 from kelvin_operator.webhooks import mutate, pool_only
 
 pytestmark = pytest.mark.helm
@@ -105,6 +115,8 @@ def _res(**parts: dict[str, str]) -> list[dict[str, Any]]:
 
 
 POOL = {"kelvin.dev/gpu-memory": "20Gi"}
+SHARE = {"kelvin.dev/gpu-share": "500"}
+SLOT = {"kelvin.dev/shared-gpu": "1"}
 SAMPLES: list[tuple[str, dict[str, Any]]] = [
     ("plain pod", _pod()),
     ("other annotations", _pod({"prometheus.io/scrape": "true"})),
@@ -117,7 +129,7 @@ SAMPLES: list[tuple[str, dict[str, Any]]] = [
     ("pool, whole GPU limit", _pod(POOL, containers=_res(limits={"nvidia.com/gpu": "1"}))),
     ("pool, whole GPU request", _pod(POOL, containers=_res(requests={"nvidia.com/gpu": "1"}))),
     ("pool, shared slot", _pod(POOL, containers=_res(requests={"kelvin.dev/shared-gpu": "1"}))),
-    ("share, slot in the second container", _pod({"kelvin.dev/gpu-share": "500"}, containers=[{"name": "a"}, *_res(limits={"kelvin.dev/shared-gpu": "1"})])),  # fmt: skip
+    ("share, slot in the second container", _pod(SHARE, containers=[{"name": "a"}, *_res(limits=SLOT)])),
     ("pool, GPU in an init container", _pod(POOL, initContainers=_res(limits={"nvidia.com/gpu": "1"}))),
     ("pool, init container without GPU", _pod(POOL, initContainers=_res(limits={"cpu": "1"}))),
 ]
@@ -181,3 +193,11 @@ def test_admission_policy_message_names_the_fix(render: Render) -> None:
     docs = render(None, SHARED_ON, "devicePlugin.resourceNames={nvidia.com/gpu}", api_versions=WITH_VAP)
     (off,) = _policy(docs)["spec"]["validations"]
     assert off["message"] == v["message"]
+
+
+def test_notes_describe_the_prometheus_peer_by_both_selectors(helm_bin: str) -> None:
+    """NOTES.txt: Prometheus is admitted from pods matching podSelector in namespaces matching namespaceSelector."""
+    args = ["install", "kelvin", str(CHART), "-n", NAMESPACE, "--dry-run=client", "--set", "networkPolicy.enabled=true"]
+    notes = " ".join(run_helm(helm_bin, *args).stdout.split())
+    assert "pods matching networkPolicy.prometheus.podSelector in namespaces matching" in notes
+    assert "networkPolicy.prometheus.namespaceSelector, both" in notes
