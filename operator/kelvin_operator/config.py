@@ -160,27 +160,25 @@ def read_policy_section(path: Path) -> dict[str, Any]:
     The whole file is validated as the extender validates it (unknown sections and keys, bad values, unknown policy
     names and args: :class:`ConfigError` naming the path). Keys in the old snake_case spelling are logged once each.
     """
+    source = f"policy file {path}"
     try:
-        doc = yaml.safe_load(path.read_text()) or {}
+        doc = yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"policy file {path}: cannot read: {exc}") from None
-    if not isinstance(doc, dict):
-        raise ConfigError(f"policy file {path}: must be a mapping at the top level")
-    section = doc.get("operator")
-    if section is None:
-        section = {}
-    if not isinstance(section, dict):
-        raise ConfigError(f"policy file {path}: operator: must be a mapping, got {type(section).__name__}")
-    try:
-        policy = PolicyConfig.from_mapping(doc, source=f"policy file {path}")
-        Framework.from_config(policy)
+        raise ConfigError(f"{source}: cannot read: {exc}") from None
+    try:  # an empty file or section is {}; a section that is not a mapping is refused here, naming it
+        policy = PolicyConfig.from_mapping(doc, source=source)
     except PolicyConfigError as exc:
         raise ConfigError(str(exc)) from None
+    try:  # the registry's errors name the key but not the file
+        Framework.from_config(policy)
+    except PolicyConfigError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+    section = policy.operator
     keys = normalise(OperatorConfig, section, "operator.")
     if keys.duplicates:
-        raise ConfigError(f"policy file {path}: " + "; ".join(keys.duplicates))
+        raise ConfigError(f"{source}: " + "; ".join(keys.duplicates))
     for r in keys.renamed:
-        log.warning("%s", r.warning(f"policy file {path}"))
+        log.warning("%s", r.warning(source))
     out: dict[str, Any] = dict(keys.data)
     if "hotness" in policy.model_fields_set and "hotness" not in out:
         out["hotness"] = policy.hotness.model_dump()

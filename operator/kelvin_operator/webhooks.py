@@ -9,7 +9,8 @@ A **pool-only** pod (``kelvin.dev/gpu-memory`` or ``kelvin.dev/gpu-share`` but n
 request one of its ``managedResources``, and would place the pod GPU-blind. With ``webhook.sharedGpuResource`` (the
 chart sets it when kelvin's device plugin advertises ``kelvin.dev/shared-gpu``) the mutating webhook requests
 ``kelvin.dev/shared-gpu: 1`` for it; the validating webhook (which sees the pod after every mutation) rejects any
-pool-only pod left, saying what is missing and the two ways to fix it.
+pool-only pod left, saying what is missing and the two ways to fix it. Without ``webhook.sharedGpuResource`` no node
+advertises ``kelvin.dev/shared-gpu``, so a pod requesting it by hand (it would stay Pending) is rejected too.
 
 Mutation also injects into every container of a pod with a pool or a compute share the environment variables that
 CUDA MPS and the ML frameworks honour. A variable the pod already sets is never overwritten. See docs/operator.md.
@@ -62,15 +63,19 @@ def _all_containers(pod: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     return out
 
 
-def requests_gpu_resource(pod: Mapping[str, Any]) -> bool:
-    """Some container (init containers included) requests or limits nvidia.com/gpu or kelvin.dev/shared-gpu."""
+def _requests_any(pod: Mapping[str, Any], names: Sequence[str]) -> bool:
     for c in _all_containers(pod):
         res = c.get("resources") or {}
         for part in ("requests", "limits"):
             values = res.get(part) if isinstance(res, Mapping) else None
-            if isinstance(values, Mapping) and any(r in values for r in GPU_RESOURCES):
+            if isinstance(values, Mapping) and any(r in values for r in names):
                 return True
     return False
+
+
+def requests_gpu_resource(pod: Mapping[str, Any]) -> bool:
+    """Some container (init containers included) requests or limits nvidia.com/gpu or kelvin.dev/shared-gpu."""
+    return _requests_any(pod, GPU_RESOURCES)
 
 
 def pool_only(pod: Mapping[str, Any]) -> bool:
@@ -99,9 +104,26 @@ def pool_only_message(*, shared_gpu_resource: bool) -> str:
     )
 
 
+def requests_shared_gpu(pod: Mapping[str, Any]) -> bool:
+    """Some container (init containers included) requests or limits kelvin.dev/shared-gpu."""
+    return _requests_any(pod, (ann.SHARED_GPU_RESOURCE,))
+
+
+def shared_gpu_unavailable_message() -> str:
+    return (
+        f"the pod requests {ann.SHARED_GPU_RESOURCE}, which no node advertises: kelvin's device plugin does not serve "
+        f"it (Helm values devicePlugin.enabled=false, or devicePlugin.resourceNames without {ann.SHARED_GPU_RESOURCE}; "
+        f"operator setting webhook.sharedGpuResource=false), so the pod would stay Pending. Request "
+        f"{ann.GPU_RESOURCE}: 1 instead, or enable kelvin's device plugin (devicePlugin.enabled=true)"
+    )
+
+
 def validate(pod: Mapping[str, Any], sizes: GpuSizes, *, shared_gpu_resource: bool = False) -> str | None:
-    """``None`` when the pod is admissible, else the message to reject it with. ``shared_gpu_resource`` only picks
-    the advice given to a pool-only pod (which is always rejected: the mutating webhook has run by now)."""
+    """``None`` when the pod is admissible, else the message to reject it with. ``shared_gpu_resource``: kelvin's
+    device plugin advertises kelvin.dev/shared-gpu; off, a pod requesting it is rejected (it would stay Pending).
+    It also picks the advice given to a pool-only pod (always rejected: the mutating webhook has run by now)."""
+    if not shared_gpu_resource and requests_shared_gpu(pod):
+        return shared_gpu_unavailable_message()
     try:
         req = parse_pod(pod)
     except RequestError as exc:

@@ -10,6 +10,7 @@ by :meth:`scheduler_plugin.policies.framework.Framework.from_config` through the
 from __future__ import annotations
 
 import logging
+import typing
 from pathlib import Path
 from typing import Any, Literal
 
@@ -107,6 +108,9 @@ class PolicyConfig(CamelModel):
             data = {}
         if not isinstance(data, dict):
             raise PolicyConfigError(f"{source}: must be a mapping at the top level, got {type(data).__name__}")
+        # a section left empty (``operator:`` with nothing under it, or only comments) is YAML null: the same as {}
+        sections = _mapping_sections(cls)
+        data = {k: {} if v is None and k in sections else v for k, v in data.items()}
         keys = normalise(cls, data)
         if keys.duplicates:
             raise PolicyConfigError(f"{source}: " + "; ".join(keys.duplicates))
@@ -148,6 +152,17 @@ class PolicyConfig(CamelModel):
         except yaml.YAMLError as exc:
             raise PolicyConfigError(f"{p}: not valid YAML ({exc})") from exc
         return cls.from_mapping(data, source=str(p))
+
+
+def _mapping_sections(model: type[BaseModel]) -> frozenset[str]:
+    """The keys (camelCase and old spelling) of ``model``'s fields whose value is a mapping: a model or a dict."""
+    keys: set[str] = set()
+    for name, info in model.model_fields.items():
+        ann = info.annotation
+        origin = typing.get_origin(ann) or ann
+        if origin is dict or (isinstance(origin, type) and issubclass(origin, BaseModel)):
+            keys |= {name, camel(name)}
+    return frozenset(keys)
 
 
 def format_validation_error(exc: ValidationError, source: str, model: type[BaseModel] | None = None) -> str:

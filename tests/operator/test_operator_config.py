@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from pathlib import Path
 
 import pytest
@@ -59,7 +60,7 @@ def test_errors_name_every_field(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 def test_unreadable_policy_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot read"):
         load_operator_config(tmp_path / "missing.yaml")
-    with pytest.raises(ConfigError, match="operator: must be a mapping"):
+    with pytest.raises(ConfigError, match="operator: Input should be a valid dictionary"):
         load_operator_config(write(tmp_path, "operator: [1, 2]\n"))
 
 
@@ -129,3 +130,38 @@ def test_the_operator_validates_the_whole_file(tmp_path: Path, text: str, messag
     """A file the extender would refuse does not start the operator either, and the message names the key."""
     with pytest.raises(ConfigError, match=message):
         load_operator_config(write(tmp_path, text))
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("scoring: {nope: {}}\n", r"scoring.nope: unknown score policy 'nope'"),
+        ("picker: best-guess\n", r"picker: unknown picker policy 'best-guess'"),
+        ("scoring: {thermal: {args: {nodeShare: 5}}}\n", r"scoring.thermal.args.nodeShare: Input should be less"),
+    ],
+)
+def test_registry_errors_name_the_policy_file(tmp_path: Path, text: str, message: str) -> None:
+    """The registry's errors (unknown policy names, bad args) carry the file, as every other policy error does."""
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as exc:
+        load_operator_config(path)
+    assert str(exc.value).startswith(f"policy file {path}: ")
+    assert str(exc.value).count("policy file") == 1
+    assert re.search(message, str(exc.value))
+
+
+@pytest.mark.parametrize("section", ["operator", "hotness", "telemetry", "filters", "scoring", "ledger", "pickerArgs"])
+def test_an_empty_section_is_an_empty_mapping(tmp_path: Path, section: str) -> None:
+    """``operator:`` with nothing under it (YAML null, e.g. every key commented out) loads as {}."""
+    cfg = load_operator_config(write(tmp_path, f"{section}:\n  # dryRun: true\n"))
+    assert cfg == load_operator_config(write(tmp_path, f"{section}: {{}}\n"))
+    assert not cfg.dry_run
+
+
+def test_a_section_that_is_not_a_mapping_is_refused_naming_the_file(tmp_path: Path) -> None:
+    path = write(tmp_path, "operator: [dryRun]\n")
+    with pytest.raises(ConfigError, match=rf"^policy file {re.escape(str(path))}: operator: Input should be a valid"):
+        load_operator_config(path)
+    top = write(tmp_path, "- a\n")
+    with pytest.raises(ConfigError, match=r"must be a mapping at the top level"):
+        load_operator_config(top)

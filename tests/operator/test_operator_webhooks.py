@@ -86,7 +86,7 @@ def test_pool_only_pod_is_rejected_naming_both_fixes() -> None:
         validate(with_resource(pod("p", gpus=0, annotations={ann.GPU_MEMORY: "20Gi"}), ann.GPU_RESOURCE), SIZES) is None
     )
     shared = with_resource(pod("p", gpus=0, annotations={ann.GPU_MEMORY: "20Gi"}), ann.SHARED_GPU_RESOURCE)
-    assert validate(shared, SIZES) is None
+    assert validate(shared, SIZES, shared_gpu_resource=True) is None
     init = with_resource(pod("p", gpus=0, annotations={ann.GPU_SHARE: "300"}), ann.GPU_RESOURCE, kind="initContainers")
     assert validate(init, SIZES) is None
     # pods without kelvin's share annotations are not concerned
@@ -149,3 +149,25 @@ def test_largest_gpu_matches_models_by_family_on_real_nvml_names() -> None:
 def test_gpu_memory_without_a_unit_is_refused_at_admission() -> None:
     reason = validate(pod("p", gpus=1, annotations={ann.GPU_MEMORY: "20"}), SIZES)
     assert reason is not None and "kelvin.dev/gpu-memory='20'" in reason and "give one, e.g. 20Gi" in reason
+
+
+def test_a_shared_gpu_request_is_refused_when_no_device_plugin_serves_it() -> None:
+    """Without webhook.sharedGpuResource no node advertises kelvin.dev/shared-gpu: a pod requesting it (by hand, in a
+    container or an init container, as a request or a limit) would stay Pending, so admission refuses it."""
+    pools = {ann.GPU_MEMORY: "20Gi"}
+    for p, admitted_with_plugin in (
+        (with_resource(pod("p", gpus=0, annotations=pools), ann.SHARED_GPU_RESOURCE), True),
+        (with_resource(pod("p", gpus=0, annotations=pools), ann.SHARED_GPU_RESOURCE, kind="initContainers"), True),
+        # no pool annotation: the missing device plugin is named first (the missing size is said once it is on)
+        (with_resource(pod("p", gpus=0), ann.SHARED_GPU_RESOURCE), False),
+    ):
+        msg = validate(p, SIZES)
+        assert msg is not None
+        assert msg.startswith("the pod requests kelvin.dev/shared-gpu, which no node advertises")
+        assert "devicePlugin.enabled" in msg and "request nvidia.com/gpu: 1 instead" in msg.lower()
+        assert (validate(p, SIZES, shared_gpu_resource=True) is None) is admitted_with_plugin
+    request_only = pod("p", gpus=0, annotations=pools)
+    request_only["spec"]["containers"][0]["resources"] = {"requests": {ann.SHARED_GPU_RESOURCE: "1"}}
+    assert "no node advertises" in (validate(request_only, SIZES) or "")
+    # whole GPUs are unaffected
+    assert validate(with_resource(pod("w", gpus=0, annotations=pools), ann.GPU_RESOURCE), SIZES) is None

@@ -166,3 +166,22 @@ def test_a_key_in_both_spellings_is_refused() -> None:
 def test_hotness_cross_field_error_speaks_camel_case() -> None:
     with pytest.raises(PolicyConfigError, match=r"hotness: Value error, coolCelsius \(85.0\) must be below hotCelsius"):
         PolicyConfig.from_mapping({"hotness": {"hotCelsius": 80, "coolCelsius": 85}})
+
+
+def test_empty_sections_are_empty_mappings() -> None:
+    """A section key with nothing under it is YAML null: read as {} in every mapping section (so ``scoring:`` alone
+    means no score policy, as ``scoring: {}`` does); a null scalar (picker) stays an error naming it."""
+    sections = ["telemetry", "filters", "scoring", "pickerArgs", "ledger", "hotness", "operator"]
+    nulls = PolicyConfig.from_mapping(dict.fromkeys(sections))
+    assert nulls == PolicyConfig.from_mapping({k: {} for k in sections})
+    assert nulls.scoring == {} and nulls.operator == {} and nulls.telemetry == PolicyConfig().telemetry
+    assert PolicyConfig.from_mapping({"picker_args": None}).picker_args == {}  # the old spelling too
+    with pytest.raises(PolicyConfigError, match=r"picker: Input should be a valid string"):
+        PolicyConfig.from_mapping({"picker": None})
+
+
+def test_empty_section_in_a_yaml_file(tmp_path: Path) -> None:
+    p = tmp_path / "policy.yaml"
+    p.write_text("operator:\n  # dryRun: true\nhotness:\ntelemetry:\n  maxAgeSeconds: 10\n")
+    cfg = PolicyConfig.from_yaml(p)
+    assert cfg.operator == {} and cfg.hotness == PolicyConfig().hotness and cfg.telemetry.max_age_seconds == 10

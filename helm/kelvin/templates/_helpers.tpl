@@ -194,10 +194,24 @@ knows no cluster: pass --api-versions monitoring.coreos.com/v1. */}}
 {{- if .Capabilities.APIVersions.Has "monitoring.coreos.com/v1" }}true{{ end }}
 {{- end }}
 
-{{/* Whether kelvin's device plugin advertises kelvin.dev/shared-gpu (the operator's webhook.sharedGpuResource). */}}
+{{/* "true" when kelvin's device plugin advertises kelvin.dev/shared-gpu (deployed, and serving that name in
+devicePlugin.resourceNames), else "false": the operator's webhook.sharedGpuResource. Only then may the mutating webhook
+request kelvin.dev/shared-gpu for a pool-only pod; otherwise no node would have it and the pod would stay Pending. */}}
 {{- define "kelvin.sharedGpuResource" -}}
 {{- $dp := .Values.devicePlugin | default dict }}
-{{- ($dp.enabled | default false) | toString }}
+{{- and ($dp.enabled | default false) (has "kelvin.dev/shared-gpu" ($dp.resourceNames | default list)) | toString }}
+{{- end }}
+
+{{/* Whether the shared-GPU switch is on but kube-scheduler would not send kelvin.dev/shared-gpu pods to the extender:
+then fail (the scheduler ConfigMap includes this). */}}
+{{- define "kelvin.checkSharedGpuManaged" -}}
+{{- if eq (include "kelvin.sharedGpuResource" .) "true" }}
+{{- $names := list }}
+{{- range .Values.scheduler.extender.managedResources }}{{ $names = append $names .name }}{{ end }}
+{{- if not (has "kelvin.dev/shared-gpu" $names) }}
+{{- fail "scheduler.extender.managedResources must list kelvin.dev/shared-gpu when devicePlugin.enabled=true and devicePlugin.resourceNames serves it: the operator then adds kelvin.dev/shared-gpu to pool-only pods, and kube-scheduler sends a pod to the extender only for a managed resource (add {name: kelvin.dev/shared-gpu, ignoredByScheduler: false}, or drop kelvin.dev/shared-gpu from devicePlugin.resourceNames)" }}
+{{- end }}
+{{- end }}
 {{- end }}
 
 {{/*
