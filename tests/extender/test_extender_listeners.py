@@ -128,3 +128,13 @@ def test_verbs_on_a_non_loopback_address_are_warned_about(caplog: pytest.LogCapt
     with caplog.at_level(logging.WARNING, logger="scheduler_plugin.extender.server"):
         srv.run()
     assert "listen on 0.0.0.0, not on loopback" in caplog.text
+
+
+def test_bind_timeout_is_a_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert load_settings().bind_timeout_s == 4.0
+    monkeypatch.setenv("KELVIN_BIND_TIMEOUT_S", "9")
+    assert load_settings().bind_timeout_s == 9.0
+    for bad in ("0", "61", "-1"):
+        monkeypatch.setenv("KELVIN_BIND_TIMEOUT_S", bad)
+        with pytest.raises(ConfigError, match=r"bind_timeout_s \(KELVIN_BIND_TIMEOUT_S\)"):
+            load_settings()
