@@ -16,6 +16,10 @@ import typer
 from ..config import ConfigError, load_settings
 
 
+#: Exit status of a server whose startup failed, as ``uvicorn.run`` uses.
+STARTUP_FAILURE = 3
+
+
 def _fail(message: str, code: int = 2) -> NoReturn:
     typer.echo(f"kelvin: {message}", err=True)
     raise typer.Exit(code)
@@ -91,7 +95,10 @@ def extender(
     ext.cache.freeze_gc = True
     sys.setswitchinterval(0.0005)
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    servers.run()
+    try:
+        servers.run()
+    except StartupError as exc:
+        _fail(str(exc), STARTUP_FAILURE)
 
 
 def _read_pod(pod_file: Path) -> dict[str, Any]:
