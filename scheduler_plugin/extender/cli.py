@@ -15,7 +15,6 @@ import typer
 
 from ..config import ConfigError, load_settings
 
-
 #: Exit status of a server whose startup failed, as ``uvicorn.run`` uses.
 STARTUP_FAILURE = 3
 

@@ -153,7 +153,6 @@ def test_a_failed_startup_is_an_error_not_a_clean_exit(monkeypatch: pytest.Monke
     ext = make_extender()[0]
     monkeypatch.setattr(ext.cache, "start", _broken_start)
     if uvicorn_style != "current":
-
         real_startup = uvicorn.Server.startup
 
         async def old_startup(self: uvicorn.Server, sockets: Any = None) -> None:

@@ -1,7 +1,8 @@
 """What bind records equals what the listing of bound pods rebuilds (issue 10 item 3).
 
 Bind goes through the real extender and the real :class:`KubeBinder`, against an in-memory pod that applies the
-binder's Binding (and any merge patch) as the API server would; the listing is :func:`assignments_from_pods` of that pod.
+binder's Binding (and any merge patch) as the API server would; the listing is :func:`assignments_from_pods` of that
+pod.
 """
 
 from __future__ import annotations
