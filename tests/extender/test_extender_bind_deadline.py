@@ -10,6 +10,7 @@ import httpx
 import pytest
 from ext_helpers import args, make_extender, pod
 
+from scheduler_plugin.config import Settings
 from scheduler_plugin.extender.app import create_app
 from scheduler_plugin.extender.binder import BIND_TIMEOUT_S, KubeBinder
 from scheduler_plugin.kube import KubeClient, KubeConfig
@@ -54,6 +55,7 @@ async def stalled() -> AsyncIterator[tuple[StalledApiServer, str]]:
 
 def test_the_default_deadline_is_below_kube_schedulers_http_timeout() -> None:
     assert 0 < BIND_TIMEOUT_S < 5.0  # kube-scheduler's default extender httpTimeout
+    assert Settings().bind_timeout_s == BIND_TIMEOUT_S  # the setting's default
 
 
 async def test_bind_gives_up_before_the_scheduler_does(stalled: tuple[StalledApiServer, str]) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -219,7 +220,7 @@ async def test_a_client_disconnect_is_not_an_internal_failure(
     async def send(message: dict[str, Any]) -> None:
         sent.append(message)
 
-    with caplog.at_level("INFO"):
+    with caplog.at_level(logging.INFO, logger="scheduler_plugin.extender.routes"):
         await app(scope, receive, send)
     m = ext.metrics
     assert m.requests.labels(verb, "499")._value.get() == 1
