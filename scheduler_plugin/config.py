@@ -66,6 +66,8 @@ class Settings(BaseSettings):
     metrics_port: int = Field(8889, ge=0, le=65535)
     """0 serves /healthz, /readyz and /metrics on the verbs port instead (one listener, e.g. for a local run)."""
     bind_enabled: bool = True
+    bind_timeout_s: float = Field(4.0, gt=0, le=60)
+    """Deadline of one bind, from the request's arrival: keep it below kube-scheduler's extender httpTimeout."""
     # request limits (a bigger request is answered 413 naming the limit)
     max_body_bytes: int = Field(DEFAULT_MAX_BODY_BYTES, ge=1024)
     max_node_names: int = Field(DEFAULT_MAX_NODE_NAMES, ge=1)

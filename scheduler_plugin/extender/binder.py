@@ -41,7 +41,12 @@ BIND_MAX_IN_FLIGHT = 16
 
 
 class BindError(RuntimeError):
-    """A bind that did not happen; the message is what kube-scheduler shows on the pod."""
+    """A bind that failed; the message is what kube-scheduler shows on the pod. ``status`` is the API server's HTTP
+    status (0: no answer, e.g. a connection reset after the request was sent; None: kelvin refused before any call)."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class Binder(Protocol):
@@ -104,7 +109,7 @@ class KubeBinder:
                 await self.client.post(_pod_path(namespace, name) + "/binding", binding)
         except KubeError as exc:
             what = f" with GPUs {gpu_annotation(gpus)}" if gpus else ""
-            raise BindError(f"cannot bind pod {namespace}/{name} to {node}{what}: {exc}") from exc
+            raise BindError(f"cannot bind pod {namespace}/{name} to {node}{what}: {exc}", exc.status) from exc
 
     async def close(self) -> None:
         await self.client.close()

@@ -17,6 +17,9 @@ from ..config import ConfigError, Settings, load_settings
 from ..console import LogLevel, console, fail
 from ..textfile import TextFileError, decode_problem, first_undecodable, read_text
 
+#: Exit status of a server whose startup failed, as ``uvicorn.run`` uses.
+STARTUP_FAILURE = 3
+
 
 def _fail(message: str, code: int = 2) -> NoReturn:
     fail(message, code)
@@ -112,7 +115,10 @@ def extender(
     ext.cache.freeze_gc = True
     sys.setswitchinterval(0.0005)
     logging.basicConfig(level=log_level.value.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    servers.run()
+    try:
+        servers.run()
+    except StartupError as exc:
+        _fail(str(exc), STARTUP_FAILURE)
 
 
 def _check_fleet_model(settings: Settings) -> None:

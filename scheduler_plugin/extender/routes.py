@@ -19,6 +19,7 @@ The verbs are served at ``/<verb>`` and ``/scheduler/<verb>`` (the prefix used i
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -30,6 +31,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import ValidationError
+from starlette.requests import ClientDisconnect
 
 from . import wire
 from .service import Extender
@@ -40,6 +42,9 @@ JSON = "application/json"
 
 #: Bodies up to this size are decoded on the event loop (under a millisecond); bigger ones in a worker thread.
 PARSE_INLINE_MAX_BYTES = 256 * 1024
+
+#: The status a request the client gave up on is counted under in ``kelvin_extender_requests_total`` (nginx's code).
+CLIENT_CLOSED_REQUEST = 499
 
 T = TypeVar("T")
 
@@ -107,6 +112,11 @@ def install_routes(app: FastAPI, ext: Extender, *, health: bool = True) -> None:
         except wire.WireError as exc:
             log.info("%s: bad request: %s", verb, exc)
             resp = _json({"Error": str(exc)}, 400)
+        except ClientDisconnect:
+            # kube-scheduler gave up (its httpTimeout) or went away while sending: nothing failed inside kelvin and
+            # nobody reads the answer. Counted under nginx's 499 ("client closed request"), not as an error.
+            log.info("%s: the client disconnected before the request was read", verb)
+            resp = _json({"Error": "client disconnected"}, CLIENT_CLOSED_REQUEST)
         except Exception as exc:
             log.exception("%s failed", verb)
             msg = f"kelvin {verb} failed: {type(exc).__name__}: {exc}"
@@ -155,7 +165,12 @@ def install_routes(app: FastAPI, ext: Extender, *, health: bool = True) -> None:
         return await run_verb("prioritize", request, do_prioritize)
 
     async def bind_route(request: Request) -> Response:
-        return await run_verb("bind", request, ext.bind)
+        arrived = asyncio.get_running_loop().time()  # the bind deadline counts from here, before the body is read
+
+        async def do_bind(body: bytes) -> Any:
+            return await ext.bind(body, arrived=arrived)
+
+        return await run_verb("bind", request, do_bind)
 
     async def explain_route(request: Request) -> Response:
         return await run_verb("explain", request, do_explain)

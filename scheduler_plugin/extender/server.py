@@ -181,13 +181,20 @@ class ExtenderServers:
             side.add_done_callback(lambda _: self.request_stop())  # one listener gone: stop the other too
         try:
             await self.verbs.serve(sockets=[self.verbs_sock])
+        except SystemExit:  # uvicorn >= 0.30 exits 3 when the lifespan fails; older ones return normally
+            if self.verbs.started:
+                raise
         finally:
             self.request_stop()
             if side is not None:
                 await side
+        if not self.verbs.started:
+            # uvicorn returns normally when the app's lifespan fails (it logged why): not a clean stop.
+            raise StartupError("the extender did not start: its startup (the telemetry cache) failed, see above")
 
     def run(self) -> None:
-        """Serve until SIGTERM / SIGINT (or :meth:`request_stop`), on uvloop when it is installed."""
+        """Serve until SIGTERM / SIGINT (or :meth:`request_stop`), on uvloop when it is installed. Raises
+        :class:`StartupError` when the verbs app did not start (its lifespan failed)."""
         loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = None
         try:
             import uvloop

@@ -29,7 +29,7 @@ from ..telemetry.cache import SnapshotCache
 from ..telemetry.ledger import AssumedLedger
 from ..telemetry.source import TelemetrySource
 from . import wire
-from .binder import BIND_TIMEOUT_S, Binder, BindError
+from .binder import Binder, BindError
 from .metrics import ExtenderMetrics, rejection_code
 
 log = logging.getLogger(__name__)
@@ -68,6 +68,23 @@ class RequestMemo:
         return req
 
 
+def bind_refused(exc: BindError) -> bool:
+    """Whether the API server certainly did not apply the Binding, so that its GPUs can be released at once.
+
+    Not so (the GPUs stay assumed until the pod listing or the ledger's TTL settles it): no answer (status 0: a
+    connection reset after the request may have been sent), a 5xx (504: the write may still land), and a 409 "pod X is
+    already assigned to node Y" (an earlier attempt whose answer was lost may have bound it, with these GPUs). Any
+    other answer (404 pod gone, 409 UID precondition failed, 400/403/422/429) is a refusal, as is a failure before any
+    API call (status None).
+    """
+    status = exc.status
+    if status is None:
+        return True
+    if status == 0 or status >= 500:
+        return False
+    return not (status == 409 and "already assigned" in str(exc))
+
+
 @dataclass
 class Extender:
     settings: Settings
@@ -79,11 +96,12 @@ class Extender:
     binder: Binder
     metrics: ExtenderMetrics
     clock: Callable[[], float] = time.time
-    bind_timeout_s: float = BIND_TIMEOUT_S
-    """Deadline of one bind's API calls (below kube-scheduler's extender httpTimeout, 5 s by default)."""
 
     def __post_init__(self) -> None:
         self.memo = RequestMemo()
+        #: Deadline of one bind, counted from the request's arrival (``bind_timeout_s``, KELVIN_BIND_TIMEOUT_S): below
+        #: kube-scheduler's extender httpTimeout (5 s by default).
+        self.bind_timeout_s: float = self.settings.bind_timeout_s
 
     # -- helpers -----------------------------------------------------------------------------------------------
 
@@ -179,8 +197,12 @@ class Extender:
 
     # -- bind --------------------------------------------------------------------------------------------------
 
-    async def bind(self, body: bytes) -> dict[str, str]:
-        """An ``ExtenderBindingResult``: ``{"Error": ""}`` when bound, else the reason."""
+    async def bind(self, body: bytes, *, arrived: float | None = None) -> dict[str, str]:
+        """An ``ExtenderBindingResult``: ``{"Error": ""}`` when bound, else the reason. The deadline
+        (:attr:`bind_timeout_s`) counts from ``arrived`` (the event loop's time when the request came in; the routes
+        pass it, so that reading the body and waiting for a turn count too), else from now."""
+        loop = asyncio.get_running_loop()
+        deadline = (loop.time() if arrived is None else arrived) + self.bind_timeout_s
         b = wire.parse_binding(body)
         key = f"{b.PodNamespace}/{b.PodName}"
         if not self.settings.bind_enabled:
@@ -189,7 +211,6 @@ class Extender:
                 "binding through kelvin is disabled (KELVIN_BIND_ENABLED=false); "
                 "remove bindVerb from the scheduler's extender configuration",
             )
-        deadline = asyncio.get_running_loop().time() + self.bind_timeout_s
         req = self.memo.get(b.PodUID, key)
         if req is None:
             try:
@@ -232,7 +253,10 @@ class Extender:
                     await self.binder.bind(b.PodNamespace, b.PodName, b.PodUID, b.Node, gpus)
         except BindError as exc:
             if assignment is not None:
-                self.ledger.forget(key)
+                if bind_refused(exc):
+                    self.ledger.forget(key, assignment)
+                else:  # the Binding may have been applied: keep the GPUs assumed until the pod list shows the truth
+                    log.info("bind of %s may have been applied (%s): its GPUs stay assumed", key, exc)
             return self._bind_error(key, str(exc))
         except TimeoutError:
             # The Binding may still be applied: keep the GPUs assumed (until the TTL or the pod list shows the truth).

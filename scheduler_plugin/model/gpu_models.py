@@ -13,7 +13,11 @@ A name is read as words (split on spaces, ``-``, ``_`` and ``/``, case-insensiti
 
 Some NVML names leave out what is implied: ``NVIDIA H100 80GB HBM3`` is the SXM part, ``NVIDIA H200`` is a 141 GB
 SXM part, ``NVIDIA H100 PCIe`` has 80 GB. :data:`_IMPLIED_FORM` and :data:`_IMPLIED_MEMORY_GB` fill those in for the
-GPU's name (never for the pod's item).
+GPU's name (never for the pod's item). ``NVIDIA GH200 480GB`` gives the superchip's CPU + GPU memory: its GPU has
+96 GB (:data:`_SUPERCHIP_MEMORY_GB`).
+
+``A6000`` (``A4000``, ``A5000``) is read as ``RTX A6000``, ``RTX4090`` as ``RTX 4090``. ``Ada`` is a generation tag:
+``RTX 6000`` names only the Quadro RTX 6000 (Turing), ``RTX 6000 Ada`` only the RTX 6000 Ada Generation.
 
 An item matches a GPU when the two names are equal (case and spacing aside), or when the families are equal and
 every further part the item gives (memory size, form factor, tags) is also part of the GPU's name. Families compare
@@ -47,6 +51,11 @@ _IMPLIED_FORM = {"H100": "SXM", "H200": "SXM", "H800": "SXM", "B200": "SXM", "B1
 """Family -> form factor of a GPU whose NVML name gives none (``NVIDIA H100 80GB HBM3``, ``NVIDIA H200``)."""
 
 _IMPLIED_MEMORY_GB = {
+    ("H800", "SXM"): 80,
+    ("H800", "PCIE"): 80,
+    ("B200", "SXM"): 180,
+    ("GB200", None): 186,
+    ("GH200", None): 96,
     ("H100", "PCIE"): 80,
     ("H100", "SXM"): 80,
     ("H100", "NVL"): 94,
@@ -62,6 +71,17 @@ _IMPLIED_MEMORY_GB = {
     ("A40", None): 48,
 }
 """(family, form factor) -> memory size (GB) of a GPU whose NVML name gives none."""
+
+_SUPERCHIP_MEMORY_GB = {("GH200", 480): 96, ("GH200", 624): 144}
+"""(family, size in the NVML name) -> the GPU's own memory (GB), where the name gives the superchip's CPU + GPU memory:
+``NVIDIA GH200 480GB`` is 480 GB LPDDR5X + HBM3 of which the GPU has 96 GB (``NVIDIA GH200 144G HBM3e``: 144 GB)."""
+
+_GENERATION_TAGS = frozenset({"ADA"})
+"""Tags that make another card under the same family name (``RTX 6000 Ada Generation`` is not the ``Quadro RTX
+6000``): a GPU with one matches only items that give it too."""
+
+_RTX_JOINED = re.compile(r"^RTX(A?\d{4})$")
+_RTX_A_SERIES = re.compile(r"^A[2-6]000$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +108,11 @@ def parse_model(name: str) -> ModelName:
         words.pop(0)
     if not words:
         return ModelName("", "", None, None, frozenset())
+    joined = _RTX_JOINED.match(words[0])
+    if joined:  # RTX4090, RTXA6000 -> RTX 4090, RTX A6000
+        words[:1] = ["RTX", joined.group(1)]
+    elif _RTX_A_SERIES.match(words[0]):  # A6000 is only ever the RTX A6000
+        words.insert(0, "RTX")
     n = 2 if words[0] == "RTX" and len(words) > 1 else 1
     family = " ".join(words[:n])
     memory: int | None = None
@@ -111,7 +136,10 @@ def _gpu_parts(name: str) -> ModelName:
     """A GPU's name with the implied form factor and memory size filled in."""
     got = parse_model(name)
     form = got.form or _IMPLIED_FORM.get(got.family)
-    memory = got.memory_gb if got.memory_gb is not None else _IMPLIED_MEMORY_GB.get((got.family, form))
+    if got.memory_gb is None:
+        memory = _IMPLIED_MEMORY_GB.get((got.family, form))
+    else:
+        memory = _SUPERCHIP_MEMORY_GB.get((got.family, got.memory_gb), got.memory_gb)
     return ModelName(got.text, got.family, memory, form, got.tags)
 
 
@@ -128,6 +156,7 @@ def item_matches(item: str, gpu_model: str) -> bool:
         and (want.memory_gb is None or want.memory_gb == have.memory_gb)
         and (want.form is None or want.form == have.form)
         and want.tags <= have.tags
+        and have.tags & _GENERATION_TAGS <= want.tags
     )
 
 

@@ -157,8 +157,9 @@ def _gpu_count(raw: Any) -> int:
     return int(q)
 
 
-def parse_pod(pod: Mapping[str, Any]) -> GpuRequest:
-    """Parse a Pod (API JSON, camelCase) into a :class:`GpuRequest`. Raises :class:`RequestError` on bad input."""
+def parse_pod(pod: Mapping[str, Any], *, lenient_gpu_memory: bool = False) -> GpuRequest:
+    """Parse a Pod (API JSON, camelCase) into a :class:`GpuRequest`. Raises :class:`RequestError` on bad input.
+    ``lenient_gpu_memory``: see :func:`parse_gpu_memory` (only for pods already bound)."""
     if not isinstance(pod, Mapping):
         raise RequestError("Pod", type(pod).__name__, "must be an object")
     meta = _or_empty(pod.get("metadata"))
@@ -191,6 +192,7 @@ def parse_pod(pod: Mapping[str, Any]) -> GpuRequest:
         pod_key=f"{meta.get('namespace', 'default')}/{meta.get('name', '')}",
         pod_uid=str(meta.get("uid") or ""),
         priority=raw_priority,
+        lenient_gpu_memory=lenient_gpu_memory,
     )
 
 
@@ -224,14 +226,17 @@ MIN_GPU_MEMORY = MIB
 """The smallest memory pool accepted: below it a value is a typo (``"20"`` would be 20 bytes), not a pool."""
 
 
-def parse_gpu_memory(raw: object) -> int:
-    """The bytes of a ``kelvin.dev/gpu-memory`` value: a memory quantity with a unit, at least 1Mi."""
+def parse_gpu_memory(raw: object, *, lenient: bool = False) -> int:
+    """The bytes of a ``kelvin.dev/gpu-memory`` value: a memory quantity with a unit, at least 1Mi.
+
+    ``lenient`` also accepts a bare number of bytes (at least 1Mi), as kelvin did before the unit was required: for
+    pods already bound (the listing of assignments), never at admission."""
     text = str(raw).strip()
     try:
         value = parse_bytes(text)
     except QuantityError as exc:
         raise RequestError(ann.GPU_MEMORY, raw, f"not a memory quantity ({exc}); use e.g. 20Gi") from exc
-    if not _MEMORY_UNIT.search(text):
+    if not _MEMORY_UNIT.search(text) and not (lenient and text.isdigit()):
         raise RequestError(
             ann.GPU_MEMORY, raw, "has no memory unit (a bare number would be bytes); give one, e.g. 20Gi or 512Mi"
         )
@@ -251,6 +256,7 @@ def request_from_annotations(
     pod_key: str = "",
     pod_uid: str = "",
     priority: int = 0,
+    lenient_gpu_memory: bool = False,
 ) -> GpuRequest:
     """Combine a whole-GPU count with kelvin's annotations, validating every one."""
     memory_bytes: int | None = None
@@ -258,7 +264,7 @@ def request_from_annotations(
 
     raw = annotations.get(ann.GPU_MEMORY)
     if raw is not None:
-        memory_bytes = parse_gpu_memory(raw)
+        memory_bytes = parse_gpu_memory(raw, lenient=lenient_gpu_memory)
         if count > 1:
             raise RequestError(
                 ann.GPU_MEMORY,

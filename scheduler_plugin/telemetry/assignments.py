@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -55,10 +56,29 @@ def assignment_of_pod(pod: Mapping[str, Any]) -> tuple[str, GpuAssignment] | Non
     key = f"{meta.get('namespace', 'default')}/{meta.get('name', '')}"
     uid = str(meta.get("uid") or "") or None
     try:
-        return node, claim_of(parse_pod(pod), gpus, pod_key=key, pod_uid=uid)
+        req = parse_pod(pod)
     except RequestError as exc:
-        log.info("pod %s: %s; counting its GPUs %s as whole", key, exc, gpus)
-        return node, GpuAssignment(pod_key=key, gpu_indices=gpus, pod_uid=uid)
+        try:  # a pool pod admitted before the unit was required ("21474836480"): it holds that pool, not the GPU
+            req = parse_pod(pod, lenient_gpu_memory=True)
+        except RequestError:
+            log.info("pod %s: %s; counting its GPUs %s as whole", key, exc, gpus)
+            return node, GpuAssignment(pod_key=key, gpu_indices=gpus, pod_uid=uid)
+        _warn_once(uid or key, "pod %s: %s; read as bytes (it was bound before the unit was required)", key, exc)
+    return node, claim_of(req, gpus, pod_key=key, pod_uid=uid)
+
+
+_WARNED: OrderedDict[str, None] = OrderedDict()
+_WARNED_MAX = 10_000
+
+
+def _warn_once(pod: str, msg: str, *args: object) -> None:
+    """Log a warning about ``pod`` the first time only (the listing repeats every few seconds); bounded memory."""
+    if pod in _WARNED:
+        return
+    _WARNED[pod] = None
+    while len(_WARNED) > _WARNED_MAX:
+        _WARNED.popitem(last=False)
+    log.warning(msg, *args)
 
 
 def assignments_from_pods(pods: Iterable[Mapping[str, Any]]) -> dict[str, list[GpuAssignment]]:

@@ -83,9 +83,15 @@ class AssumedLedger:
                     out.setdefault(h.node, []).append(h.at)
             return out
 
-    def forget(self, pod_key: str) -> bool:
-        """Drop a pod (deleted, or its bind failed). True if it was known."""
+    def forget(self, pod_key: str, assignment: GpuAssignment | None = None) -> bool:
+        """Drop a pod (deleted, or its bind failed). True if it was known.
+
+        With ``assignment``, only the entry holding that very object (the one a bind attempt assumed) is dropped: a
+        first attempt that fails late does not release the GPUs a retry of the same pod has assumed since."""
         with self._lock:
+            entry = self._assumed.get(pod_key)
+            if assignment is not None and (entry is None or entry.assignment is not assignment):
+                return False
             known = self._assumed.pop(pod_key, None) is not None
             before = len(self._history)
             self._history = [h for h in self._history if h.assignment.pod_key != pod_key]

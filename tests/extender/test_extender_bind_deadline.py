@@ -10,6 +10,7 @@ import httpx
 import pytest
 from ext_helpers import args, make_extender, pod
 
+from scheduler_plugin.config import Settings
 from scheduler_plugin.extender.app import create_app
 from scheduler_plugin.extender.binder import BIND_TIMEOUT_S, KubeBinder
 from scheduler_plugin.kube import KubeClient, KubeConfig
@@ -54,6 +55,7 @@ async def stalled() -> AsyncIterator[tuple[StalledApiServer, str]]:
 
 def test_the_default_deadline_is_below_kube_schedulers_http_timeout() -> None:
     assert 0 < BIND_TIMEOUT_S < 5.0  # kube-scheduler's default extender httpTimeout
+    assert Settings().bind_timeout_s == BIND_TIMEOUT_S  # the setting's default
 
 
 async def test_bind_gives_up_before_the_scheduler_does(stalled: tuple[StalledApiServer, str]) -> None:
@@ -100,8 +102,11 @@ async def test_a_burst_of_binds_reaches_the_api_server_a_bounded_number_at_a_tim
     while server.requests < 2:
         server.changed.clear()
         await asyncio.wait_for(server.changed.wait(), 10)
-    for _ in range(50):  # give the other four every chance to go out
-        await asyncio.sleep(0.01)
+    # Wait (no fixed sleep) until the other four are queued on the binder's slots; without the bound they would
+    # never queue there (they would be on the wire instead) and this times out.
+    async with asyncio.timeout(10):
+        while len(binder._slots._waiters or ()) < 4:  # type: ignore[attr-defined]
+            await asyncio.sleep(0)
     assert server.requests == 2 and server.connections == 2
     for t in binds:
         t.cancel()
@@ -146,3 +151,38 @@ async def test_a_bind_waiting_on_the_api_server_does_not_hold_back_the_refresh()
         r = await asyncio.wait_for(bind, 10)
     assert r.json() == {"Error": ""}
     assert gate.active == 0 and gate.awaiting_io == 0
+
+
+async def test_the_deadline_counts_from_the_requests_arrival() -> None:
+    """A request that waited before bind ran (its body, a turn of the refresh) has less time left: a bind that
+    arrived a deadline ago fails at once instead of waiting on the API server."""
+    binder = BlockedBinder()
+    ext, _, _ = make_extender(binder=binder)
+    ext.bind_timeout_s = 2.0
+    await ext.cache.refresh_once()
+    ext.filter(args(pod(gpus=1)))
+    body = b'{"PodName": "p1", "PodNamespace": "default", "PodUID": "uid-p1", "Node": "gpu-node-2"}'
+    arrived = asyncio.get_running_loop().time() - 2.0
+    r = await asyncio.wait_for(ext.bind(body, arrived=arrived), 10)  # the binder never answers
+    assert "did not answer within 2 s" in r["Error"]
+
+
+async def test_the_route_takes_the_arrival_before_reading_the_body() -> None:
+    ext, _, _ = make_extender(binder=BlockedBinder())
+    seen: dict[str, float] = {}
+
+    async def spy(body: bytes, *, arrived: float | None = None) -> dict[str, str]:
+        assert arrived is not None
+        seen["arrived"] = arrived
+        return {"Error": "spied"}
+
+    ext.bind = spy  # type: ignore[method-assign]
+
+    async def chunks() -> AsyncIterator[bytes]:
+        seen["body_read"] = asyncio.get_running_loop().time()
+        yield b'{"PodName": "p1", "PodNamespace": "default", "PodUID": "", "Node": "gpu-node-2"}'
+
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(ext)), base_url="http://kelvin") as c:
+        r = await c.post("/bind", content=chunks())
+    assert r.json() == {"Error": "spied"}
+    assert seen["arrived"] <= seen["body_read"]

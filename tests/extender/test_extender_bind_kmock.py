@@ -12,8 +12,9 @@ from ext_helpers import args, make_extender, pod
 
 from scheduler_plugin.deviceplugin.allocation import parse_time_ns
 from scheduler_plugin.extender.app import create_app
-from scheduler_plugin.extender.binder import KubeBinder, bind_time
-from scheduler_plugin.kube import KubeClient, KubeConfig
+from scheduler_plugin.extender.binder import BindError, KubeBinder, bind_time
+from scheduler_plugin.extender.service import bind_refused
+from scheduler_plugin.kube import KubeClient, KubeConfig, KubeError
 from scheduler_plugin.model.claim import charged_milli
 from scheduler_plugin.telemetry.assignments import assignment_of_pod, list_assigned_pods
 
@@ -70,8 +71,27 @@ async def test_bind_is_one_binding_that_carries_the_gpus(kmock: kmock.RawHandler
     await ext.binder.close()
 
 
-async def test_failed_binding_forgets_the_gpus(kmock: kmock.RawHandler) -> None:
-    kmock[f"post {POD}/binding"] << 409 << {"kind": "Status", "message": "pod p1 is already assigned to node x"}
+UID_CONFLICT = (
+    'Operation cannot be fulfilled on pods/binding "p1": Precondition failed: UID in precondition: uid-p1, '
+    "UID in object meta: uid-other"
+)
+
+
+@pytest.mark.parametrize(
+    ("status", "message", "still_assumed"),
+    [
+        (404, 'pods "p1" not found', False),  # gone: nothing was bound
+        (409, UID_CONFLICT, False),  # recreated under the same name: this Binding was refused
+        (422, "Binding is invalid", False),
+        (409, 'pod p1 is already assigned to node "gpu-node-2"', True),  # an earlier attempt may have landed
+        (500, "etcdserver: request timed out", True),  # the write may still land
+        (504, "Timeout: request did not complete within 60s", True),
+    ],
+)
+async def test_failed_binding_forgets_the_gpus_only_when_refused(
+    kmock: kmock.RawHandler, status: int, message: str, still_assumed: bool
+) -> None:
+    kmock[f"post {POD}/binding"] << status << {"kind": "Status", "code": status, "message": message}
     ext, _, _ = make_extender(binder=KubeBinder(_client(kmock)))
     await ext.cache.refresh_once()
     async with await _asgi(ext) as c:
@@ -81,10 +101,41 @@ async def test_failed_binding_forgets_the_gpus(kmock: kmock.RawHandler) -> None:
         )
     err = r.json()["Error"]
     assert "cannot bind pod default/p1 to gpu-node-2 with GPUs" in err
-    assert "HTTP 409" in err and "already assigned" in err
-    assert len(_requests(kmock)) == 1  # nothing to undo: the annotations were part of the refused Binding
-    assert len(ext.ledger) == 0
+    assert f"HTTP {status}" in err and message in err
+    assert len(_requests(kmock)) == 1  # nothing to undo: the annotations were part of the Binding
+    assert len(ext.ledger) == (1 if still_assumed else 0)
     await ext.binder.close()
+
+
+class ResetClient:
+    """The connection dies after the Binding was sent: KubeClient's status 0."""
+
+    async def post(self, path: str, body: Any) -> Any:
+        raise KubeError(0, f"POST {path}: connection reset by peer")
+
+    async def close(self) -> None:
+        return None
+
+
+async def test_a_binding_without_an_answer_keeps_the_gpus_assumed() -> None:
+    ext, _, _ = make_extender(binder=KubeBinder(ResetClient()))  # type: ignore[arg-type]
+    await ext.cache.refresh_once()
+    async with await _asgi(ext) as c:
+        await c.post("/filter", content=args(pod()))
+        r = await c.post(
+            "/bind", json={"PodName": "p1", "PodNamespace": "default", "PodUID": "uid-p1", "Node": "gpu-node-2"}
+        )
+    assert "connection reset" in r.json()["Error"]
+    assert [a.pod_key for a in ext.ledger.entries(ext.clock())["gpu-node-2"]] == ["default/p1"]
+
+
+def test_only_definite_refusals_release_the_gpus() -> None:
+    assert bind_refused(BindError("kelvin cannot bind: no API server"))  # no call made
+    assert bind_refused(BindError("HTTP 403: forbidden", 403))
+    assert not bind_refused(BindError("connection reset", 0))
+    assert not bind_refused(BindError("HTTP 503", 503))
+    assert not bind_refused(BindError("HTTP 409: pod p1 is already assigned to node x", 409))
+    assert bind_refused(BindError(f"HTTP 409: {UID_CONFLICT}", 409))
 
 
 async def test_bind_of_a_pod_without_gpus_carries_no_annotations(kmock: kmock.RawHandler) -> None:

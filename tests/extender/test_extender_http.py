@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -187,6 +188,47 @@ def test_internal_error_is_an_error_reply_not_500(
     assert f.status_code == 200 and "policy exploded" in f.json()["Error"] and f.json()["NodeNames"] is None
     p = client.post("/prioritize", content=args(pod()))
     assert p.status_code == 503 and "policy exploded" in p.json()["Error"]
+
+
+@pytest.mark.parametrize("verb", ["filter", "bind"])
+async def test_a_client_disconnect_is_not_an_internal_failure(
+    ext: Extender, verb: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """kube-scheduler gave up while sending the body: logged at info without a traceback, counted as 499."""
+    app = create_app(ext)
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": f"/{verb}",
+        "raw_path": f"/{verb}".encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"host", b"kelvin"), (b"content-type", b"application/json")],
+        "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 80),
+    }
+    events = [{"type": "http.request", "body": b'{"Pod":', "more_body": True}, {"type": "http.disconnect"}]
+
+    async def receive() -> dict[str, Any]:
+        return events.pop(0) if events else {"type": "http.disconnect"}
+
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    with caplog.at_level(logging.INFO, logger="scheduler_plugin.extender.routes"):
+        await app(scope, receive, send)
+    m = ext.metrics
+    assert m.requests.labels(verb, "499")._value.get() == 1
+    assert m.requests.labels(verb, "200")._value.get() == 0
+    assert m.decisions.labels("bind", "error")._value.get() == 0
+    (rec,) = [r for r in caplog.records if "disconnected" in r.getMessage()]
+    assert rec.levelname == "INFO" and rec.exc_info is None
+    assert not [r for r in caplog.records if r.levelname in ("ERROR", "WARNING")]
 
 
 # -- explain, healthz, metrics ----------------------------------------------------------------------------------------

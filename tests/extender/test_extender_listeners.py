@@ -8,9 +8,11 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
+import uvicorn
 from ext_helpers import args, make_extender, pod
 from typer.testing import CliRunner
 
@@ -128,3 +130,48 @@ def test_verbs_on_a_non_loopback_address_are_warned_about(caplog: pytest.LogCapt
     with caplog.at_level(logging.WARNING, logger="scheduler_plugin.extender.server"):
         srv.run()
     assert "listen on 0.0.0.0, not on loopback" in caplog.text
+
+
+def test_bind_timeout_is_a_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert load_settings().bind_timeout_s == 4.0
+    monkeypatch.setenv("KELVIN_BIND_TIMEOUT_S", "9")
+    assert load_settings().bind_timeout_s == 9.0
+    for bad in ("0", "61", "-1"):
+        monkeypatch.setenv("KELVIN_BIND_TIMEOUT_S", bad)
+        with pytest.raises(ConfigError, match=r"bind_timeout_s \(KELVIN_BIND_TIMEOUT_S\)"):
+            load_settings()
+
+
+async def _broken_start() -> None:
+    raise RuntimeError("telemetry exploded")
+
+
+@pytest.mark.parametrize("uvicorn_style", ["current", "before 0.30"])
+def test_a_failed_startup_is_an_error_not_a_clean_exit(monkeypatch: pytest.MonkeyPatch, uvicorn_style: str) -> None:
+    """uvicorn before 0.30 (allowed by pyproject) returns normally when the lifespan fails; later ones exit 3. Either
+    way ExtenderServers.run raises StartupError, which the CLI turns into exit status 3 and one line."""
+    ext = make_extender()[0]
+    monkeypatch.setattr(ext.cache, "start", _broken_start)
+    if uvicorn_style != "current":
+        real_startup = uvicorn.Server.startup
+
+        async def old_startup(self: uvicorn.Server, sockets: Any = None) -> None:
+            if self.config.lifespan == "off":  # the metrics listener
+                return await real_startup(self, sockets)
+            await self.lifespan.startup()
+            assert self.lifespan.should_exit, "the lifespan should have failed"
+            self.should_exit = True
+
+        monkeypatch.setattr(uvicorn.Server, "startup", old_startup)
+    srv = ExtenderServers(ext, ext.settings, log_level="critical", sockets=(_loopback(), _loopback()))
+    with pytest.raises(StartupError, match="did not start"):
+        srv.run()
+
+
+def test_the_cli_exits_3_when_startup_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    from scheduler_plugin.telemetry.cache import SnapshotCache
+
+    monkeypatch.setattr(SnapshotCache, "start", lambda self: _broken_start())
+    r = CliRunner().invoke(app, ["extender", "--port", "0", "--metrics-port", "0", "--log-level", "critical"])
+    assert r.exit_code == 3, r.output
+    assert "did not start" in r.stderr and "Traceback" not in r.output

@@ -10,16 +10,19 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+import logging
 import math
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from scheduler_plugin.extender.binder import KubeBinder
-from scheduler_plugin.model import GIB, MIB, GpuAssignment, GpuInfo, GpuNode, build_arrays, parse_pod
+from scheduler_plugin.kube import KubeError
+from scheduler_plugin.model import GIB, MIB, GpuAssignment, GpuInfo, GpuNode, RequestError, build_arrays, parse_pod
 from scheduler_plugin.model import annotations as ann
 from scheduler_plugin.model.claim import charge_milli, charged_milli, claim_of
 from scheduler_plugin.telemetry.assignments import assignments_from_pods, merge_assignments
@@ -48,7 +51,15 @@ class PodStore:
     async def post(self, path: str, body: Any) -> dict[str, Any]:
         assert body["kind"] == "Binding"
         uid = body["metadata"].get("uid")
-        assert uid in (None, self.pod["metadata"].get("uid")), "UID precondition"
+        have = self.pod["metadata"].get("uid")
+        if uid not in (None, have):  # as kube-apiserver answers, and KubeClient raises, a failed UID precondition
+            name = body["metadata"]["name"]
+            message = (
+                f'Operation cannot be fulfilled on pods/binding "{name}": Precondition failed: '
+                f"UID in precondition: {uid}, UID in object meta: {have}"
+            )
+            status = {"kind": "Status", "status": "Failure", "message": message, "reason": "Conflict", "code": 409}
+            raise KubeError(409, f"POST {path}: {message}", status)
         self.pod["metadata"].setdefault("annotations", {}).update(body["metadata"].get("annotations") or {})
         self.pod["spec"]["nodeName"] = body["target"]["name"]
         return {"kind": "Status"}
@@ -143,6 +154,32 @@ def test_pool_pod_listed_back_is_charged_its_memory_share_and_a_second_fits() ->
     assert fleet.assigned_milli.tolist() == [[500]] and fleet.free_milli.tolist() == [[500]]
 
 
+def _bound(name: str, memory: str) -> dict[str, Any]:
+    pod = make_pod(name, 1, {ann.GPU_MEMORY: memory, ann.GPU_ASSIGNED: "0", ann.GPU_ASSIGNED_NODE: "n1"})
+    pod["spec"]["nodeName"] = "n1"
+    return pod
+
+
+def test_a_pool_pod_bound_before_the_unit_was_required_keeps_its_pool(caplog: pytest.LogCaptureFixture) -> None:
+    """A pod admitted with bare bytes before the stricter rule is charged its pool, not a whole GPU, and warned about
+    once however often the pods are listed; admission stays strict."""
+    old = _bound("old-pool", "21474836480")
+    with caplog.at_level(logging.INFO, logger="scheduler_plugin.telemetry.assignments"):
+        for _ in range(3):
+            (listed,) = assignments_from_pods([old])["n1"]
+            assert listed.memory_bytes == 20 * GIB and listed.gpu_indices == (0,)
+            assert charged_milli(listed, 80 * GIB) == 250
+    warnings = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and "default/old-pool" in warnings[0].getMessage()
+    assert "read as bytes" in warnings[0].getMessage()
+    with pytest.raises(RequestError, match="has no memory unit"):
+        parse_pod(old)  # filter / bind: still refused
+    # below 1Mi (a typo, never a pool) or not a number: still counted whole
+    for bad in ("20", "twenty"):
+        (whole,) = assignments_from_pods([_bound(f"bad-{bad}", bad)])["n1"]
+        assert whole.memory_bytes is None and charged_milli(whole, 80 * GIB) == 1000
+
+
 def test_charge_of_a_claim() -> None:
     assert charge_milli(1000, None, 80 * GIB) == 1000
     assert charge_milli(None, 20 * GIB, 80 * GIB) == 250
@@ -152,3 +189,22 @@ def test_charge_of_a_claim() -> None:
     assert charge_milli(None, GIB, 0) == 1001  # unknown size: never fits
     a = claim_of(parse_pod(make_pod("p", 0, {ann.GPU_MEMORY: "100Gi"})), (0,))
     assert a.milli is None and charged_milli(a, 80 * GIB) == 1000  # recorded: at most the whole GPU
+
+
+def test_a_binding_for_a_recreated_pod_is_refused_and_its_gpus_released() -> None:
+    """The pod was deleted and recreated under the same name: the Binding's UID precondition fails (409 Conflict),
+    nothing is written, and (a definite refusal) kelvin releases the GPUs it had assumed."""
+    nodes = [gpu_node("n1", 80)]
+    pod = make_pod("p1", 1, {})
+    store = PodStore(pod)
+    ext, _, _ = make_extender(nodes, binder=KubeBinder(store))  # type: ignore[arg-type]
+
+    async def go() -> dict[str, str]:
+        await ext.cache.refresh_once()
+        body = {"PodName": "p1", "PodNamespace": "default", "PodUID": "uid-old", "Node": "n1"}
+        return await ext.bind(json.dumps(body).encode())
+
+    err = asyncio.run(go())["Error"]
+    assert "HTTP 409" in err and "Precondition failed: UID in precondition: uid-old" in err
+    assert "nodeName" not in store.pod["spec"] and ann.GPU_ASSIGNED not in store.pod["metadata"]["annotations"]
+    assert len(ext.ledger) == 0

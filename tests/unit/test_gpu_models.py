@@ -33,10 +33,18 @@ A30 = "NVIDIA A30"
 A40 = "NVIDIA A40"
 RTX6000_ADA = "NVIDIA RTX 6000 Ada Generation"
 QUADRO_RTX6000 = "Quadro RTX 6000"
+GH200_144 = "NVIDIA GH200 144G HBM3e"
+H800 = "NVIDIA H800"
+H800_PCIE = "NVIDIA H800 PCIe"
+B200 = "NVIDIA B200"
+GB200 = "NVIDIA GB200"
+RTX_A6000 = "NVIDIA RTX A6000"
+RTX4090 = "NVIDIA GeForce RTX 4090"
 
 REAL = [
     A100_SXM_40, A100_SXM_80, A100_PCIE_80, A100_PCIE_40, H100_SXM, H100_PCIE, H100_NVL, H200, H200_NVL, GH200,
     L4, L40, L40S, T4, V100, V100_16, A10, A10G, A30, A40, RTX6000_ADA, QUADRO_RTX6000,
+    GH200_144, H800, H800_PCIE, B200, GB200, RTX_A6000, RTX4090,
 ]  # fmt: skip
 
 CASES = {
@@ -55,7 +63,24 @@ CASES = {
     "H100 NVL": {H100_NVL},
     "H200": {H200, H200_NVL},
     "H200-NVL": {H200_NVL},
-    "GH200": {GH200},
+    "GH200": {GH200, GH200_144},
+    "GH200-96GB": {GH200},  # NVML's 480GB is the superchip's CPU + GPU memory
+    "GH200-144GB": {GH200_144},
+    "GH200 480GB": {GH200},  # the full name still matches itself
+    "H800": {H800, H800_PCIE},
+    "H800-80GB": {H800, H800_PCIE},
+    "H800-SXM": {H800},
+    "B200-180GB": {B200},
+    "GB200-186GB": {GB200},
+    "L40-48GB": {L40},
+    "A40-48GB": {A40},
+    "A10-24GB": {A10},
+    "A30-24GB": {A30},
+    "V100-16GB": {V100_16},
+    "A6000": {RTX_A6000},
+    "RTX A6000": {RTX_A6000},
+    "RTX4090": {RTX4090},
+    "RTX 4090": {RTX4090},
     "L4": {L4},
     "L40": {L40},
     "L40S": {L40S},
@@ -68,10 +93,12 @@ CASES = {
     "A30": {A30},
     "A40": {A40},
     "RTX 6000 Ada": {RTX6000_ADA},
-    "RTX 6000": {RTX6000_ADA, QUADRO_RTX6000},
+    "RTX 6000": {QUADRO_RTX6000},  # Ada is another card: an item must name it
+    "RTX 6000 Ada Generation": {RTX6000_ADA},
     "NVIDIA A100-SXM4-80GB": {A100_SXM_80},
     "nvidia  h100 80gb hbm3": {H100_SXM},
-    "B200": set(),
+    "B200": {B200},
+    "B300": set(),
 }
 
 

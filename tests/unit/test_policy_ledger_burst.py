@@ -44,6 +44,19 @@ def test_reassume_replaces_and_forget_drops() -> None:
     assert led.placements(NOW + 2, 30) == {}
 
 
+def test_forget_of_an_attempt_leaves_a_retrys_entry() -> None:
+    """A first bind attempt that fails late must not release the GPUs its retry has assumed since."""
+    led = AssumedLedger(ttl_s=30)
+    first, retry = a("p1", 0), a("p1", 2)
+    led.assume("n1", first, NOW)
+    led.assume("n2", retry, NOW + 1)
+    assert led.forget("default/p1", first) is False
+    assert {k: [x.gpu_indices for x in v] for k, v in led.entries(NOW + 2).items()} == {"n2": [(2,)]}
+    assert led.forget("default/p1", a("p1", 2)) is False  # equal, but not the entry this attempt added
+    assert led.forget("default/p1", retry) is True
+    assert led.entries(NOW + 2) == {}
+
+
 def test_reconcile_drops_what_telemetry_shows() -> None:
     led = AssumedLedger(ttl_s=30)
     led.assume("n1", a("recorded", 0), NOW)
