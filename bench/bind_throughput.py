@@ -109,6 +109,8 @@ def start_extender(port: int, api_url: str, fleet_file: Path, refresh: float) ->
         "127.0.0.1",
         "--port",
         str(port),
+        "--metrics-port",
+        "0",  # /readyz (awaited below) and /metrics on the verbs port: one listener for the bench
         "--fleet-file",
         str(fleet_file),
         "--refresh-interval",
