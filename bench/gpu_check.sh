@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 [ -f .venv/bin/activate ] && . .venv/bin/activate
 export PYTHONPATH=".:operator${PYTHONPATH:+:$PYTHONPATH}"
 nvidia-smi --query-gpu=index,name,memory.total,temperature.gpu,power.draw --format=csv || true
-python -m pytest tests/exporter/test_real_gpu.py tests/deviceplugin/test_real_gpu.py -m gpu -rs -q -s
+python -m pytest tests/exporter/test_real_gpu.py tests/deviceplugin/test_deviceplugin_real_gpu.py -m gpu -rs -q -s
 python - <<'PY'
 import time
 from prometheus_client import generate_latest
