@@ -143,8 +143,7 @@ class KubeClient:
         if session is not None and not session.closed:
             return session
         for other in [lp for lp in self._sessions if lp.is_closed()]:
-            # Its loop is gone, and with it the connections: nothing left to close, only the object to drop.
-            self._sessions.pop(other).detach()
+            _drop(self._sessions.pop(other))
         if not self._proxy_read:
             # HTTPS_PROXY / NO_PROXY, read once (aiohttp's trust_env would look them, and ~/.netrc, up in a thread on
             # every request).
@@ -174,7 +173,7 @@ class KubeClient:
             elif loop.is_running():
                 asyncio.run_coroutine_threadsafe(session.close(), loop)
             else:
-                session.detach()
+                _drop(session)
 
     async def request(
         self,
@@ -239,6 +238,15 @@ class KubeClient:
 
     async def delete(self, path: str) -> dict[str, Any]:
         return await self.request("DELETE", path)
+
+
+def _drop(session: aiohttp.ClientSession) -> None:
+    """Let go of a session whose loop is not running (so it cannot be awaited): its connector is marked closed (no
+    "Unclosed connector" warning; the connections went with the loop) and the session detached from it."""
+    connector = session.connector
+    session.detach()
+    if connector is not None:
+        connector._close()  # the synchronous part of close(); on a closed loop it only marks the connector closed
 
 
 def _describe(exc: BaseException) -> str:
