@@ -307,6 +307,20 @@ async def test_plugin_started_before_the_kubelet_registers_when_it_comes(
         await client.close()
 
 
+async def test_allocate_calls_the_api_from_the_plugins_own_loop_with_one_session(
+    kmock: km.KubernetesEmulator, fake: FakeNvml, socket_dir: Path
+) -> None:
+    """grpc.aio runs the handlers as tasks of the plugin's event loop (no handler threads, no loop per call): the API
+    client's one aiohttp session belongs to that loop and serves every Allocate."""
+    add_pods(kmock, pod("a", gpus=1, assigned="1"), pod("b", gpus=1, assigned="2", scheduled="2026-12-01T04:00:05Z"))
+    async with running_plugin(fake, socket_dir, str(kmock.url)) as run, run.kubelet.plugin(GPU) as plugin:
+        await plugin.Allocate(allocate_request(uuid(fake, 1)), timeout=10)
+        client = run.runner.pods.client
+        (session,) = client._sessions.values()
+        await plugin.Allocate(allocate_request(uuid(fake, 2)), timeout=10)
+        assert list(client._sessions.items()) == [(asyncio.get_running_loop(), session)]
+
+
 async def test_init_container_then_app_container_get_the_pods_gpus(
     kmock: km.KubernetesEmulator, fake: FakeNvml, socket_dir: Path
 ) -> None:
