@@ -197,6 +197,7 @@ class KubeClient:
                 headers=headers,
                 proxy=proxy,
                 proxy_auth=proxy_auth,
+                allow_redirects=False,  # as before (httpx): the API server does not redirect; a proxy's would be wrong
             ) as resp:
                 raw = await resp.read()
                 status, phrase = resp.status, resp.reason or ""

@@ -37,6 +37,7 @@ class Api:
     status: int = 200
     body: bytes = b'{"kind":"Pod"}'
     delay_s: float = 0.0
+    headers: dict[str, str] = field(default_factory=dict)
     seen: list[Seen] = field(default_factory=list)
 
 
@@ -51,6 +52,8 @@ def _serve(api: Api, tls: ssl.SSLContext | None = None) -> Iterator[Api]:
             self.send_response(api.status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(api.body)))
+            for name, value in api.headers.items():
+                self.send_header(name, value)
             self.end_headers()
             self.wfile.write(api.body)
 
@@ -192,6 +195,20 @@ def test_a_malformed_success_is_an_error(api: Api) -> None:
     api.body = b"[1, 2]"
     err = _call(KubeClient(KubeConfig(server=api.url)))
     assert err.status == 200 and "malformed answer from the API server (HTTP 200, not a JSON object" in str(err)
+
+
+def test_a_redirect_is_not_followed(api: Api) -> None:
+    api.status, api.body, api.headers = 307, b"{}", {"Location": "/elsewhere"}
+    client = KubeClient(KubeConfig(server=api.url))
+
+    async def call() -> dict[str, Any]:
+        try:
+            return await client.post("/api/v1/namespaces/d/pods/p/binding", {"kind": "Binding"})
+        finally:
+            await client.close()
+
+    assert asyncio.run(call()) == {}
+    assert [(s.method, s.path) for s in api.seen] == [("POST", "/api/v1/namespaces/d/pods/p/binding")]
 
 
 def test_an_unreachable_server_is_status_0() -> None:
