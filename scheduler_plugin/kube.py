@@ -162,9 +162,8 @@ class KubeClient:
         return session
 
     async def close(self) -> None:
-        """Close the session of the running loop (another loop's: on that loop while it runs, else
-        dropped). Safe to call
-        when no call was ever made, and more than once."""
+        """Close the sessions: the running loop's here, another loop's on that loop while it runs (else dropped).
+        Safe when no call was ever made, and more than once."""
         current = asyncio.get_running_loop()
         sessions, self._sessions = self._sessions, {}
         for loop, session in sessions.items():
