@@ -341,9 +341,8 @@ async def test_init_container_then_app_container_get_the_pods_gpus(
 async def test_pods_bound_close_together_in_another_creation_order_are_logged(
     kmock: km.KubernetesEmulator, fake: FakeNvml, socket_dir: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(
-        logging.WARNING, logger="scheduler_plugin.deviceplugin.service"
-    )  # demo.py quiets "scheduler_plugin"
+    # the demo (run earlier in the same process by other tests) sets the "scheduler_plugin" logger to ERROR
+    caplog.set_level(logging.WARNING, logger="scheduler_plugin.deviceplugin.service")
     add_pods(
         kmock,
         pod("b1", gpus=1, assigned="1", created="2026-12-01T03:59:30Z", annotations={AT: "2026-12-01T04:00:00.1Z"}),
