@@ -1,4 +1,4 @@
-"""A small async Kubernetes API client (httpx). The only place kelvin's extender and sources talk to the API server.
+"""A small async Kubernetes API client (aiohttp). The only place kelvin's extender and sources talk to the API server.
 
 It loads in-cluster credentials (service-account token + CA) or a kubeconfig (token, client certificate, or an
 insecure plain-HTTP server for tests), and raises :class:`KubeError` carrying the HTTP status and the API's message.
@@ -6,6 +6,7 @@ insecure plain-HTTP server for tests), and raises :class:`KubeError` carrying th
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import os
 import ssl
@@ -15,9 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
+import aiohttp
 import orjson
 import yaml
+from aiohttp.helpers import get_env_proxy_for_url
+from yarl import URL
 
 SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 
@@ -102,14 +105,22 @@ def _inline(data: str | None) -> str | None:
 
 
 class KubeClient:
-    """JSON over httpx. Methods return the decoded body or raise :class:`KubeError`."""
+    """JSON over aiohttp. Methods return the decoded body or raise :class:`KubeError`.
+
+    The client may be built outside an event loop (the CLIs build it before ``asyncio.run``): its aiohttp session is
+    created on the first call, inside the running loop, and reused for every later call on that loop (keep-alive
+    connections). A call from another loop gets a session of its own (an aiohttp session must only be used from the
+    loop that created it); sessions of loops that have since closed are dropped.
+    ``timeout_s`` bounds connecting (including the wait for a pooled connection) and each read of the answer.
+    """
 
     def __init__(self, config: KubeConfig, timeout_s: float = 10.0) -> None:
         self.config = config
-        verify: ssl.SSLContext | bool = True
+        self.timeout_s = timeout_s
+        self._ssl: ssl.SSLContext | bool = True
         if config.server.startswith("https"):
             if config.insecure:
-                verify = False
+                self._ssl = False
             else:
                 ctx = (
                     ssl.create_default_context(cafile=config.ca_file)
@@ -118,14 +129,50 @@ class KubeClient:
                 )
                 if config.cert_file and config.key_file:
                     ctx.load_cert_chain(config.cert_file, config.key_file)
-                verify = ctx
-        headers = {"Accept": "application/json", "User-Agent": "kelvin"}
+                self._ssl = ctx
+        self._headers = {"Accept": "application/json", "User-Agent": "kelvin"}
         if config.token:
-            headers["Authorization"] = f"Bearer {config.token}"
-        self._http = httpx.AsyncClient(base_url=config.server, headers=headers, verify=verify, timeout=timeout_s)
+            self._headers["Authorization"] = f"Bearer {config.token}"
+        self._sessions: dict[asyncio.AbstractEventLoop, aiohttp.ClientSession] = {}
+        self._proxy: tuple[URL, aiohttp.BasicAuth | None] | None = None
+        self._proxy_read = False
+
+    def _session(self) -> aiohttp.ClientSession:
+        loop = asyncio.get_running_loop()
+        session = self._sessions.get(loop)
+        if session is not None and not session.closed:
+            return session
+        for other in [lp for lp in self._sessions if lp.is_closed()]:
+            _drop(self._sessions.pop(other))
+        if not self._proxy_read:
+            # HTTPS_PROXY / NO_PROXY, read once (aiohttp's trust_env would look them, and ~/.netrc, up in a thread on
+            # every request).
+            self._proxy_read = True
+            try:
+                self._proxy = get_env_proxy_for_url(URL(self.config.server))
+            except (LookupError, ValueError):
+                self._proxy = None
+        session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(ssl=self._ssl, limit=100),
+            headers=self._headers,
+            timeout=aiohttp.ClientTimeout(total=None, connect=self.timeout_s, sock_read=self.timeout_s),
+            cookie_jar=aiohttp.DummyCookieJar(),
+        )
+        self._sessions[loop] = session
+        return session
 
     async def close(self) -> None:
-        await self._http.aclose()
+        """Close the sessions: the running loop's here, another loop's on that loop while it runs (else dropped).
+        Safe when no call was ever made, and more than once."""
+        current = asyncio.get_running_loop()
+        sessions, self._sessions = self._sessions, {}
+        for loop, session in sessions.items():
+            if loop is current:
+                await session.close()
+            elif loop.is_running():
+                asyncio.run_coroutine_threadsafe(session.close(), loop)
+            else:
+                _drop(session)
 
     async def request(
         self,
@@ -137,30 +184,43 @@ class KubeClient:
         content_type: str = "application/json",
     ) -> dict[str, Any]:
         content = orjson.dumps(body) if body is not None else None
-        headers = {"Content-Type": content_type} if content is not None else {}
+        headers = {"Content-Type": content_type} if content is not None else None
+        session = self._session()
+        proxy, proxy_auth = self._proxy or (None, None)
         try:
-            resp = await self._http.request(method, path, content=content, params=params, headers=headers)
-        except httpx.HTTPError as exc:
-            raise KubeError(0, f"{method} {path}: API server unreachable: {exc}") from exc
+            async with session.request(
+                method,
+                self.config.server + path,
+                data=content,
+                params=params,
+                headers=headers,
+                proxy=proxy,
+                proxy_auth=proxy_auth,
+                allow_redirects=False,  # as before (httpx): the API server does not redirect; a proxy's would be wrong
+            ) as resp:
+                raw = await resp.read()
+                status, phrase = resp.status, resp.reason or ""
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:  # asyncio's TimeoutError is the builtin
+            raise KubeError(0, f"{method} {path}: API server unreachable: {_describe(exc)}") from exc
         data: dict[str, Any] = {}
         malformed = False
-        if resp.content:
+        if raw:
             try:
-                parsed = orjson.loads(resp.content)
+                parsed = orjson.loads(raw)
                 data = parsed if isinstance(parsed, dict) else {"items": parsed}
                 malformed = not isinstance(parsed, dict)
             except orjson.JSONDecodeError:
-                data = {"message": resp.text[:500]}
+                data = {"message": raw.decode("utf-8", "replace")[:500]}
                 malformed = True
-        if resp.status_code >= 400:
-            raise KubeError(resp.status_code, f"{method} {path}: {data.get('message', resp.reason_phrase)}", data)
+        if status >= 400:
+            raise KubeError(status, f"{method} {path}: {data.get('message', phrase)}", data)
         if malformed:
             # A success whose body is not a JSON object cannot be acted on (a caller would read it as an empty
             # object and, e.g., patch a node's taints away): treat it as an error naming the call.
             raise KubeError(
-                resp.status_code,
-                f"{method} {path}: malformed answer from the API server (HTTP {resp.status_code}, not a JSON object: "
-                f"{resp.text[:200]!r})",
+                status,
+                f"{method} {path}: malformed answer from the API server (HTTP {status}, not a JSON object: "
+                f"{raw.decode('utf-8', 'replace')[:200]!r})",
             )
         return data
 
@@ -178,3 +238,20 @@ class KubeClient:
 
     async def delete(self, path: str) -> dict[str, Any]:
         return await self.request("DELETE", path)
+
+
+def _drop(session: aiohttp.ClientSession) -> None:
+    """Let go of a session whose loop is not running (so it cannot be awaited): its connector is marked closed (no
+    "Unclosed connector" warning; the connections went with the loop) and the session detached from it."""
+    connector = session.connector
+    session.detach()
+    if connector is not None:
+        connector._close()  # the synchronous part of close(); on a closed loop it only marks the connector closed
+
+
+def _describe(exc: BaseException) -> str:
+    """The error's text; a timeout's is often empty."""
+    text = str(exc)
+    if isinstance(exc, TimeoutError):
+        return text or "timed out"
+    return text or type(exc).__name__

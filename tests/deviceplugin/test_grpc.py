@@ -4,6 +4,7 @@ on the fake NVML: registration, kubelet restart, ListAndWatch, Allocate, GetPref
 from __future__ import annotations
 
 import asyncio
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -307,6 +308,20 @@ async def test_plugin_started_before_the_kubelet_registers_when_it_comes(
         await client.close()
 
 
+async def test_allocate_calls_the_api_from_the_plugins_own_loop_with_one_session(
+    kmock: km.KubernetesEmulator, fake: FakeNvml, socket_dir: Path
+) -> None:
+    """grpc.aio runs the handlers as tasks of the plugin's event loop (no handler threads, no loop per call): the API
+    client's one aiohttp session belongs to that loop and serves every Allocate."""
+    add_pods(kmock, pod("a", gpus=1, assigned="1"), pod("b", gpus=1, assigned="2", scheduled="2026-12-01T04:00:05Z"))
+    async with running_plugin(fake, socket_dir, str(kmock.url)) as run, run.kubelet.plugin(GPU) as plugin:
+        await plugin.Allocate(allocate_request(uuid(fake, 1)), timeout=10)
+        client = run.runner.pods.client
+        (session,) = client._sessions.values()
+        await plugin.Allocate(allocate_request(uuid(fake, 2)), timeout=10)
+        assert list(client._sessions.items()) == [(asyncio.get_running_loop(), session)]
+
+
 async def test_init_container_then_app_container_get_the_pods_gpus(
     kmock: km.KubernetesEmulator, fake: FakeNvml, socket_dir: Path
 ) -> None:
@@ -326,6 +341,8 @@ async def test_init_container_then_app_container_get_the_pods_gpus(
 async def test_pods_bound_close_together_in_another_creation_order_are_logged(
     kmock: km.KubernetesEmulator, fake: FakeNvml, socket_dir: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    # the demo (run earlier in the same process by other tests) sets the "scheduler_plugin" logger to ERROR
+    caplog.set_level(logging.WARNING, logger="scheduler_plugin.deviceplugin.service")
     add_pods(
         kmock,
         pod("b1", gpus=1, assigned="1", created="2026-12-01T03:59:30Z", annotations={AT: "2026-12-01T04:00:00.1Z"}),
