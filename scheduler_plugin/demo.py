@@ -573,13 +573,20 @@ def run_demo(
     """Run the demo; with ``compare``, run the same pod stream again under :data:`BASELINE_POLICY` (no live table,
     no pauses)."""
     console = console or make_console()
-    logging.getLogger("scheduler_plugin").setLevel(logging.ERROR)
-    common: dict[str, Any] = {"pods": pods, "nodes": nodes, "gpus": gpus, "hot_nodes": hot_nodes, "seed": seed}
-    live = live and console.is_terminal
-    summary = Demo(policy_file=policy_file, interval_s=interval_s, **common).run(console, live=live)
-    baseline = None
-    if compare:
-        console.print("running the same pods through a GPU-blind baseline (random placement, no thermal limits)...")
-        baseline = Demo(policy=baseline_policy(seed), interval_s=0.0, **common).run(console, live=False, progress=False)
-    print_summary(summary, console, baseline)
+    quiet = logging.getLogger("scheduler_plugin")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)  # the extender's per-pod log lines would drown the table; restored below
+    try:
+        common: dict[str, Any] = {"pods": pods, "nodes": nodes, "gpus": gpus, "hot_nodes": hot_nodes, "seed": seed}
+        live = live and console.is_terminal
+        summary = Demo(policy_file=policy_file, interval_s=interval_s, **common).run(console, live=live)
+        baseline = None
+        if compare:
+            console.print("running the same pods through a GPU-blind baseline (random placement, no thermal limits)...")
+            baseline = Demo(policy=baseline_policy(seed), interval_s=0.0, **common).run(
+                console, live=False, progress=False
+            )
+        print_summary(summary, console, baseline)
+    finally:
+        quiet.setLevel(level)
     return summary, baseline

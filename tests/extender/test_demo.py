@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import io
+import logging
 
 from rich.console import Console
 
@@ -29,3 +30,16 @@ def test_kelvin_beats_the_gpu_blind_baseline() -> None:
     text = out.getvalue()
     assert "N of N" not in text and "kelvin demo summary" in text
     assert "(e.g. gpu-node-" in text  # a refusal is shown with a real node and its real numbers
+
+
+def test_the_demo_leaves_the_log_level_as_it_found_it() -> None:
+    """The demo quiets kelvin's loggers while it runs; afterwards they log as before (a later test or caller in the
+    same process would otherwise lose every warning)."""
+    logger = logging.getLogger("scheduler_plugin")
+    before = logger.level
+    logger.setLevel(logging.INFO)
+    try:
+        run_demo(pods=10, nodes=2, seed=1, live=False, compare=False, console=Console(file=io.StringIO()))
+        assert logger.level == logging.INFO
+    finally:
+        logger.setLevel(before)
