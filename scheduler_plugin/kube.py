@@ -119,17 +119,13 @@ class KubeClient:
         self.timeout_s = timeout_s
         self._ssl: ssl.SSLContext | bool = True
         if config.server.startswith("https"):
-            if config.insecure:
-                self._ssl = False
-            else:
-                ctx = (
-                    ssl.create_default_context(cafile=config.ca_file)
-                    if config.ca_file
-                    else ssl.create_default_context()
-                )
-                if config.cert_file and config.key_file:
-                    ctx.load_cert_chain(config.cert_file, config.key_file)
-                self._ssl = ctx
+            ctx = ssl.create_default_context(cafile=config.ca_file if config.ca_file and not config.insecure else None)
+            if config.insecure:  # insecure-skip-tls-verify: no server check, but a client certificate still counts
+                ctx.check_hostname = False
+                ctx.verify_mode = ssl.CERT_NONE
+            if config.cert_file and config.key_file:
+                ctx.load_cert_chain(config.cert_file, config.key_file)
+            self._ssl = ctx
         self._headers = {"Accept": "application/json", "User-Agent": "kelvin"}
         if config.token:
             self._headers["Authorization"] = f"Bearer {config.token}"

@@ -247,6 +247,21 @@ def test_tls_without_the_servers_ca_is_refused(tls_api: Api, cert: tuple[Path, P
     assert err.status == 0 and "certificate verify failed" in str(err)
 
 
+def test_tls_insecure_still_presents_the_client_certificate(tls_api: Api, cert: tuple[Path, Path]) -> None:
+    """``insecure-skip-tls-verify`` with client-certificate auth (kind, some kubeadm kubeconfigs): the server is not
+    checked, but the client certificate must still be sent, or the API server refuses the handshake."""
+    crt, key = cert
+    client = KubeClient(KubeConfig(server=tls_api.url, insecure=True, cert_file=str(crt), key_file=str(key)))
+
+    async def call() -> dict[str, Any]:
+        try:
+            return await client.get("/api/v1/nodes/n1")
+        finally:
+            await client.close()
+
+    assert asyncio.run(call()) == {"kind": "Pod"}
+
+
 def test_tls_insecure_skips_the_check(tls_api_no_client_cert: Api) -> None:
     client = KubeClient(KubeConfig(server=tls_api_no_client_cert.url, insecure=True))
 
