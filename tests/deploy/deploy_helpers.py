@@ -26,6 +26,25 @@ Doc = dict[str, Any]
 Render = Callable[..., list[Doc]]
 
 
+def cel(pod: Doc) -> Callable[[str], bool]:
+    """An evaluator of CEL expressions over ``object = pod``, as the API server runs matchConditions and admission
+    policies (cel-python). An evaluation error (a non-bool) fails the test: on the API server it would call (or, with
+    failurePolicy Fail, deny) every matching pod."""
+    import json
+
+    import celpy  # type: ignore[import-untyped]
+
+    env = celpy.Environment()
+    activation = {"object": celpy.json_to_cel(json.loads(json.dumps(pod)))}
+
+    def run(expr: str) -> bool:
+        r = env.program(env.compile(expr)).evaluate(activation)
+        assert isinstance(r, celpy.celtypes.BoolType), f"evaluation error {r!r} in {expr}"
+        return bool(r)
+
+    return run
+
+
 def run_helm(helm: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     proc = subprocess.run([helm, *args], capture_output=True, text=True, timeout=120, check=False)
     if check and proc.returncode != 0:

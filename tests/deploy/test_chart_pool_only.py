@@ -4,10 +4,8 @@ down (its CEL is evaluated here with cel-python against the operator's own pool_
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-import celpy  # type: ignore[import-untyped]
 import kubernetes_validate
 import pytest
 from deploy_helpers import (
@@ -18,6 +16,7 @@ from deploy_helpers import (
     Doc,
     Render,
     by_kind,
+    cel,
     one,
     pod_spec,
     run_helm,
@@ -142,14 +141,7 @@ def _policy(docs: list[Doc]) -> Doc:
 def _denies(policy: Doc, pod: dict[str, Any]) -> bool:
     """The API server's verdict: every matchCondition true and some validation false. An evaluation error (not a
     bool) fails the test: with failurePolicy Fail it would deny every matching pod."""
-    env = celpy.Environment()
-    activation = {"object": celpy.json_to_cel(json.loads(json.dumps(pod)))}
-
-    def run(expr: str) -> bool:
-        r = env.program(env.compile(expr)).evaluate(activation)
-        assert isinstance(r, celpy.celtypes.BoolType), f"evaluation error {r!r} in {expr}"
-        return bool(r)
-
+    run = cel(pod)
     if not all(run(c["expression"]) for c in policy["spec"].get("matchConditions", [])):
         return False
     return not all(run(v["expression"]) for v in policy["spec"]["validations"])

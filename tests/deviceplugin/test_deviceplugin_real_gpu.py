@@ -3,7 +3,6 @@ Skipped, with the reason, where NVML cannot start."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -14,24 +13,10 @@ from dpkit import add_pods, pod, running_plugin, stored_annotations
 from scheduler_plugin.deviceplugin.devices import discover
 from scheduler_plugin.deviceplugin.health import Health
 from scheduler_plugin.deviceplugin.v1beta1 import api_pb2 as pb
-from scheduler_plugin.exporter.backend import NvmlApi, real_nvml
+from scheduler_plugin.exporter.backend import NvmlApi
 from scheduler_plugin.model import annotations as ann
 
 pytestmark = pytest.mark.gpu
-
-
-@pytest.fixture(scope="module")
-def nvml() -> Iterator[NvmlApi]:
-    import pynvml
-
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError as exc:
-        pytest.skip(f"NVML cannot initialise here ({exc}): no NVIDIA GPU or driver")
-    try:
-        yield real_nvml()
-    finally:
-        pynvml.nvmlShutdown()
 
 
 def test_real_gpus_are_discovered_and_healthy(nvml: NvmlApi) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -10,23 +9,9 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from scheduler_plugin.exporter.app import Exporter
-from scheduler_plugin.exporter.backend import NvmlApi, real_nvml
+from scheduler_plugin.exporter.backend import NvmlApi
 
 pytestmark = pytest.mark.gpu
-
-
-@pytest.fixture(scope="module")
-def nvml() -> Iterator[NvmlApi]:
-    import pynvml
-
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError as exc:
-        pytest.skip(f"NVML cannot initialise here ({exc}): no NVIDIA GPU or driver")
-    try:
-        yield real_nvml()
-    finally:
-        pynvml.nvmlShutdown()
 
 
 def test_real_scrape_has_the_core_series(nvml: NvmlApi) -> None:
