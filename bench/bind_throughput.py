@@ -29,7 +29,6 @@ import argparse
 import asyncio
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -39,14 +38,9 @@ from typing import Any
 
 import httpx
 import numpy as np
+from harness import checkout_env, free_port, start_extender, stop, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 # -- the API-server stand-in (run in its own process: ``--serve-api PORT``) -----------------------------------------
@@ -89,59 +83,9 @@ def serve_api(port: int, latency_s: float) -> None:
 # -- processes ------------------------------------------------------------------------------------------------------
 
 
-def _env() -> dict[str, str]:
-    path = os.pathsep.join([str(ROOT), str(ROOT / "operator"), os.environ.get("PYTHONPATH", "")])
-    return {k: v for k, v in os.environ.items() if not k.startswith("KELVIN_")} | {"PYTHONPATH": path}
-
-
 def start_api(port: int, latency_ms: float) -> subprocess.Popen[bytes]:
     cmd = [sys.executable, __file__, "--serve-api", str(port), "--api-latency-ms", str(latency_ms)]
-    return subprocess.Popen(cmd, cwd=ROOT, env=_env())
-
-
-def start_extender(port: int, api_url: str, fleet_file: Path, refresh: float) -> subprocess.Popen[bytes]:
-    cmd = [
-        sys.executable,
-        "-c",
-        "from scheduler_plugin.cli import app; app()",
-        "extender",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--metrics-port",
-        "0",  # /readyz (awaited below) and /metrics on the verbs port: one listener for the bench
-        "--fleet-file",
-        str(fleet_file),
-        "--refresh-interval",
-        str(refresh),
-        "--log-level",
-        "warning",
-    ]
-    env = _env() | {"KELVIN_KUBE_SERVER": api_url, "KELVIN_MAX_TELEMETRY_AGE_S": str(max(30.0, 3 * refresh))}
-    return subprocess.Popen(cmd, cwd=ROOT, env=env)
-
-
-def wait_for(url: str, proc: subprocess.Popen[bytes], what: str, timeout_s: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"the {what} exited with code {proc.returncode}")
-        try:
-            if httpx.get(url, timeout=2.0).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.1)
-    raise SystemExit(f"the {what} was not ready within {timeout_s:g} s")
-
-
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+    return subprocess.Popen(cmd, cwd=ROOT, env=checkout_env())
 
 
 # -- the kube-scheduler stand-in ------------------------------------------------------------------------------------
@@ -307,7 +251,15 @@ def main() -> int:
             t = time.perf_counter()
             base = asyncio.run(without_extender(api_url, names, args.pods, args.binds_in_flight, args.http_timeout))
             base_s = time.perf_counter() - t
-            ext = start_extender(ext_port, api_url, fleet, args.refresh_interval)
+            ext = start_extender(
+                ext_port,
+                *("--metrics-port", "0"),  # /readyz (awaited below) and /metrics on the verbs port: one listener
+                *("--fleet-file", str(fleet), "--refresh-interval", str(args.refresh_interval)),
+                env={
+                    "KELVIN_KUBE_SERVER": api_url,
+                    "KELVIN_MAX_TELEMETRY_AGE_S": str(max(30.0, 3 * args.refresh_interval)),
+                },
+            )
             wait_for(ext_url + "/readyz", ext, "extender")
             before = _refreshes(ext_url)
             cpu = cpu_seconds(ext.pid)

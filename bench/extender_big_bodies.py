@@ -21,24 +21,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 import httpx
+from harness import free_port, start_extender, stop
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(os.environ.get("KELVIN_SHARED_DIR", ROOT.parent / "shared")) / "fixtures" / "extender"
 CAPTURE = FIXTURES / "filter-nodecache-false-ok-001.json"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def status_kb(pid: int, field: str) -> int:
@@ -68,15 +60,12 @@ def body_for(case: str, mb: float, fleet: int) -> bytes:
 
 def run_case(case: str, mb: float, args: argparse.Namespace) -> str:
     port = free_port()
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "operator")])}
+    env = {"KELVIN_METRICS_PORT": str(free_port())}
     if args.max_body_bytes:
         env["KELVIN_MAX_BODY_BYTES"] = str(args.max_body_bytes)
     if args.max_node_names:
         env["KELVIN_MAX_NODE_NAMES"] = str(args.max_node_names)
-    env["KELVIN_METRICS_PORT"] = str(free_port())
-    cmd = [sys.executable, "-c", "from scheduler_plugin.cli import app; app()", "extender", "--host", "127.0.0.1"]
-    cmd += ["--port", str(port), "--fleet-nodes", str(args.fleet_nodes), "--log-level", "warning"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env)
+    proc = start_extender(port, "--fleet-nodes", str(args.fleet_nodes), env=env)
     body = body_for(case, mb, args.fleet_nodes)
     base = f"http://127.0.0.1:{port}"
     try:
@@ -118,11 +107,7 @@ def run_case(case: str, mb: float, args: argparse.Namespace) -> str:
             th.join()
             peak = status_kb(proc.pid, "VmHWM")
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop(proc)
     return (
         f"{case:>17} {len(body) / 1e6:>6.1f} MB  HTTP {r.status_code}  {elapsed:>6.2f} s  RSS {rss0 / 1024:>5.0f} -> "
         f"{peak / 1024:>5.0f} MiB  /healthz worst {worst[0] * 1000:>7.1f} ms"

@@ -20,7 +20,6 @@ import copy
 import json
 import os
 import socket
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -28,6 +27,7 @@ from typing import Any
 
 import httpx
 import numpy as np
+from harness import free_port, start_extender, stop, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 CAPTURE = (
@@ -36,12 +36,6 @@ CAPTURE = (
     / "extender"
     / "filter-nodecache-true-ok-001.json"
 )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def base_pod() -> dict[str, Any]:
@@ -70,59 +64,24 @@ def pods() -> list[dict[str, Any]]:
     return [one, shared, four, models]
 
 
-def start_server(port: int, nodes: int, gpus: int, refresh: float) -> subprocess.Popen[bytes]:
-    cmd = [
-        sys.executable,
-        "-c",
-        "from scheduler_plugin.cli import app; app()",
-        "extender",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--metrics-port",
-        "0",  # /readyz on the verbs port
-        "--fleet-nodes",
-        str(nodes),
-        "--fleet-gpus",
-        str(gpus),
-        "--refresh-interval",
-        str(refresh),
-        "--log-level",
-        "warning",
-    ]
-    path = os.pathsep.join([str(ROOT), str(ROOT / "operator"), os.environ.get("PYTHONPATH", "")])
-    env = {**os.environ, "PYTHONPATH": path}  # works from a checkout without pip install
-    return subprocess.Popen(cmd, cwd=ROOT, env=env)
-
-
-def wait_ready(client: httpx.Client, proc: subprocess.Popen[bytes], timeout_s: float = 120) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"the extender exited with code {proc.returncode}")
-        try:
-            if client.get("/readyz").status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.2)
-    raise SystemExit(f"the extender was not ready within {timeout_s:g} s")
-
-
 def pct(xs: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(xs) * 1000.0, q))
 
 
 def run(args: argparse.Namespace) -> int:
     port = free_port()
-    proc = start_server(port, args.nodes, args.gpus, args.refresh_interval)
+    proc = start_extender(
+        port,
+        *("--metrics-port", "0"),  # /readyz on the verbs port
+        *("--fleet-nodes", str(args.nodes), "--fleet-gpus", str(args.gpus)),
+        *("--refresh-interval", str(args.refresh_interval)),
+    )
     transport = httpx.HTTPTransport(socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)])
     pod_list = pods()
     try:
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30.0, transport=transport) as client:
             t0 = time.monotonic()
-            wait_ready(client, proc)
+            wait_for(f"http://127.0.0.1:{port}/readyz", proc, "extender")
             load = " / ".join(f"{x:.2f}" for x in os.getloadavg())
             print(
                 f"extender ready after {time.monotonic() - t0:.1f} s: {args.nodes} nodes x {args.gpus} GPUs, "
@@ -177,11 +136,7 @@ def run(args: argparse.Namespace) -> int:
             verdict = "meets" if worst <= 20.0 else "misses"
             print(f"filter+prioritize p99 at {max(args.sizes)} names: {worst:.2f} ms ({verdict} the 20 ms target)")
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop(proc)
     if args.in_process:
         in_process(args, pod_list)
     return 0
