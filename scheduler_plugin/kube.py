@@ -26,11 +26,16 @@ SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 
 
 class KubeError(RuntimeError):
-    """An API call that did not succeed. ``status`` is the HTTP status (0 when the server was unreachable)."""
+    """An API call that did not succeed. ``status`` is the HTTP status (0 when no answer came). ``sent`` is False when
+    the request certainly never reached the API server (no connection could be made), so it cannot have been applied.
+    """
 
-    def __init__(self, status: int, message: str, body: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self, status: int, message: str, body: Mapping[str, Any] | None = None, *, sent: bool = True
+    ) -> None:
         self.status = status
         self.body = dict(body or {})
+        self.sent = sent
         super().__init__(f"HTTP {status}: {message}" if status else message)
 
     @property
@@ -197,7 +202,12 @@ class KubeClient:
                 raw = await resp.read()
                 status, phrase = resp.status, resp.reason or ""
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:  # asyncio's TimeoutError is the builtin
-            raise KubeError(0, f"{method} {path}: API server unreachable: {_describe(exc)}") from exc
+            # No connection at all (refused, DNS, no pooled connection in time): nothing was sent. Anything later (a
+            # reset, a read timeout) may have come after the API server applied the request.
+            never_sent = isinstance(exc, aiohttp.ClientConnectorError | aiohttp.ConnectionTimeoutError)
+            raise KubeError(
+                0, f"{method} {path}: API server unreachable: {_describe(exc)}", sent=not never_sent
+            ) from exc
         data: dict[str, Any] = {}
         malformed = False
         if raw:

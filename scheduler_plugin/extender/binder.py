@@ -42,7 +42,8 @@ BIND_MAX_IN_FLIGHT = 16
 
 class BindError(RuntimeError):
     """A bind that failed; the message is what kube-scheduler shows on the pod. ``status`` is the API server's HTTP
-    status (0: no answer, e.g. a connection reset after the request was sent; None: kelvin refused before any call)."""
+    status (0: no answer, e.g. a connection reset after the request was sent; None: no request reached the API server,
+    because kelvin refused before any call or no connection could be made)."""
 
     def __init__(self, message: str, status: int | None = None) -> None:
         super().__init__(message)
@@ -109,7 +110,8 @@ class KubeBinder:
                 await self.client.post(_pod_path(namespace, name) + "/binding", binding)
         except KubeError as exc:
             what = f" with GPUs {gpu_annotation(gpus)}" if gpus else ""
-            raise BindError(f"cannot bind pod {namespace}/{name} to {node}{what}: {exc}", exc.status) from exc
+            status = exc.status if exc.sent else None
+            raise BindError(f"cannot bind pod {namespace}/{name} to {node}{what}: {exc}", status) from exc
 
     async def close(self) -> None:
         await self.client.close()

@@ -75,7 +75,7 @@ def bind_refused(exc: BindError) -> bool:
     connection reset after the request may have been sent), a 5xx (504: the write may still land), and a 409 "pod X is
     already assigned to node Y" (an earlier attempt whose answer was lost may have bound it, with these GPUs). Any
     other answer (404 pod gone, 409 UID precondition failed, 400/403/422/429) is a refusal, as is a failure before any
-    API call (status None).
+    request reached the API server (status None: kelvin refused, or no connection could be made).
     """
     status = exc.status
     if status is None:

@@ -129,6 +129,22 @@ async def test_a_binding_without_an_answer_keeps_the_gpus_assumed() -> None:
     assert [a.pod_key for a in ext.ledger.entries(ext.clock())["gpu-node-2"]] == ["default/p1"]
 
 
+async def test_a_binding_that_never_reached_the_api_server_releases_the_gpus() -> None:
+    """No connection could be made (an API-server outage): nothing was applied, so the GPUs must not stay held for
+    the ledger's TTL on every failed bind."""
+    client = KubeClient(KubeConfig(server="http://127.0.0.1:9"), timeout_s=2.0)
+    ext, _, _ = make_extender(binder=KubeBinder(client))
+    await ext.cache.refresh_once()
+    async with await _asgi(ext) as c:
+        await c.post("/filter", content=args(pod()))
+        r = await c.post(
+            "/bind", json={"PodName": "p1", "PodNamespace": "default", "PodUID": "uid-p1", "Node": "gpu-node-2"}
+        )
+    assert "API server unreachable" in r.json()["Error"]
+    assert ext.ledger.entries(ext.clock()) == {}
+    await client.close()
+
+
 def test_only_definite_refusals_release_the_gpus() -> None:
     assert bind_refused(BindError("kelvin cannot bind: no API server"))  # no call made
     assert bind_refused(BindError("HTTP 403: forbidden", 403))

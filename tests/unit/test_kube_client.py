@@ -214,6 +214,7 @@ def test_a_redirect_is_not_followed(api: Api) -> None:
 def test_an_unreachable_server_is_status_0() -> None:
     err = _call(KubeClient(KubeConfig(server="http://127.0.0.1:9"), timeout_s=2.0))
     assert err.status == 0 and "GET /api/v1/nodes/n1: API server unreachable" in str(err)
+    assert err.sent is False  # no connection: the request cannot have been applied
 
 
 def test_a_timeout_is_status_0(api: Api) -> None:
@@ -221,6 +222,7 @@ def test_a_timeout_is_status_0(api: Api) -> None:
     started = time.monotonic()
     err = _call(KubeClient(KubeConfig(server=api.url), timeout_s=0.2))
     assert err.status == 0 and "API server unreachable" in str(err)
+    assert err.sent is True  # the request went out: the API server may have applied it
     assert time.monotonic() - started < 0.9
 
 
