@@ -30,9 +30,7 @@ class KubeError(RuntimeError):
     the request certainly never reached the API server (no connection could be made), so it cannot have been applied.
     """
 
-    def __init__(
-        self, status: int, message: str, body: Mapping[str, Any] | None = None, *, sent: bool = True
-    ) -> None:
+    def __init__(self, status: int, message: str, body: Mapping[str, Any] | None = None, *, sent: bool = True) -> None:
         self.status = status
         self.body = dict(body or {})
         self.sent = sent

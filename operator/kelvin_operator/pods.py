@@ -8,9 +8,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from scheduler_plugin.model import annotations as ann
-from scheduler_plugin.model.claim import claim_of
+from scheduler_plugin.model.claim import claim_of, parse_gpu_indices
 from scheduler_plugin.model.gpu import GpuAssignment
-from scheduler_plugin.model.request import RequestError, parse_pod
+from scheduler_plugin.model.request import RequestError, parse_bound_pod
 
 
 def parse_time(text: object) -> float | None:
@@ -85,31 +85,20 @@ def _gpu_count(spec: Mapping[str, Any]) -> int:
     return total
 
 
-def _indices(raw: str | None) -> tuple[int, ...]:
-    if not raw:
-        return ()
-    out = []
-    for part in raw.split(","):
-        part = part.strip()
-        if part.isdigit():
-            out.append(int(part))
-    return tuple(out)
-
-
 def pod_view(pod: Mapping[str, Any]) -> PodView:
     """Never raises on odd pods: what cannot be parsed is left empty (``request_error`` says why)."""
     meta = pod.get("metadata") or {}
     spec = pod.get("spec") or {}
     status = pod.get("status") or {}
     annotations = {str(k): str(v) for k, v in (meta.get("annotations") or {}).items()}
-    indices = _indices(annotations.get(ann.GPU_ASSIGNED))
+    indices = parse_gpu_indices(annotations.get(ann.GPU_ASSIGNED)) or ()  # the listing's reading, not a lenient one
     count = 0
     pool: int | None = None
     share: int | None = None
     claim: GpuAssignment | None = None
     err: str | None = None
     try:
-        req = parse_pod(pod)
+        req, _ = parse_bound_pod(pod)  # as the listing reads it: a pool bound before units were required stays a pool
         count = req.count
         if req.wants_gpu:
             claim = claim_of(req, indices)

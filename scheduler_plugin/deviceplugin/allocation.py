@@ -21,8 +21,8 @@ from typing import Any
 
 from ..model import MIB, MILLI_PER_GPU, RequestError, request_from_annotations
 from ..model import annotations as ann
+from ..model.claim import parse_gpu_indices
 from ..model.quantity import QuantityError, parse_quantity
-from ..telemetry.assignments import parse_gpu_indices
 from .devices import SHARED_RESOURCE, WHOLE_RESOURCE, Gpu, gpu_uuid_of
 
 _NEVER = datetime.max.replace(tzinfo=UTC)

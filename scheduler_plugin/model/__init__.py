@@ -15,7 +15,7 @@ from .gpu import (
     throttle_reason_names,
 )
 from .gpu_models import item_matches, matches_any
-from .request import GpuRequest, RequestError, Topology, parse_pod, request_from_annotations
+from .request import GpuRequest, RequestError, Topology, parse_bound_pod, parse_pod, request_from_annotations
 from .snapshot import FleetArrays, Snapshot, build_arrays, empty_snapshot
 
 __all__ = [
@@ -41,6 +41,7 @@ __all__ = [
     "empty_snapshot",
     "item_matches",
     "matches_any",
+    "parse_bound_pod",
     "parse_pod",
     "request_from_annotations",
     "throttle_reason_names",

@@ -77,3 +77,16 @@ def claim_of(
         pod_uid=pod_uid or req.pod_uid or None,
         priority=req.priority,
     )
+
+
+def parse_gpu_indices(raw: object) -> tuple[int, ...] | None:
+    """``"0,1"`` -> ``(0, 1)``; None when the value is not a comma-separated list of GPU indices."""
+    if not isinstance(raw, str) or not raw.strip():
+        return None
+    try:
+        out = tuple(int(p) for p in raw.split(","))
+    except ValueError:
+        return None
+    if any(i < 0 for i in out) or len(set(out)) != len(out):
+        return None
+    return out

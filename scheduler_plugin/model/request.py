@@ -196,6 +196,19 @@ def parse_pod(pod: Mapping[str, Any], *, lenient_gpu_memory: bool = False) -> Gp
     )
 
 
+def parse_bound_pod(pod: Mapping[str, Any]) -> tuple[GpuRequest, str | None]:
+    """A pod already bound (listed back, seen by the operator): strict first; a pool written as bare bytes before
+    units were required (``"21474836480"``) is still read as that pool, with the strict error returned as a warning
+    for the caller to log. Any other problem raises :class:`RequestError`."""
+    try:
+        return parse_pod(pod), None
+    except RequestError as exc:
+        try:
+            return parse_pod(pod, lenient_gpu_memory=True), f"{exc}; read as bytes (bound before the unit was required)"
+        except RequestError:
+            raise exc from None
+
+
 def _check_shared_slot(slots: int, count: int, annotations: Mapping[str, Any]) -> None:
     """A ``kelvin.dev/shared-gpu`` request: one slot of one shared GPU, sized by a memory pool or a compute share."""
     if count:

@@ -16,27 +16,14 @@ from dataclasses import replace
 from typing import Any
 
 from ..kube import KubeClient, KubeError
-from ..model import GpuAssignment, GpuNode, RequestError, parse_pod
+from ..model import GpuAssignment, GpuNode, RequestError, parse_bound_pod
 from ..model import annotations as ann
-from ..model.claim import claim_of
+from ..model.claim import claim_of, parse_gpu_indices
 from .source import SourceError, TelemetrySource
 
 log = logging.getLogger(__name__)
 
 _DONE_PHASES = frozenset({"Succeeded", "Failed"})
-
-
-def parse_gpu_indices(raw: object) -> tuple[int, ...] | None:
-    """``"0,1"`` -> ``(0, 1)``; None when the value is not a comma-separated list of GPU indices."""
-    if not isinstance(raw, str) or not raw.strip():
-        return None
-    try:
-        out = tuple(int(p) for p in raw.split(","))
-    except ValueError:
-        return None
-    if any(i < 0 for i in out) or len(set(out)) != len(out):
-        return None
-    return out
 
 
 def assignment_of_pod(pod: Mapping[str, Any]) -> tuple[str, GpuAssignment] | None:
@@ -47,8 +34,18 @@ def assignment_of_pod(pod: Mapping[str, Any]) -> tuple[str, GpuAssignment] | Non
     annotations = meta.get("annotations") or {}
     if status.get("phase") in _DONE_PHASES:
         return None
-    gpus = parse_gpu_indices(annotations.get(ann.GPU_ASSIGNED))
+    raw = annotations.get(ann.GPU_ASSIGNED)
+    gpus = parse_gpu_indices(raw)
     node = spec.get("nodeName") or annotations.get(ann.GPU_ASSIGNED_NODE)
+    if raw is not None and gpus is None:
+        key = f"{meta.get('namespace', 'default')}/{meta.get('name', '')}"
+        _warn_once(
+            str(meta.get("uid") or key),
+            "pod %s: %s=%r is not a list of GPU indices; ignored",
+            key,
+            ann.GPU_ASSIGNED,
+            raw,
+        )
     if gpus is None or not isinstance(node, str) or not node:
         return None
     if annotations.get(ann.GPU_ASSIGNED_NODE) not in (None, node):
@@ -56,14 +53,12 @@ def assignment_of_pod(pod: Mapping[str, Any]) -> tuple[str, GpuAssignment] | Non
     key = f"{meta.get('namespace', 'default')}/{meta.get('name', '')}"
     uid = str(meta.get("uid") or "") or None
     try:
-        req = parse_pod(pod)
+        req, warning = parse_bound_pod(pod)
     except RequestError as exc:
-        try:  # a pool pod admitted before the unit was required ("21474836480"): it holds that pool, not the GPU
-            req = parse_pod(pod, lenient_gpu_memory=True)
-        except RequestError:
-            log.info("pod %s: %s; counting its GPUs %s as whole", key, exc, gpus)
-            return node, GpuAssignment(pod_key=key, gpu_indices=gpus, pod_uid=uid)
-        _warn_once(uid or key, "pod %s: %s; read as bytes (it was bound before the unit was required)", key, exc)
+        log.info("pod %s: %s; counting its GPUs %s as whole", key, exc, gpus)
+        return node, GpuAssignment(pod_key=key, gpu_indices=gpus, pod_uid=uid)
+    if warning:
+        _warn_once(uid or key, "pod %s: %s", key, warning)
     return node, claim_of(req, gpus, pod_key=key, pod_uid=uid)
 
 

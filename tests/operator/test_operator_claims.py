@@ -11,6 +11,7 @@ from scheduler_plugin.hotness import HotnessConfig, observe
 from scheduler_plugin.model import GIB, parse_pod
 from scheduler_plugin.model import annotations as ann
 from scheduler_plugin.model.claim import claim_of
+from scheduler_plugin.telemetry.assignments import assignment_of_pod
 
 
 def pool_pod(name: str, memory: str, *, slot: bool = False) -> dict[str, object]:
@@ -43,3 +44,22 @@ def test_thermal_heat_of_pool_pods_follows_their_charge() -> None:
     cfg = HotnessConfig()
     got = {c.pod.name: c.heat for c in thermal(nd, observe(nd, cfg), pods, cfg.cool_celsius)}
     assert got["big"] == pytest.approx(3 * got["small"]) and got["small"] > 0
+
+
+def test_a_pool_bound_before_units_were_required_is_read_as_the_listing_reads_it() -> None:
+    """A running pod with ``gpu-memory: "21474836480"`` (bare bytes, admitted before units were required): the
+    operator must see its 20 GiB pool, as the extender's pod listing does, not a whole GPU with a parse error."""
+    p = pool_pod("old", "21474836480")
+    v = pod_view(p)
+    assert v.request_error is None and v.memory_pool_bytes == 20 * GIB
+    assert v.claim is not None and v.claim.memory_bytes == 20 * GIB and v.claim.gpu_indices == (0,)
+    _, listed = assignment_of_pod({**p, "spec": {**p["spec"], "nodeName": "n1"}})  # type: ignore[dict-item]
+    assert v.claim == listed
+
+
+def test_gpu_indices_are_read_as_the_listing_reads_them() -> None:
+    """``gpu-assigned: "0,x"`` is not a list of GPU indices: the listing ignores it whole, and so must the operator
+    (it used to keep GPU 0 and drop the rest without a word)."""
+    p = pod("bad", gpus=2, gpu_indices="0,x")
+    assert pod_view(p).gpu_indices == ()
+    assert assignment_of_pod({**p, "spec": {**p["spec"], "nodeName": "n1"}}) is None  # type: ignore[dict-item]
