@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from scheduler_plugin.model import annotations as ann
-from scheduler_plugin.model.gpu import MIB, MILLI_PER_GPU
 from scheduler_plugin.model.gpu_models import matches_any
+from scheduler_plugin.model.mps import mps_limits
 from scheduler_plugin.model.quantity import format_gib
 from scheduler_plugin.model.request import GpuRequest, RequestError, parse_pod
 from scheduler_plugin.model.snapshot import Snapshot
@@ -163,11 +163,7 @@ def injected_env(req: GpuRequest, *, mps: bool, sizes: GpuSizes, framework_env: 
     """The variables for one shared-GPU request (empty for whole-GPU or CPU pods)."""
     if not req.shared:
         return []
-    env: list[dict[str, str]] = []
-    if mps and req.memory_bytes is not None:
-        env.append({"name": "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "value": f"0={req.memory_bytes // MIB}M"})
-    if mps and req.milli is not None and req.milli < MILLI_PER_GPU:
-        env.append({"name": "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "value": str(max(1, round(req.milli / 10)))})
+    env = [{"name": k, "value": v} for k, v in mps_limits(req).items()] if mps else []
     if req.memory_bytes is not None:
         env.append({"name": "KELVIN_GPU_MEMORY_LIMIT_BYTES", "value": str(req.memory_bytes)})
         if framework_env:

@@ -13,22 +13,24 @@ is the one: the kubelet admits pods in the order it receives them. A pod the plu
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from ..model import MIB, MILLI_PER_GPU, RequestError, request_from_annotations
+from ..model import RequestError, request_from_annotations
 from ..model import annotations as ann
 from ..model.claim import parse_gpu_indices
+from ..model.mps import mps_limits
 from ..model.quantity import QuantityError, parse_quantity
 from .devices import SHARED_RESOURCE, WHOLE_RESOURCE, Gpu, gpu_uuid_of
 
+log = logging.getLogger(__name__)
+
 _NEVER = datetime.max.replace(tzinfo=UTC)
 VISIBLE_DEVICES_ENV = "NVIDIA_VISIBLE_DEVICES"
-MPS_MEMORY_ENV = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
-MPS_THREADS_ENV = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
 
 
 class AllocationError(Exception):
@@ -79,7 +81,8 @@ def _count(c: Mapping[str, Any], resource: str) -> int | None:
         return None
     try:
         q = parse_quantity(raw)
-    except QuantityError:
+    except QuantityError as exc:  # the API server validates quantities: only a hand-made object gets here
+        log.warning("container %r: %s %r is not a quantity (%s); not counted", c.get("name"), resource, raw, exc)
         return None
     return int(q) if q == q.to_integral_value() and q > 0 else None
 
@@ -372,14 +375,7 @@ def _mps_envs(pod: Mapping[str, Any], resource: str, count: int) -> dict[str, st
         req = request_from_annotations(_annotations(pod), count=count if resource == WHOLE_RESOURCE else 1)
     except RequestError as exc:
         raise AllocationError(f"pod {pod_key(pod)}: {exc}") from exc
-    if not req.shared:
-        return {}
-    out: dict[str, str] = {}
-    if req.memory_bytes is not None:
-        out[MPS_MEMORY_ENV] = f"0={req.memory_bytes // MIB}M"
-    if req.milli is not None and req.milli < MILLI_PER_GPU:
-        out[MPS_THREADS_ENV] = str(max(1, round(req.milli / 10)))
-    return out
+    return mps_limits(req)
 
 
 def preferred(
