@@ -9,13 +9,14 @@ from dataclasses import dataclass
 
 from scheduler_plugin.kube import KubeError
 from scheduler_plugin.model import annotations as ann
+from scheduler_plugin.model.times import format_time
 
 from .config import OperatorConfig
 from .handshake import Step, decide
 from .k8s import EvictResult, Kube, ObjectRef
 from .limits import EvictionBudget
 from .metrics import OperatorMetrics
-from .pods import PodView, format_time
+from .pods import PodView
 from .strategies import Candidate
 
 log = logging.getLogger("kelvin.operator.evictor")

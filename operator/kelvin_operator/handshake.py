@@ -17,8 +17,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from scheduler_plugin.model import annotations as ann
-
-from .pods import parse_time
+from scheduler_plugin.model.times import parse_time
 
 
 class Step(StrEnum):

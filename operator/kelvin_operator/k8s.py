@@ -16,8 +16,7 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from scheduler_plugin.kube import KubeClient, KubeError
-
-from .pods import format_time
+from scheduler_plugin.model.times import format_time
 
 log = logging.getLogger("kelvin.operator.k8s")
 COMPONENT = "kelvin-operator"

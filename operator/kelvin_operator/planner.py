@@ -10,9 +10,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from scheduler_plugin.model import annotations as ann
+from scheduler_plugin.model.times import parse_time
 
 from .config import ProtectionConfig
-from .pods import PodView, parse_time
+from .pods import PodView
 from .strategies import REASON_ORDER, Candidate
 
 

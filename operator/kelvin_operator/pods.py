@@ -4,34 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 from scheduler_plugin.model import annotations as ann
 from scheduler_plugin.model.claim import claim_of, parse_gpu_indices
 from scheduler_plugin.model.gpu import GpuAssignment
 from scheduler_plugin.model.request import RequestError, parse_bound_pod
-
-
-def parse_time(text: object) -> float | None:
-    """RFC 3339 text (``2026-01-02T03:04:05Z``, fractions and offsets allowed) as unix time; ``None`` if not one."""
-    if not isinstance(text, str) or not text.strip():
-        return None
-    s = text.strip()
-    if s.endswith(("Z", "z")):
-        s = s[:-1] + "+00:00"
-    try:
-        dt = datetime.fromisoformat(s)
-    except ValueError:
-        return None
-    if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=UTC)
-    return dt.timestamp()
-
-
-def format_time(ts: float) -> str:
-    """Unix time as RFC 3339 UTC with microseconds (``2026-01-02T03:04:05.123456Z``)."""
-    return datetime.fromtimestamp(ts, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+from scheduler_plugin.model.times import parse_time
 
 
 @dataclass(frozen=True, slots=True)

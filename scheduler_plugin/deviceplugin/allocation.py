@@ -14,10 +14,8 @@ is the one: the kubelet admits pods in the order it receives them. A pod the plu
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 from ..model import RequestError, request_from_annotations
@@ -25,11 +23,11 @@ from ..model import annotations as ann
 from ..model.claim import parse_gpu_indices
 from ..model.mps import mps_limits
 from ..model.quantity import QuantityError, parse_quantity
+from ..model.times import parse_time_ns
 from .devices import SHARED_RESOURCE, WHOLE_RESOURCE, Gpu, gpu_uuid_of
 
 log = logging.getLogger(__name__)
 
-_NEVER = datetime.max.replace(tzinfo=UTC)
 VISIBLE_DEVICES_ENV = "NVIDIA_VISIBLE_DEVICES"
 
 
@@ -147,41 +145,17 @@ def _candidate_on(pod: Mapping[str, Any], node: str) -> bool:
     )
 
 
-def _time(raw: object) -> datetime:
-    if not isinstance(raw, str) or not raw:
-        return _NEVER
-    try:
-        t = datetime.fromisoformat(raw)
-    except ValueError:
-        return _NEVER
-    return t if t.tzinfo else t.replace(tzinfo=UTC)
+_NEVER_NS = 2**63  # an unreadable time sorts last
 
 
-_RFC3339_NS = re.compile(r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))?(Z|[+-]\d{2}:\d{2})$")
+def _time_ns(raw: object) -> int:
+    ns = parse_time_ns(raw)
+    return _NEVER_NS if ns is None else ns
 
 
-def parse_time_ns(raw: object) -> int | None:
-    """An RFC 3339 time with up to nanoseconds (``kelvin.dev/gpu-assigned-at``) as Unix nanoseconds, or None."""
-    m = _RFC3339_NS.match(raw) if isinstance(raw, str) else None
-    if m is None:
-        return None
-    try:
-        base = datetime.fromisoformat(m.group(1) + ("+00:00" if m.group(3) == "Z" else m.group(3)))
-    except ValueError:
-        return None
-    return int(base.timestamp()) * 1_000_000_000 + int((m.group(2) or "0").ljust(9, "0"))
-
-
-def _ns(t: datetime) -> int:
-    return _NEVER_NS if t == _NEVER else int(t.timestamp()) * 1_000_000_000 + t.microsecond * 1000
-
-
-_NEVER_NS = 2**63
-
-
-def _scheduled(pod: Mapping[str, Any]) -> datetime:
+def _scheduled(pod: Mapping[str, Any]) -> int:
     conditions = (pod.get("status") or {}).get("conditions") or ()
-    return _time(
+    return _time_ns(
         next(
             (
                 c.get("lastTransitionTime")
@@ -196,15 +170,15 @@ def _scheduled(pod: Mapping[str, Any]) -> datetime:
 def bind_time_ns(pod: Mapping[str, Any]) -> int:
     """When kelvin bound the pod: ``kelvin.dev/gpu-assigned-at`` (nanoseconds), else the PodScheduled time."""
     at = parse_time_ns(_annotations(pod).get(ann.GPU_ASSIGNED_AT))
-    return at if at is not None else _ns(_scheduled(pod))
+    return at if at is not None else _scheduled(pod)
 
 
-def admission_order(pod: Mapping[str, Any]) -> tuple[int, datetime, datetime, str]:
+def admission_order(pod: Mapping[str, Any]) -> tuple[int, int, int, str]:
     """Sort key: kelvin's bind time (ns), PodScheduled condition time, creation time, namespace/name."""
     return (
         bind_time_ns(pod),
         _scheduled(pod),
-        _time((pod.get("metadata") or {}).get("creationTimestamp")),
+        _time_ns((pod.get("metadata") or {}).get("creationTimestamp")),
         pod_key(pod),
     )
 
@@ -287,14 +261,14 @@ def close_binds(chosen: Mapping[str, Any], others: Sequence[Mapping[str, Any]]) 
     """Other candidates bound within :data:`CLOSE_BIND_NS` of ``chosen`` but created before it: the kubelet may be
     admitting one of them now (it sorts a batch by creation time) and the GPUs may go to the wrong pod."""
     at = bind_time_ns(chosen)
-    created = _time((chosen.get("metadata") or {}).get("creationTimestamp"))
+    created = _time_ns((chosen.get("metadata") or {}).get("creationTimestamp"))
     out = []
     for p in others:
         if p is chosen:
             continue
         if (
             abs(bind_time_ns(p) - at) < CLOSE_BIND_NS
-            and _time((p.get("metadata") or {}).get("creationTimestamp")) < created
+            and _time_ns((p.get("metadata") or {}).get("creationTimestamp")) < created
         ):
             out.append(p)
     return out

@@ -23,12 +23,12 @@ import asyncio
 import logging
 import time
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from typing import Any, Protocol
 from urllib.parse import quote
 
 from ..kube import KubeClient, KubeError
 from ..model import annotations as ann
+from ..model.times import format_time_ns
 
 log = logging.getLogger(__name__)
 
@@ -66,9 +66,7 @@ def gpu_annotation(gpus: tuple[int, ...]) -> str:
 
 def bind_time(now_ns: int | None = None) -> str:
     """``kelvin.dev/gpu-assigned-at``: RFC 3339 UTC with nanoseconds (PodScheduled's time has whole seconds)."""
-    ns = time.time_ns() if now_ns is None else now_ns
-    secs, frac = divmod(ns, 1_000_000_000)
-    return datetime.fromtimestamp(secs, UTC).strftime("%Y-%m-%dT%H:%M:%S") + f".{frac:09d}Z"
+    return format_time_ns(time.time_ns() if now_ns is None else now_ns)
 
 
 def _pod_path(namespace: str, name: str) -> str:

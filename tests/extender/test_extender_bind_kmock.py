@@ -10,12 +10,12 @@ import kmock
 import pytest
 from ext_helpers import args, make_extender, pod
 
-from scheduler_plugin.deviceplugin.allocation import parse_time_ns
 from scheduler_plugin.extender.app import create_app
 from scheduler_plugin.extender.binder import BindError, KubeBinder, bind_time
 from scheduler_plugin.extender.service import bind_refused
 from scheduler_plugin.kube import KubeClient, KubeConfig, KubeError
 from scheduler_plugin.model.claim import charged_milli
+from scheduler_plugin.model.times import parse_time_ns
 from scheduler_plugin.telemetry.assignments import assignment_of_pod, list_assigned_pods
 
 pytestmark = pytest.mark.kmock(cls=kmock.RawHandler)

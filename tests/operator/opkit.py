@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from kelvin_operator.pods import format_time
-
 from scheduler_plugin.model import annotations as ann
 from scheduler_plugin.model.gpu import GIB, GpuInfo, GpuNode, GpuProcess, ThrottleReason
+from scheduler_plugin.model.times import format_time
 
 T0 = 1_800_000_000.0  # a fixed "now" for pure tests
 

@@ -11,12 +11,12 @@ from types import ModuleType
 import kmock as km
 from kelvin_operator.config import OperatorConfig
 from kelvin_operator.k8s import OperatorKube
-from kelvin_operator.pods import parse_time
 from kelvin_operator.reconcile import Reconciler
 from opkit import gpu, node, node_obj, pod, proc
 from opkube import NODES, PODS, evictions_succeed
 
 from scheduler_plugin.model import annotations as ann
+from scheduler_plugin.model.times import parse_time
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "checkpoint_training_loop.py"
 

@@ -9,13 +9,13 @@ import kmock as km
 from kelvin_operator.config import OperatorConfig
 from kelvin_operator.k8s import OperatorKube
 from kelvin_operator.metrics import OperatorMetrics
-from kelvin_operator.pods import format_time
 from kelvin_operator.reconcile import NodeResult, Reconciler
 from opkit import T0, gpu, node, node_obj, pod, proc
 from opkube import EVENTS, NODES, PODS, evictions_blocked, evictions_succeed
 
 from scheduler_plugin.model import annotations as ann
 from scheduler_plugin.model.gpu import GpuNode
+from scheduler_plugin.model.times import format_time
 
 CFG = OperatorConfig(
     limits={"max_per_node_per_cycle": 1, "max_per_namespace": 5, "max_total": 10, "window_s": 600},

@@ -6,7 +6,7 @@ from kelvin_operator.config import LimitsConfig, NoisyConfig, PoolConfig, PoolMo
 from kelvin_operator.handshake import Step, decide
 from kelvin_operator.limits import EvictionBudget
 from kelvin_operator.planner import plan, protection, restart_cost_s
-from kelvin_operator.pods import format_time, pod_view
+from kelvin_operator.pods import pod_view
 from kelvin_operator.strategies import (
     Candidate,
     Reason,
@@ -20,6 +20,7 @@ from opkit import T0, gpu, node, pod, proc
 
 from scheduler_plugin.hotness import HotnessConfig, observe
 from scheduler_plugin.model import annotations as ann
+from scheduler_plugin.model.times import format_time
 
 PROT = ProtectionConfig(min_pod_age_s=300)
 
