@@ -216,7 +216,7 @@ class KubeClient:
             except orjson.JSONDecodeError:
                 data = {"message": raw.decode("utf-8", "replace")[:500]}
                 malformed = True
-        if status >= 400:
+        if status >= 300:  # the API server never redirects: a 3xx (a proxy's) did not apply the request
             raise KubeError(status, f"{method} {path}: {data.get('message', phrase)}", data)
         if malformed:
             # A success whose body is not a JSON object cannot be acted on (a caller would read it as an empty

@@ -3,7 +3,6 @@ CEL against sample pods), and monitoring objects only where the Prometheus Opera
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import kubernetes_validate
@@ -176,15 +175,3 @@ def test_monitoring_objects_render_only_with_the_prometheus_operator_api(render:
     assert "no monitoring.coreos.com/v1 API" in notes.stdout
     quiet = run_helm(helm_bin, "install", "kelvin", str(CHART), "-n", NAMESPACE, "--dry-run=client")
     assert "were skipped" not in quiet.stdout and "was skipped" not in quiet.stdout
-
-
-def test_operator_learns_whether_the_device_plugin_advertises_shared_gpus(render: Render) -> None:
-    def flag(docs: list[Doc]) -> str:
-        env = {e["name"]: e.get("value") for e in pod_spec(one(docs, "Deployment", "operator"))["containers"][0]["env"]}
-        return str(env["KELVIN_OPERATOR_WEBHOOK__SHARED_GPU_RESOURCE"])
-
-    assert flag(render()) == "false"
-    schema = json.loads((CHART / "values.schema.json").read_text())
-    if "devicePlugin" not in schema["properties"]:
-        pytest.skip("the devicePlugin values are not in this tree yet (another branch adds them)")
-    assert flag(render(None, "devicePlugin.enabled=true")) == "true"

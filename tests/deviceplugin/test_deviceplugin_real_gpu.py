@@ -20,6 +20,8 @@ pytestmark = pytest.mark.gpu
 
 
 def test_real_gpus_are_discovered_and_healthy(nvml: NvmlApi) -> None:
+    if not nvml.nvmlDeviceGetCount():
+        pytest.skip("NVML works but reports no GPU")
     gpus = discover(nvml)
     print("served:", gpus)
     assert all(g.uuid.startswith("GPU-") and len(g.uuid) <= 40 for g in gpus)

@@ -341,7 +341,7 @@ async def test_init_container_then_app_container_get_the_pods_gpus(
 async def test_pods_bound_close_together_in_another_creation_order_are_logged(
     kmock: km.KubernetesEmulator, fake: FakeNvml, socket_dir: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    # the demo (run earlier in the same process by other tests) sets the "scheduler_plugin" logger to ERROR
+    # independent of whatever level an earlier test left on the "scheduler_plugin" logger
     caplog.set_level(logging.WARNING, logger="scheduler_plugin.deviceplugin.service")
     add_pods(
         kmock,

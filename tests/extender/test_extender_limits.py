@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,8 +22,9 @@ from scheduler_plugin.extender import routes, wire
 from scheduler_plugin.extender.app import create_app
 from scheduler_plugin.extender.server import ServerThread
 
-FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "extender"
-NODES_CAPTURE = FIXTURES / "filter-nodecache-false-ok-001.json"
+# The shared captures, where the other contract tests find them (KELVIN_SHARED_DIR overrides ../shared).
+FIXTURES = Path(os.environ.get("KELVIN_SHARED_DIR", Path(__file__).resolve().parents[2].parent / "shared"))
+NODES_CAPTURE = FIXTURES / "fixtures" / "extender" / "filter-nodecache-false-ok-001.json"
 
 
 def client_for(**settings: Any) -> TestClient:
@@ -58,29 +61,33 @@ def test_a_body_over_max_body_bytes_is_413_by_its_content_length(small: TestClie
 
 
 def test_a_chunked_body_over_max_body_bytes_is_413_while_it_streams() -> None:
-    """No Content-Length (Transfer-Encoding: chunked, over a real server): the bytes are counted as they come."""
+    """No Content-Length (Transfer-Encoding: chunked, over a real server): the bytes are counted as they come, so the
+    413 arrives while the client is still sending (the body's last chunk is never sent: a server that read the whole
+    body before counting would never answer)."""
     ext = make_extender(max_body_bytes=4096)[0]
-    sent: list[int] = []
-
-    def chunks() -> Iterator[bytes]:
-        head = b'{"Pod": {"metadata": {"name": "p"}}, "NodeNames": ["gpu-node-1"'
-        sent.append(len(head))
-        yield head
-        for _ in range(200):
-            sent.append(50)
-            yield b', "gpu-node-2", "gpu-node-2", "gpu-node-2", "gpu-n"'
-
-    with ServerThread(create_app(ext)) as url, httpx.Client(base_url=url, timeout=10) as c:
-        resp = c.post("/filter", content=chunks())
-        assert resp.request.headers.get("transfer-encoding") == "chunked"
-        assert "content-length" not in resp.request.headers
-        assert resp.status_code == 413
-        assert (
-            "of more than 4096 bytes is over max_body_bytes (4096 bytes, env KELVIN_MAX_BODY_BYTES)"
-            in (resp.json()["Error"])
-        )
-        ok = c.post("/filter", content=args(pod("p2")))  # a new connection; the server is fine
-        assert ok.status_code == 200 and ok.json()["NodeNames"] == ["gpu-node-1", "gpu-node-2"]
+    head = b'{"Pod": {"metadata": {"name": "p"}}, "NodeNames": ["gpu-node-1"'
+    more = b', "gpu-node-2", "gpu-node-2", "gpu-node-2", "gpu-n"' * 100  # 5,000 bytes: over the limit
+    with ServerThread(create_app(ext)) as url:
+        host, port = url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port)), timeout=10) as sock:
+            sock.sendall(b"POST /filter HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n")
+            sock.sendall(b"Transfer-Encoding: chunked\r\n\r\n")
+            for chunk in (head, more):
+                sock.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+            # no terminating "0\r\n\r\n": the body is still streaming
+            answer = b""
+            while b"\r\n\r\n" not in answer or not answer.rstrip().endswith(b"}"):
+                got = sock.recv(65536)  # times out (10 s) if the server waits for the end of the body
+                if not got:
+                    break
+                answer += got
+        status_line, _, rest = answer.partition(b"\r\n")
+        assert status_line.startswith(b"HTTP/1.1 413"), answer
+        error = json.loads(rest.partition(b"\r\n\r\n")[2])["Error"]
+        assert "of more than 4096 bytes is over max_body_bytes (4096 bytes, env KELVIN_MAX_BODY_BYTES)" in error
+        with httpx.Client(base_url=url, timeout=10) as c:  # a new connection; the server is fine
+            ok = c.post("/filter", content=args(pod("p2")))
+            assert ok.status_code == 200 and ok.json()["NodeNames"] == ["gpu-node-1", "gpu-node-2"]
 
 
 def test_a_body_within_the_limit_is_served(small: TestClient) -> None:
@@ -165,7 +172,7 @@ def test_node_objects_are_kept_undecoded() -> None:
 def test_a_big_body_is_decoded_in_a_worker_thread_a_small_one_inline(
     monkeypatch: pytest.MonkeyPatch, verb: str
 ) -> None:
-    """The event loop keeps answering /healthz while a big body is decoded: the decode runs in a worker thread."""
+    """A big body is decoded in a worker thread (so the loop can serve /healthz meanwhile), a small one inline."""
     on_loop: list[bool] = []
     real = wire.parse_args
 

@@ -1,5 +1,5 @@
-"""Two listeners (issue 10, item 7): the verbs on loopback, /healthz /readyz /metrics on the metrics port, both in
-one process and one event loop; a port clash or a port in use stops startup naming the settings."""
+"""Two listeners (issue 10, item 7): the verbs on loopback, /healthz /readyz /metrics on the metrics port, in one
+process; a port clash or a port in use stops startup naming the settings."""
 
 from __future__ import annotations
 

@@ -136,6 +136,17 @@ async def wait_for(cond: Any, timeout: float = 15.0) -> None:
             await asyncio.sleep(0.05)
 
 
+async def webhook_up(http: httpx.AsyncClient, url: str, timeout: float = 15.0) -> None:
+    """Until the webhook server answers (it starts after the first snapshot is taken), instead of a fixed sleep."""
+    async with asyncio.timeout(timeout):
+        while True:
+            try:
+                await http.post(f"{url}/gpu-env", json=review(pod("probe", gpus=0), "probe"))
+                return
+            except httpx.TransportError:
+                await asyncio.sleep(0.05)
+
+
 async def test_admission_over_https(kmock: km.KubernetesEmulator, cert: tuple[Path, Path]) -> None:
     port = free_port()
     cfg = OperatorConfig(
@@ -148,7 +159,7 @@ async def test_admission_over_https(kmock: km.KubernetesEmulator, cert: tuple[Pa
     ctx = ssl.create_default_context(cafile=str(cert[0]))
     async with running(kmock, cfg, fleet), httpx.AsyncClient(verify=ctx, timeout=10) as http:
         url = f"https://localhost:{port}"
-        await asyncio.sleep(0.5)  # the first snapshot is taken at startup; the server starts right after
+        await webhook_up(http, url)  # the first snapshot is taken at startup; the server starts right after
 
         too_big = pod("big", annotations={ann.GPU_MEMORY: "100Gi"}, gpus=1)
         r = (await http.post(f"{url}/gpu-memory", json=review(too_big, "u1"))).json()
@@ -220,7 +231,7 @@ async def test_pool_only_pod_gets_a_shared_gpu_slot(kmock: km.KubernetesEmulator
     ctx = ssl.create_default_context(cafile=str(cert[0]))
     async with running(kmock, cfg, [node("n1", gpu(0, total_gib=80))]), httpx.AsyncClient(verify=ctx) as http:
         url = f"https://localhost:{port}"
-        await asyncio.sleep(0.5)
+        await webhook_up(http, url)
         p = pod("pool-only", annotations={ann.GPU_MEMORY: "20Gi"}, gpus=0)
         r = (await http.post(f"{url}/gpu-env", json=review(p, "m1"))).json()
         assert r["response"]["allowed"] is True

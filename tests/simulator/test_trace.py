@@ -122,11 +122,9 @@ def test_openb_pods_without_gpu_spec_column_take_any_model(tmp_path: Path) -> No
     assert pod.request().models is None
 
 
-def test_every_shared_openb_pod_file_loads() -> None:
-    folder = Path(__file__).resolve().parents[3] / "shared" / "traces" / "openb"
-    files = sorted(folder.glob("openb_pod_list_*.csv"))
-    if not files:
-        pytest.skip(f"no openb pod lists in {folder}")
+def test_every_shared_openb_pod_file_loads(traces_dir: Path) -> None:
+    files = sorted(traces_dir.glob("openb_pod_list_*.csv"))
+    assert files, f"no openb pod lists in {traces_dir}"
     for f in files:
         assert load_pods(f), f
 
