@@ -119,9 +119,9 @@ _ARGS = msgspec.json.Decoder(_Args)
 _NODE_HEAD = msgspec.json.Decoder(_NodeHead)
 
 
-def _loads(body: bytes) -> Any:
+def _loads(body: bytes, expected: str = "a JSON object with Pod and Nodes or NodeNames") -> Any:
     if not body:
-        raise WireError("empty request body: expected a JSON object with Pod and Nodes or NodeNames")
+        raise WireError(f"empty request body: expected {expected}")
     try:
         return orjson.loads(body)
     except orjson.JSONDecodeError as exc:
@@ -215,7 +215,7 @@ def parse_args(body: bytes, *, max_node_names: int | None = None) -> ParsedArgs:
 
 
 def parse_binding(body: bytes) -> ExtenderBindingArgs:
-    data = _loads(body)
+    data = _loads(body, "a JSON object with PodName, PodNamespace, PodUID and Node (ExtenderBindingArgs)")
     if not isinstance(data, dict):
         raise WireError(f"request body must be a JSON object (ExtenderBindingArgs), not {_type_name(data)}")
     for key in ("PodName", "PodNamespace", "Node"):

@@ -70,6 +70,7 @@ def test_malformed_body_is_400_naming_the_problem(client: TestClient, verb: str,
         (b'{"PodName": "p", "PodNamespace": "default", "Node": 7}', "Node: must be a non-empty string"),
         (b'{"PodName": "p", "PodNamespace": "default", "Node": "n", "PodUID": 1}', "PodUID"),
         (b"nope", "not valid JSON"),
+        (b"", "empty request body: expected a JSON object with PodName, PodNamespace, PodUID and Node"),
     ],
 )
 def test_malformed_bind_is_400(client: TestClient, body: bytes, words: str) -> None:
