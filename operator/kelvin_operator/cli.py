@@ -1,6 +1,8 @@
 """``kelvin operator``: run the kopf operator. Registered with one line in ``scheduler_plugin/cli.py``.
 
-Configuration errors end the command with exit code 2 and one message naming the field, never a traceback.
+Configuration errors end the command with exit code 2 and one message naming the field, never a traceback; a
+webhook server that cannot start (its port in use, its address or certificate unusable) with exit code 3, as the
+extender's failed startup, and one ``error:`` line naming the setting.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from typing import Annotated, Any, NoReturn
 import typer
 
 from scheduler_plugin.console import LogLevel, fail
+from scheduler_plugin.extender.cli import STARTUP_FAILURE
 from scheduler_plugin.textfile import decode_problem, first_undecodable
 
 
@@ -56,6 +59,7 @@ def operator(
     from .config import OperatorConfig, load_operator_config
     from .handlers import build_registry
     from .runtime import Runtime
+    from .webhook_server import listen_problem
 
     try:
         settings = load_settings(source=source, policy_file=policy_file, kubeconfig=kubeconfig, kube_server=kube_server)
@@ -78,16 +82,37 @@ def operator(
     except (ConfigError, KubeError, ValueError) as exc:
         _fail(f"configuration error: {exc}")
 
+    # the webhook's port is tried before anything starts (the server itself reports a later failure the same way)
+    problem = listen_problem(cfg.webhook.addr, cfg.webhook.port) if cfg.webhook.enabled else None
+    if problem is not None:
+        _fail(problem, STARTUP_FAILURE)
+
     async def start(c: OperatorConfig) -> Runtime:
         return await Runtime.start(c, kube_config, telemetry, refresh_interval_s=settings.refresh_interval_s)
 
     logging.basicConfig(level=log_level.value.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    registry = build_registry(cfg, start, kube_config)
     # kopf waits for the peering resource whenever a peering name is given, even when standalone
     priority = cfg.peering_priority or random.SystemRandom().randint(1, 2**31 - 1)
     peer_args: dict[str, Any] = {} if cfg.standalone else {"peering_name": cfg.peering, "priority": priority}
-    asyncio.run(
-        kopf.operator(
-            registry=registry, clusterwide=True, standalone=cfg.standalone, liveness_endpoint=liveness, **peer_args
+    failures: list[str] = []
+
+    async def run() -> None:
+        stop = asyncio.Event()
+
+        def failed(message: str) -> None:  # the webhook server cannot start: stop the operator, then say why
+            failures.append(message)
+            stop.set()
+
+        registry = build_registry(cfg, start, kube_config, on_failure=failed)
+        await kopf.operator(
+            registry=registry,
+            clusterwide=True,
+            standalone=cfg.standalone,
+            liveness_endpoint=liveness,
+            stop_flag=stop,
+            **peer_args,
         )
-    )
+
+    asyncio.run(run())
+    if failures:
+        _fail(failures[0], STARTUP_FAILURE)
