@@ -59,14 +59,14 @@ def _object_name(req: dict[str, Any]) -> str:
     return f"{meta.get('namespace') or req.get('namespace') or ''}/{meta.get('name') or req.get('name') or ''}"
 
 
-def listen_problem(addr: str | None, port: int) -> str | None:
-    """Why ``addr:port`` cannot be listened on now (``None``: it can), naming the settings. Binds and releases a
+def listen_problem(addr: str | None, port: int, setting: str = LISTEN_SETTING) -> str | None:
+    """Why ``addr:port`` cannot be listened on now (``None``: it can), naming ``setting``. Binds and releases a
     socket for every address ``addr`` resolves to (all interfaces when empty), as asyncio's server does."""
     shown = f"{addr or '*'}:{port}"
     try:
         infos = socket.getaddrinfo(addr or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except (OSError, UnicodeError) as exc:
-        return f"{LISTEN_SETTING}: cannot resolve {addr!r}: {exc}"
+        return f"{setting}: cannot resolve {addr!r}: {exc}"
     for family, kind, proto, _, sockaddr in infos:
         try:
             with socket.socket(family, kind, proto) as sock:
@@ -76,8 +76,8 @@ def listen_problem(addr: str | None, port: int) -> str | None:
                 sock.bind(sockaddr)
         except OSError as exc:
             if exc.errno == errno.EADDRINUSE:
-                return f"{LISTEN_SETTING}: cannot listen on {shown}: the port {port} is in use"
-            return f"{LISTEN_SETTING}: cannot listen on {shown}: {exc.strerror or exc}"
+                return f"{setting}: cannot listen on {shown}: the port {port} is in use"
+            return f"{setting}: cannot listen on {shown}: {exc.strerror or exc}"
     return None
 
 
