@@ -22,6 +22,7 @@ import logging
 import socket
 import ssl
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 import aiohttp.web
@@ -90,26 +91,36 @@ class AdmissionServer(kopf.WebhookServer):
         self.on_failure = on_failure
 
     async def __call__(self, fn: kopf.WebhookFn) -> AsyncIterator[kopf.WebhookClientConfig]:
-        problem = listen_problem(self.addr, self.port) if self.port else None
+        problem = self.certificate_problem() or (listen_problem(self.addr, self.port) if self.port else None)
         if problem is None:
             try:
                 async for client_config in super().__call__(fn):
                     yield client_config
                 return
-            except ssl.SSLError as exc:
+            except ssl.SSLError as exc:  # the files changed since they were tried (kopf reloads them)
                 problem = f"{CERT_SETTING}: cannot load {self.certfile} / {self.pkeyfile}: {exc}"
             except OSError as exc:
-                if exc.filename is not None:  # a certificate file (the only files the server reads)
-                    problem = f"{CERT_SETTING}: cannot read {exc.filename}: {exc.strerror or exc}"
-                else:
-                    problem = (
-                        f"{LISTEN_SETTING}: cannot listen on {self.addr or '*'}:{self.port}: {exc.strerror or exc}"
-                    )
+                problem = f"{LISTEN_SETTING}: cannot listen on {self.addr or '*'}:{self.port}: {exc.strerror or exc}"
         if self.on_failure is None:
             raise WebhookStartError(problem)
         log.error("the admission webhook server cannot start: %s", problem)
         self.on_failure(problem)
         await asyncio.Event().wait()  # the operator stops and cancels this task
+
+    def certificate_problem(self) -> str | None:
+        """Why the serving certificate cannot be loaded (``None``: it can, or kopf is to make one)."""
+        if self.certfile is None:
+            return None
+        for path in (self.certfile, self.pkeyfile):
+            if path is not None and not Path(path).is_file():
+                return f"{CERT_SETTING}: {path} is not a file"
+        try:
+            ssl.create_default_context(purpose=ssl.Purpose.CLIENT_AUTH).load_cert_chain(
+                self.certfile, self.pkeyfile, self.password
+            )
+        except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
+            return f"{CERT_SETTING}: cannot load {self.certfile} / {self.pkeyfile}: {exc}"
+        return None
 
     @staticmethod
     async def _serve(fn: kopf.WebhookFn, request: aiohttp.web.Request) -> aiohttp.web.Response:

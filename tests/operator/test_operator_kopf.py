@@ -389,6 +389,39 @@ async def test_webhook_port_in_use_stops_the_operator_with_one_message(
     assert "KELVIN_OPERATOR_WEBHOOK__PORT" in failures[0] and "--webhook-port" in failures[0]
 
 
+async def test_an_unusable_webhook_certificate_is_one_message(tmp_path: Path, cert: tuple[Path, Path]) -> None:
+    """A certificate that is not PEM, or a key file that does not exist: one message naming the settings and the
+    file, reported to ``on_failure`` (or raised as WebhookStartError without one)."""
+    from kelvin_operator.webhook_server import AdmissionServer, WebhookStartError
+
+    async def never(*_: Any, **__: Any) -> Any:
+        raise AssertionError("no review expected")
+
+    garbage = tmp_path / "garbage.crt"
+    garbage.write_text("not a certificate\n")
+    cases = [
+        (str(garbage), str(cert[1]), "cannot load"),
+        (str(cert[0]), str(tmp_path / "missing.key"), f"{tmp_path / 'missing.key'} is not a file"),
+        (str(cert[1]), str(cert[0]), "cannot load"),  # the two swapped
+    ]
+    for certfile, pkeyfile, says in cases:
+        failures: list[str] = []
+        server = AdmissionServer(
+            on_failure=failures.append, addr="127.0.0.1", port=free_port(), certfile=certfile, pkeyfile=pkeyfile
+        )
+        task = asyncio.ensure_future(anext(aiter(server(never))))
+        await wait_for(lambda f=failures: bool(f), 10)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        assert len(failures) == 1 and says in failures[0], failures
+        assert "KELVIN_OPERATOR_WEBHOOK__CERTFILE" in failures[0], failures
+        with pytest.raises(WebhookStartError, match=says):
+            await anext(
+                aiter(AdmissionServer(addr="127.0.0.1", port=free_port(), certfile=certfile, pkeyfile=pkeyfile)(never))
+            )
+
+
 async def test_timer_taints_and_evicts_through_the_index(kmock: km.KubernetesEmulator) -> None:
     evictions_succeed(kmock)
     kmock.objects[NODES, None, "n1"] = node_obj("n1")
