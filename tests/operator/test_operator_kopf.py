@@ -261,7 +261,7 @@ async def test_malformed_reviews_get_400_naming_the_field(
 ) -> None:
     """Bodies that are not an AdmissionReview kelvin can judge: HTTP 400 with a Status naming the field, on both
     webhooks, never a 500 nor an admission decision (the full table is test_operator_review.py's)."""
-    from test_operator_review import MALFORMED
+    from test_operator_review import MALFORMED, mutations
 
     port = free_port()
     ctx = ssl.create_default_context(cafile=str(cert[0]))
@@ -276,6 +276,18 @@ async def test_malformed_reviews_get_400_naming_the_field(
                 status = r.json()
                 assert status["kind"] == "Status" and status["code"] == 400, (path, what)
                 assert says in status["message"] and path[1:] in status["message"], (path, what, status["message"])
+        # 300 reviews with one field replaced by random JSON: a decision or a 400 with a message, never a 500
+        answers: dict[int, int] = {}
+        for i, body in enumerate(mutations(300)):
+            path = ("/gpu-memory", "/gpu-env")[i % 2]
+            r = await http.post(f"{url}{path}", content=body, headers={"Content-Type": "application/json"})
+            answers[r.status_code] = answers.get(r.status_code, 0) + 1
+            assert r.status_code in (200, 400), (path, body[:300], r.status_code, r.text[:300])
+            if r.status_code == 400:
+                assert r.json()["message"], body[:300]
+            else:
+                assert isinstance(r.json()["response"]["allowed"], bool)
+        assert answers.get(200, 0) > 30 and answers.get(400, 0) > 30, answers  # both kinds were exercised
         # the server is still answering real reviews
         r = await http.post(f"{url}/gpu-memory", json=review(pod("ok", gpus=1)))
         assert r.status_code == 200 and r.json()["response"]["allowed"] is True

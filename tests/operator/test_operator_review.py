@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import random
 from collections.abc import Callable
 from typing import Any
 
@@ -195,6 +196,42 @@ def paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
 
 BASE = review()
 PATHS = [p for p in paths(BASE) if p]
+
+
+def random_json(rng: random.Random, depth: int = 0) -> Any:
+    kind = rng.randrange(8 if depth < 3 else 6)
+    if kind == 6:
+        return [random_json(rng, depth + 1) for _ in range(rng.randrange(3))]
+    if kind == 7:
+        return {
+            rng.choice(["", "name", "a", "metadata", "x"]): random_json(rng, depth + 1) for _ in range(rng.randrange(3))
+        }
+    return [
+        None,
+        True,
+        rng.randrange(-(2**70), 2**70),
+        rng.random() * 1e300,
+        rng.choice(["", "x", "1", "20Gi", "\u00e9"]),
+        {},
+    ][kind]
+
+
+def mutations(n: int, seed: int = 14) -> list[bytes]:
+    """``n`` reviews, each :data:`BASE` with one field replaced by a random JSON value or removed (seeded)."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        r = copy.deepcopy(BASE)
+        where = rng.choice(PATHS)
+        parent: Any = r
+        for key in where[:-1]:
+            parent = parent[key]
+        if rng.random() < 0.2:
+            del parent[where[-1]]
+        else:
+            parent[where[-1]] = random_json(rng)
+        out.append(json.dumps(r).encode())
+    return out
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
