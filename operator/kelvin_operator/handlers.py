@@ -29,6 +29,8 @@ RuntimeFactory = Callable[[OperatorConfig], Awaitable[Runtime]]
 #: The operations both webhooks judge: the chart's webhook configurations send pods on CREATE only. A review of any
 #: other operation (UPDATE, DELETE, CONNECT) is admitted as it is.
 JUDGED_OPERATIONS: tuple[kopf.Operation, ...] = ("CREATE",)
+#: The webhooks' handler ids, which are their paths (/gpu-memory, /gpu-env: the chart's webhook configurations).
+VALIDATING_ID, MUTATING_ID = "gpu-memory", "gpu-env"
 
 
 def _gpu_pod(spec: kopf.Spec, annotations: kopf.Annotations, **_: Any) -> bool:
@@ -85,6 +87,7 @@ def build_registry(
             certfile, pkeyfile = webhook_cert(cfg.webhook)
             settings.admission.server = AdmissionServer(
                 on_failure=on_failure,
+                webhooks=(VALIDATING_ID, MUTATING_ID),
                 addr=cfg.webhook.addr,
                 port=cfg.webhook.port,
                 host=cfg.webhook.host,
@@ -119,7 +122,7 @@ def build_registry(
     if cfg.webhook.enabled:
         # kopf runs a handler for every operation of the resource (``operations`` only shapes the webhook
         # configurations it manages): the operations the chart does not register are admitted unjudged.
-        @kopf.on.validate("pods", id="gpu-memory", operations=list(JUDGED_OPERATIONS), registry=registry)
+        @kopf.on.validate("pods", id=VALIDATING_ID, operations=list(JUDGED_OPERATIONS), registry=registry)
         def validate_pod(body: kopf.Body, memo: kopf.Memo, **kwargs: Any) -> None:
             rt: Runtime = memo.runtime
             if kwargs.get("operation") not in JUDGED_OPERATIONS:
@@ -138,7 +141,7 @@ def build_registry(
             if message:
                 raise kopf.AdmissionError(message, code=400)
 
-        @kopf.on.mutate("pods", id="gpu-env", operations=list(JUDGED_OPERATIONS), registry=registry)
+        @kopf.on.mutate("pods", id=MUTATING_ID, operations=list(JUDGED_OPERATIONS), registry=registry)
         def mutate_pod(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **kwargs: Any) -> None:
             rt: Runtime = memo.runtime
             if kwargs.get("operation") not in JUDGED_OPERATIONS:

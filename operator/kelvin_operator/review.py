@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, StrictFloat, StrictInt, StrictStr, ValidationError
+from pydantic import BaseModel, ConfigDict, StrictBool, StrictFloat, StrictInt, StrictStr, ValidationError
 
 #: Deepest nesting of a body that is parsed (pydantic-core's JSON parser stops there); a real Pod is ~15 deep.
 MAX_DEPTH = 200
@@ -85,7 +85,7 @@ class AdmissionRequest(_Open):
     subResource: StrictStr | None = None
     object: dict[str, Any] | None = None
     oldObject: dict[str, Any] | None = None
-    dryRun: bool | None = None
+    dryRun: StrictBool | None = None
 
 
 class AdmissionReview(_Open):

@@ -8,6 +8,7 @@
   (the chart's default) admits the pod unchanged and unchecked, ``Fail`` refuses it. Both webhooks do this: which
   failure is acceptable is the cluster admin's choice, made once in the webhook configuration. Denials of the
   validation (``kopf.AdmissionError``, code 400) stay HTTP 200 ``allowed: false``.
+* A path that names no kelvin webhook is answered 404 (kopf would run no handler and admit the pod).
 * The listening address is tried before kopf binds it (kopf binds with ``SO_REUSEPORT``, so a second operator on
   the same host would silently share the port): a port in use, an address that cannot be bound or a certificate
   that cannot be loaded is reported once through ``on_failure`` (the CLI prints one ``error:`` line and exits), not
@@ -21,7 +22,7 @@ import errno
 import logging
 import socket
 import ssl
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Collection
 from pathlib import Path
 from typing import Any
 
@@ -86,9 +87,18 @@ class AdmissionServer(kopf.WebhookServer):
     """``kopf.WebhookServer`` that checks the envelope, answers a failing handler HTTP 500 and reports a failed start
     to ``on_failure`` (``None``: raise :class:`WebhookStartError`)."""
 
-    def __init__(self, *, on_failure: Callable[[str], None] | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        on_failure: Callable[[str], None] | None = None,
+        webhooks: Collection[str] = (),
+        **kwargs: Any,
+    ) -> None:
+        """``webhooks``: the handler ids served (the paths); a request to any other path is answered 404 (kopf
+        would run no handler and admit it: a webhook configuration with a mistyped path would check nothing)."""
         super().__init__(**kwargs)
         self.on_failure = on_failure
+        self.webhooks = tuple(webhooks)
 
     async def __call__(self, fn: kopf.WebhookFn) -> AsyncIterator[kopf.WebhookClientConfig]:
         problem = self.certificate_problem() or (listen_problem(self.addr, self.port) if self.port else None)
@@ -122,9 +132,12 @@ class AdmissionServer(kopf.WebhookServer):
             return f"{CERT_SETTING}: cannot load {self.certfile} / {self.pkeyfile}: {exc}"
         return None
 
-    @staticmethod
-    async def _serve(fn: kopf.WebhookFn, request: aiohttp.web.Request) -> aiohttp.web.Response:
+    # kopf declares _serve a staticmethod but calls it as ``self._serve(fn, request)``: the served ids need ``self``
+    async def _serve(self, fn: kopf.WebhookFn, request: aiohttp.web.Request) -> aiohttp.web.Response:  # type: ignore[override]
         webhook = request.match_info.get("id")
+        if self.webhooks and webhook not in self.webhooks:
+            served = ", ".join(f"/{w}" for w in self.webhooks)
+            return _status(404, "NotFound", f"no kelvin admission webhook at /{webhook}; served: {served}")
         try:
             review = read_review(await request.read())
         except ReviewError as exc:

@@ -288,6 +288,10 @@ async def test_malformed_reviews_get_400_naming_the_field(
             else:
                 assert isinstance(r.json()["response"]["allowed"], bool)
         assert answers.get(200, 0) > 30 and answers.get(400, 0) > 30, answers  # both kinds were exercised
+        # a path that names no webhook (a mistyped clientConfig.path) is a 404, not an admission with no handler run
+        r = await http.post(f"{url}/gpu-memroy", json=review(pod("p", annotations={ann.GPU_MEMORY: "lots"}, gpus=1)))
+        assert r.status_code == 404, r.text
+        assert r.json()["message"] == "no kelvin admission webhook at /gpu-memroy; served: /gpu-memory, /gpu-env"
         # the server is still answering real reviews
         r = await http.post(f"{url}/gpu-memory", json=review(pod("ok", gpus=1)))
         assert r.status_code == 200 and r.json()["response"]["allowed"] is True
