@@ -1,22 +1,50 @@
 """``kelvin operator``: run the kopf operator. Registered with one line in ``scheduler_plugin/cli.py``.
 
-Configuration errors end the command with exit code 2 and one message naming the field, never a traceback.
+Configuration errors end the command with exit code 2 and one message naming the field, never a traceback. A
+listener that cannot start (the webhook's, /metrics' or kopf's liveness port in use, an address that cannot be bound,
+the webhook certificate unusable) ends it with exit code 3, as the extender's failed startup, and one ``error:`` line
+naming the setting: the ports are tried before anything starts, and the webhook server reports a later failure to
+start (kopf starts it after the startup handler) the same way.
 """
 
 from __future__ import annotations
 
 import os
+import urllib.parse
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
 from scheduler_plugin.console import LogLevel, fail
+from scheduler_plugin.extender.cli import STARTUP_FAILURE
 from scheduler_plugin.textfile import decode_problem, first_undecodable
+
+if TYPE_CHECKING:
+    from .config import OperatorConfig
 
 
 def _fail(message: str, code: int = 2) -> NoReturn:
     fail(message, code)
+
+
+def _listen_problem(cfg: OperatorConfig, liveness: str) -> str | None:
+    """Why one of the operator's listeners (webhook, /metrics, kopf's liveness probe) cannot start, else ``None``."""
+    from .webhook_server import listen_problem
+
+    if cfg.webhook.enabled and (problem := listen_problem(cfg.webhook.addr, cfg.webhook.port)):
+        return problem
+    metrics = "metrics_addr/metrics_port (KELVIN_OPERATOR_METRICS_ADDR, KELVIN_OPERATOR_METRICS_PORT, --metrics-port)"
+    if cfg.metrics_port and (problem := listen_problem(cfg.metrics_addr, cfg.metrics_port, metrics)):
+        return problem
+    parts = urllib.parse.urlsplit(liveness)
+    try:
+        port = parts.port or 80
+    except ValueError as exc:
+        return f"--liveness {liveness!r}: {exc}"
+    if parts.scheme != "http":
+        return f"--liveness {liveness!r}: must be an http:// URL (kopf serves the probe over plain HTTP)"
+    return listen_problem(parts.hostname or "localhost", port, f"--liveness {liveness!r}")
 
 
 def operator(
@@ -53,7 +81,7 @@ def operator(
     from scheduler_plugin.kube import KubeConfig, KubeError
     from scheduler_plugin.telemetry.factory import build_source
 
-    from .config import OperatorConfig, load_operator_config
+    from .config import load_operator_config
     from .handlers import build_registry
     from .runtime import Runtime
 
@@ -78,16 +106,37 @@ def operator(
     except (ConfigError, KubeError, ValueError) as exc:
         _fail(f"configuration error: {exc}")
 
+    # the ports are tried before anything starts (the webhook server reports a later failure the same way)
+    problem = _listen_problem(cfg, liveness)
+    if problem is not None:
+        _fail(problem, STARTUP_FAILURE)
+
     async def start(c: OperatorConfig) -> Runtime:
         return await Runtime.start(c, kube_config, telemetry, refresh_interval_s=settings.refresh_interval_s)
 
     logging.basicConfig(level=log_level.value.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    registry = build_registry(cfg, start, kube_config)
     # kopf waits for the peering resource whenever a peering name is given, even when standalone
     priority = cfg.peering_priority or random.SystemRandom().randint(1, 2**31 - 1)
     peer_args: dict[str, Any] = {} if cfg.standalone else {"peering_name": cfg.peering, "priority": priority}
-    asyncio.run(
-        kopf.operator(
-            registry=registry, clusterwide=True, standalone=cfg.standalone, liveness_endpoint=liveness, **peer_args
+    failures: list[str] = []
+
+    async def run() -> None:
+        stop = asyncio.Event()
+
+        def failed(message: str) -> None:  # the webhook server cannot start: stop the operator, then say why
+            failures.append(message)
+            stop.set()
+
+        registry = build_registry(cfg, start, kube_config, on_failure=failed)
+        await kopf.operator(
+            registry=registry,
+            clusterwide=True,
+            standalone=cfg.standalone,
+            liveness_endpoint=liveness,
+            stop_flag=stop,
+            **peer_args,
         )
-    )
+
+    asyncio.run(run())
+    if failures:
+        _fail(failures[0], STARTUP_FAILURE)
