@@ -348,6 +348,8 @@ class SnapshotCache:
         if base is None or cur.taken_at - base.taken_at < self.min_trend_s:
             return None
         minutes = (cur.taken_at - base.taken_at) / 60.0
+        if not base.names or not cur.names:
+            return None  # nothing to compare (a fresh install's first snapshots have no nodes)
         if base.names == cur.names:
             prev_temp, prev_idx = base.temp, base.gpu_index
             known = np.ones(len(cur.names), dtype=np.bool_)
