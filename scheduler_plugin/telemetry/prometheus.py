@@ -259,6 +259,10 @@ class PrometheusSource:
         self._http = httpx.AsyncClient(base_url=self.url, timeout=timeout_s, transport=transport)
         self.issues = SampleIssues(log)
         """Samples dropped (implausible values, labels that are not strings) or corrected (future timestamps)."""
+        self._dropped: set[str] = set()
+        """Queries of this refresh that had samples dropped."""
+        self._static_dirty = False
+        """The static signals last read had samples dropped: read them again next refresh (not in 12)."""
         self._known: dict[str, GpuNode] = {}
         self.static_every = max(1, static_every)
         self._static: dict[GpuKey, _Gpu] | None = None
@@ -278,6 +282,7 @@ class PrometheusSource:
         return self.issues.counts
 
     async def fetch(self) -> Sequence[GpuNode]:
+        self._dropped.clear()
         nodes: dict[str, GpuNode] = {}
         if self.metrics in ("auto", "kelvin"):
             nodes.update(await self._fetch_kelvin())
@@ -310,7 +315,11 @@ class PrometheusSource:
             raise SourceError(
                 f"prometheus at {self.url} answered HTTP {resp.status_code} with non-JSON: {resp.text[:200]!r}"
             ) from None
-        return _samples(doc, query, rng, self.issues)
+        before = self.issues.total
+        samples = _samples(doc, query, rng, self.issues)
+        if self.issues.total > before:
+            self._dropped.add(query)
+        return samples
 
     async def _query_all(self, queries: Mapping[str, str], ranges: Mapping[str, Range]) -> dict[str, list[Sample]]:
         keys = list(queries)
@@ -321,7 +330,7 @@ class PrometheusSource:
     async def _fetch_kelvin(self) -> dict[str, GpuNode]:
         queries = {k: q.replace("{xid_window}", self.xid_window) for k, q in KELVIN_QUERIES.items()}
         dynamic = {k: q for k, q in queries.items() if k not in KELVIN_STATIC}
-        static_due = self._static is None or self._refreshes % self.static_every == 0
+        static_due = self._static is None or self._static_dirty or self._refreshes % self.static_every == 0
         self._refreshes += 1
         answers = await self._query_all(queries if static_due else dynamic, KELVIN_RANGES)
         unknown = {k for labels, _ in answers["used"] if (k := _kelvin_key(labels)) is not None} - set(
@@ -331,6 +340,7 @@ class PrometheusSource:
             if not static_due:  # a GPU the cache has not seen: read the static signals now
                 answers.update(await self._query_all({k: queries[k] for k in KELVIN_STATIC}, KELVIN_RANGES))
             self._static = _kelvin_static(answers)
+            self._static_dirty = any(queries[k] in self._dropped for k in KELVIN_STATIC)
             # GPUs with a used-memory series but no total one cannot be sized: left out, warned once, and not a
             # reason to re-read the static signals on every refresh (only when they are due again).
             missing = unknown - set(self._static)

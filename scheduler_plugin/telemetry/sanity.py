@@ -78,6 +78,10 @@ class SampleIssues:
         self._suppressed: Counter[str] = Counter()
         self._ongoing: set[str] = set()
 
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
     def report(self, reason: str, key: str, message: str) -> None:
         """Count one bad sample; warn ``message`` unless ``key`` was warned about within ``every_s``."""
         self.counts[reason] += 1
