@@ -37,6 +37,7 @@ from ..model import GIB, FleetArrays, GpuNode, Snapshot, empty_snapshot
 from ..model.snapshot import ArraysBuilder
 from .cooling import CoolingEstimator
 from .ledger import AssumedLedger
+from .sanity import BAD_SAMPLE_REASONS
 from .source import SourceError, TelemetrySource
 
 log = logging.getLogger(__name__)
@@ -97,6 +98,8 @@ class TelemetryMetrics:
             self.nodes.labels(source, state)
         for result in ("ok", "error"):
             self.refresh.labels(source, result)
+        for reason in BAD_SAMPLE_REASONS:
+            self.bad_samples.labels(source, reason)
         self.age.labels(source)
         self.duration.labels(source)
 

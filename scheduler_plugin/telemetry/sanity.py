@@ -22,6 +22,9 @@ from ..model import GpuInfo, GpuNode
 
 #: Largest plausible byte count (memory of one GPU or process): 8 PiB, exact in a float64, far from int64 overflow.
 MAX_BYTES = 2**53
+#: Reasons a sample is dropped (or, for ``future_timestamp``, corrected): ``kelvin_telemetry_bad_samples_total``'s
+#: ``reason`` label.
+BAD_SAMPLE_REASONS = ("out_of_range", "bad_value", "bad_labels", "bad_sample", "future_timestamp")
 #: Timestamps further ahead of the local clock than this are warned about (all are clamped to the local clock).
 FUTURE_SKEW_S = 5.0
 
