@@ -385,7 +385,8 @@ class SnapshotCache:
             # The snapshot is not published yet: filling its trend column is still part of building it.
             a.trend[...] = np.where(a.trend != 0.0, a.trend, trend)
         self.cooling.fill(a)  # needs the trend: only settled temperatures are learned from
-        self._history.append(sample)
+        if a.names:  # an empty snapshot is no base for a trend (a fresh install's first refreshes have no nodes)
+            self._history.append(sample)
         while self._history and now - self._history[0].taken_at > self.trend_window_s:
             self._history.popleft()
         return snap
@@ -395,8 +396,8 @@ class SnapshotCache:
         if base is None or cur.taken_at - base.taken_at < self.min_trend_s:
             return None
         minutes = (cur.taken_at - base.taken_at) / 60.0
-        if not base.names or not cur.names:
-            return None  # nothing to compare (a fresh install's first snapshots have no nodes)
+        if not cur.names:
+            return None
         if base.names == cur.names:
             prev_temp, prev_idx = base.temp, base.gpu_index
             known = np.ones(len(cur.names), dtype=np.bool_)
