@@ -51,6 +51,8 @@ DEFAULT_BUILD_SLICE_NODES = 32
 #: Least share of the event loop that a snapshot refresh gets while requests keep it busy (see :class:`RequestGate`):
 #: a 20,000-node refresh (about 4 s of CPU on a 2-core box) then completes within about 16 s however heavy the load.
 DEFAULT_BACKGROUND_SHARE = 0.25
+#: The default refresh deadline is ``max_age_s``, but never more than this.
+MAX_DEFAULT_DEADLINE_S = 300.0
 #: The share once the snapshot is about to go stale (see :meth:`SnapshotCache.urgency`).
 URGENT_BACKGROUND_SHARE = 0.75
 
@@ -232,12 +234,16 @@ class SnapshotCache:
     ) -> None:
         if not refresh_interval_s > 0:
             raise ValueError(f"refresh_interval_s must be > 0, got {refresh_interval_s!r}")
-        deadline = max_age_s if refresh_deadline_s is None else refresh_deadline_s
+        if refresh_deadline_s is None:  # max_age_s, within reason (max_age_s is validated by the settings)
+            deadline = max_age_s if 0 < max_age_s <= MAX_DEFAULT_DEADLINE_S else MAX_DEFAULT_DEADLINE_S
+        else:
+            deadline = refresh_deadline_s
         if not (deadline > 0 and math.isfinite(deadline)):
             raise ValueError(f"refresh_deadline_s must be a finite number > 0, got {deadline!r}")
         self.refresh_deadline_s = deadline
-        """Longest one refresh may take, fetch and build together (default ``max_age_s``: by then the snapshot being
-        served is stale anyway); a refresh past it is cancelled and counted as failed."""
+        """Longest one refresh may take, fetch and build together (default ``max_age_s``, at most
+        :data:`MAX_DEFAULT_DEADLINE_S`: by then the snapshot being served is stale anyway); a refresh past it is
+        cancelled and counted as failed."""
         self.source = source
         self.refresh_interval_s = refresh_interval_s
         self.max_age_s = max_age_s
