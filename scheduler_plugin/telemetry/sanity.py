@@ -162,7 +162,9 @@ GPU_RANGES: dict[str, Range] = {
     "thermal_resistance_c_per_w": Range(0, 100, "°C/W"),
 }
 #: Fields where NaN means "no reading" (not a bad value).
-_NAN_MEANS_UNKNOWN = frozenset({"temperature_celsius"})
+_NAN_MEANS_UNKNOWN = frozenset(
+    {"temperature_celsius", "memory_temperature_celsius", "power_watts", "thermal_resistance_c_per_w"}
+)
 
 
 def implausible_gpu(gpu: GpuInfo) -> str | None:
