@@ -133,6 +133,18 @@ async def test_the_first_snapshot_with_nodes_after_empty_ones_refreshes(setup: t
     assert cache.snapshot.arrays.trend[0, 0] == pytest.approx(6.0)  # trend from the first snapshot with the GPU
 
 
+async def test_a_value_that_does_not_fit_the_snapshot_is_named(setup: tuple) -> None:  # type: ignore[type-arg]
+    """A source that lets 10**30 bytes through (the sources' own checks drop it): the refresh fails naming the
+    node, the GPU, the field and the value, not a bare OverflowError."""
+    cache, src, _, _ = setup
+    bad = replace(node("b", [40, 41]).gpus[1], memory_total_bytes=10**30)
+    src.nodes = [node("a", [40]), GpuNode(name="b", gpus=(node("b", [40]).gpus[0], bad))]
+    assert not await cache.refresh_once()
+    assert cache.last_error == (
+        "ValueError: node b GPU 1: memory_total_bytes 1000000000000000000000000000000 does not fit the snapshot (int64)"
+    )
+
+
 async def test_failure_keeps_the_last_good_snapshot(setup: tuple) -> None:  # type: ignore[type-arg]
     cache, src, clock, reg = setup
     src.nodes = [node("a", [40])]
