@@ -162,6 +162,19 @@ _POWER = operator.attrgetter("power_watts")
 _RESISTANCE = operator.attrgetter("thermal_resistance_c_per_w")
 
 
+def _unfit(nodes: Sequence[GpuNode], attr: str, dtype: np.dtype[Any]) -> str:
+    """Which GPU's ``attr`` does not fit the snapshot's ``dtype`` column (the error path of a build: a source passed
+    a value its own checks should have refused), for a message that names it."""
+    for nd in nodes:
+        for gp in nd.gpus:
+            value = getattr(gp, attr)
+            try:
+                np.array([value], dtype=dtype)
+            except (OverflowError, TypeError, ValueError):
+                return f"node {nd.name} GPU {gp.index}: {attr} {value!r} does not fit the snapshot ({dtype})"
+    return f"a value of {attr} does not fit the snapshot ({dtype})"
+
+
 class ArraysBuilder:
     """Builds the :class:`FleetArrays` of ``nodes`` a slice of rows at a time (:meth:`fill`), then :meth:`finish`.
 
@@ -258,9 +271,12 @@ class ArraysBuilder:
         rows = np.repeat(np.arange(lo, hi, dtype=np.int64), counts)
         cols = np.arange(total, dtype=np.int64) - np.repeat(starts, counts)
         self.present[rows, cols] = True
-        for (name, _), get in zip(_GPU_COLUMNS, _GPU_ATTRS, strict=True):
+        for (name, attr), get in zip(_GPU_COLUMNS, _GPU_ATTRS, strict=True):
             arr = self.cols[name]
-            arr[rows, cols] = np.fromiter(map(get, gpus), dtype=arr.dtype, count=total)
+            try:
+                arr[rows, cols] = np.fromiter(map(get, gpus), dtype=arr.dtype, count=total)
+            except (OverflowError, TypeError, ValueError):
+                raise ValueError(_unfit(nodes, attr, arr.dtype)) from None
         clock = np.fromiter(map(_SM_CLOCK, gpus), dtype=np.float64, count=total)
         clock_max = np.fromiter(map(_SM_CLOCK_MAX, gpus), dtype=np.float64, count=total)
         with np.errstate(divide="ignore", invalid="ignore"):
