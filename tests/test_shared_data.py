@@ -33,9 +33,8 @@ def test_no_test_or_benchmark_builds_the_path_to_shared_itself() -> None:
         for n, line in enumerate(f.read_text(encoding="utf-8").splitlines(), 1)
         if _HAND_BUILT.search(line)
     ]
-    assert not found, "use the shared_dir / fixtures_dir / traces_dir fixtures (or bench/harness.SHARED):\n" + "\n".join(
-        found
-    )
+    use = "use the shared_dir / fixtures_dir / traces_dir fixtures (or bench/harness.SHARED)"
+    assert not found, use + ":\n" + "\n".join(found)
 
 
 def test_without_shared_every_test_that_needs_it_skips_with_the_reason(tmp_path: Path) -> None:

@@ -130,7 +130,8 @@ def test_the_certificate_serves_the_webhook_service_and_the_ca_is_in_every_caBun
     want = {f"{d['kind'].lower()}/{d['metadata']['name']}": len(d["webhooks"]) for d in configs}
     patches = _patches(calls)
     assert {k: len(v) for k, v in patches.items()} == want
-    assert all(op["value"] == ca and op["path"].endswith("/clientConfig/caBundle") for v in patches.values() for op in v)
+    ops = [op for v in patches.values() for op in v]
+    assert all(op["value"] == ca and op["path"].endswith("/clientConfig/caBundle") for op in ops)
     # the API server reaches the webhook as <service>.<namespace>.svc: the certificate verifies for that name
     service = one(docs, "Service", "webhook")["metadata"]["name"]
     assert {c["clientConfig"]["service"]["name"] for d in configs for c in d["webhooks"]} == {service}
