@@ -63,6 +63,7 @@ metadata:
   namespace: ${namespace}
   labels:
     app.kubernetes.io/name: kelvin
+    app.kubernetes.io/part-of: kelvin
     app.kubernetes.io/component: operator
 type: kubernetes.io/tls
 data:

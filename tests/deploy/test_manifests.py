@@ -4,6 +4,7 @@ Kubernetes objects whose pods kelvin understands."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -118,3 +119,25 @@ def test_training_script_compiles_and_uses_the_handshake_annotations() -> None:
     script = cm["data"]["train.py"]
     compile(script, "train.py", "exec")
     assert f"{ann.CHECKPOINT_REQUESTED}=" in script and ann.CHECKPOINT_DONE in script
+
+
+def test_the_documented_uninstall_keeps_the_shared_kopf_crds() -> None:
+    """The kopf CRDs are shared by every kopf-based operator: docs/install.md's manifest uninstall selects everything
+    kelvin created but them (and the namespace, deleted last), and deletes them only once nothing uses them."""
+    section = (ROOT / "docs" / "install.md").read_text().split("## Uninstall", 1)[1].split("\n## ", 1)[0]
+    m = re.search(r"kubectl delete -f manifests/kelvin\.yaml -l ([\w./-]+)=([\w.-]+)", section)
+    assert m, "no label-selected delete of the manifest in docs/install.md's Uninstall"
+    docs = load_docs(MANIFEST.read_text())
+    selected = [d for d in docs if (d["metadata"].get("labels") or {}).get(m[1]) == m[2]]
+    left = sorted(f"{d['kind']}/{d['metadata']['name']}" for d in docs if d not in selected)
+    assert left == [
+        "CustomResourceDefinition/clusterkopfpeerings.kopf.dev",
+        "CustomResourceDefinition/kopfpeerings.kopf.dev",
+        "Namespace/kelvin-system",
+    ]
+    check, delete = section.find("kubectl get clusterkopfpeerings"), section.find("kubectl delete crd")
+    assert 0 <= check < delete, "the CRDs are deleted without first checking that no other operator uses them"
+    assert "every kopf-based operator in the cluster shares them" in section
+    for doc in ("README.md", "helm/kelvin/README.md"):
+        text = (ROOT / doc).read_text()
+        assert "kubectl delete crd" not in text or "kubectl get clusterkopfpeerings" in text, doc
