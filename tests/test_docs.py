@@ -110,8 +110,8 @@ def _policy_field_names() -> set[str]:
             if sub is not None:
                 walk(sub)
 
-    for model in [PolicyConfig, OperatorConfig]:
-        walk(model)
+    walk(PolicyConfig)
+    walk(OperatorConfig)
     for kind in ("score", "picker"):
         for name in registry.names(kind):
             walk(registry.lookup(kind, name).args_model)

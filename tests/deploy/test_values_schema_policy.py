@@ -9,7 +9,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-import jsonschema
+import jsonschema  # type: ignore[import-untyped]
 import pytest
 from deploy_helpers import CHART, ROOT, run_helm
 from kelvin_operator.config import read_policy_section
