@@ -25,7 +25,6 @@ from scheduler_plugin.policies.keys import _models_in, camel
 from scheduler_plugin.policies.registry import PolicyConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
-SHARED = Path(os.environ.get("KELVIN_SHARED_DIR", ROOT.parent / "shared"))
 USER_DOCS = [*sorted((ROOT / "docs").glob("*.md")), ROOT / "README.md", ROOT / "helm" / "kelvin" / "README.md"]
 
 
@@ -52,24 +51,32 @@ def _commands(block: str) -> Iterator[list[str]]:
 # -- README -----------------------------------------------------------------------------------------------------------
 
 
+def _tour() -> list[list[str]]:
+    return list(_commands(_code_block(_section((ROOT / "README.md").read_text(), "## A tour without a cluster"))))
+
+
+def _paths(words: list[str]) -> list[str]:
+    return [w for w in words[2:] if not w.startswith("-") and re.search(r"/|\.(ya?ml|csv|json)$", w)]
+
+
 def test_readme_tour_commands_exist_and_name_files_that_exist() -> None:
-    tour = _code_block(_section((ROOT / "README.md").read_text(), "## A tour without a cluster"))
-    commands = list(_commands(tour))
+    commands = _tour()
     assert len(commands) >= 5
     runner = CliRunner()
     for words in commands:
         assert words[0] == "kelvin", words
         assert runner.invoke(app, [words[1], "--help"]).exit_code == 0, f"no command kelvin {words[1]}"
-        for w in words[2:]:
-            if w.startswith("-") or not re.search(r"/|\.(ya?ml|csv|json)$", w):
-                continue
-            if w.startswith("../shared/"):  # README.md, Test data: not in the repository
-                path = SHARED / w.removeprefix("../shared/")
-                if not SHARED.is_dir():
-                    continue
-            else:
-                path = ROOT / w
-            assert path.is_file(), f"README tour: {' '.join(words)} names {w}, which does not exist"
+        for w in _paths(words):
+            if not w.startswith("../shared/"):  # README.md, Test data: not in the repository
+                assert (ROOT / w).is_file(), f"README tour: {' '.join(words)} names {w}, which does not exist"
+
+
+def test_readme_tour_names_shared_files_that_exist(traces_dir: Path) -> None:
+    shared = [w for words in _tour() for w in _paths(words) if w.startswith("../shared/")]
+    assert shared
+    for w in shared:
+        assert w.startswith("../shared/traces/openb/"), w  # the only shared folder the tour uses
+        assert (traces_dir / w.removeprefix("../shared/traces/openb/")).is_file(), f"README tour names {w}"
 
 
 def test_every_benchmark_the_readme_lists_prints_its_load_average() -> None:
