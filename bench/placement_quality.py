@@ -18,8 +18,8 @@ Usage::
     python bench/placement_quality.py --seeds 42-43 --variants --thermal --learned --jobs 2
     python bench/placement_quality.py --plot docs/img/placement_quality.png
 
-The trace is read from ../shared/traces/openb (``--traces``); it is public (alibaba/clusterdata,
-cluster-trace-gpu-v2023).
+The trace is read from ../shared/traces/openb (``--traces``; $KELVIN_SHARED_DIR moves ../shared); it is public
+(alibaba/clusterdata, cluster-trace-gpu-v2023).
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from pathlib import Path
 from statistics import mean
 
 import numpy as np
+from harness import SHARED, load_line, shared_file
 from rich.console import Console
 from rich.table import Table
 
@@ -183,7 +184,7 @@ def quality_table(title: str, results: Sequence[RunResult], pub: dict[str, tuple
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--traces", type=Path, default=ROOT.parent / "shared" / "traces" / "openb")
+    ap.add_argument("--traces", type=Path, default=SHARED / "traces" / "openb")
     ap.add_argument("--seeds", default="42-51")
     ap.add_argument("--policies", default=",".join(DEFAULT_POLICIES))
     ap.add_argument("--variants", action="store_true", help="also run the workload variants")
@@ -201,9 +202,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     con = Console(width=180)
     seeds = parse_seeds(args.seeds)
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    shared_file(args.traces)
     trace = load_trace(args.traces / "openb_node_list_gpu_node.csv", args.traces / "openb_pod_list_default.csv")
     pub = published(args.traces / "fgd_published_alloc_default.csv")
-    con.print(f"machine: {machine()}; jobs: {args.jobs}")
+    con.print(f"machine: {machine()}; {load_line()}; jobs: {args.jobs}")
     con.print(
         f"workload: openb default trace, {len(trace.nodes)} nodes, {trace.total_gpus} GPUs, {describe(trace)}; "
         f"seeded shuffle + inflation to 130 % of GPU capacity; seeds {args.seeds}"
