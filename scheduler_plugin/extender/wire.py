@@ -78,6 +78,10 @@ class TooLarge(WireError):
     """A request over one of the configured limits (answered with HTTP 413); the message names the setting."""
 
 
+class UnsupportedEncoding(WireError):
+    """A body sent with a ``Content-Encoding`` kelvin does not decode (answered with HTTP 415, naming it)."""
+
+
 @dataclass(frozen=True, slots=True)
 class ParsedArgs:
     """What the hot path needs from :class:`ExtenderArgs`. Duplicate node names are dropped (the first one kept)."""
