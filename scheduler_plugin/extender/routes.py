@@ -171,15 +171,22 @@ def install_routes(app: FastAPI, ext: Extender, *, health: bool = True) -> None:
             args.candidates = list(dict.fromkeys(args.candidates))
         return args
 
+    turn = ext.turn  # one verb's CPU work per pass of the event loop (turns.py)
+
     async def do_filter(body: bytes) -> Any:
-        return ext.filter(await decode(parse_filter, body))
+        args = await decode(parse_filter, body)
+        async with turn:
+            return ext.filter(args)
 
     async def do_prioritize(body: bytes) -> Any:
-        return ext.prioritize(await decode(parse_prioritize, body))
+        args = await decode(parse_prioritize, body)
+        async with turn:
+            return ext.prioritize(args)
 
     async def do_explain(body: bytes) -> Any:
         args = await decode(parse_explain, body)
-        return ext.explain(args.pod, args.node, args.candidates)
+        async with turn:
+            return ext.explain(args.pod, args.node, args.candidates)
 
     async def filter_route(request: Request) -> Response:
         return await run_verb("filter", request, do_filter)

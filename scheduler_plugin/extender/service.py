@@ -32,6 +32,7 @@ from . import wire
 from .binder import Binder, BindError
 from .bindings import BindRecord, BindRecords, BindState
 from .metrics import ExtenderMetrics, rejection_code
+from .turns import LoopTurns
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +106,9 @@ class Extender:
     def __post_init__(self) -> None:
         self.memo = RequestMemo()
         self.binds = BindRecords()
+        #: One verb's CPU work per pass of the event loop, first come first served (:mod:`.turns`): between two
+        #: verbs the loop accepts connections, reads sockets and answers /healthz.
+        self.turn = LoopTurns()
         #: Deadline of one bind, counted from the request's arrival (``bind_timeout_s``, KELVIN_BIND_TIMEOUT_S): below
         #: kube-scheduler's extender httpTimeout (5 s by default).
         self.bind_timeout_s: float = self.settings.bind_timeout_s
@@ -295,24 +299,25 @@ class Extender:
                     req = parse_pod(pod)
                 except RequestError as exc:
                     return failed(f"pod {key}: {exc}")
-            fleet = self.cache.snapshot.arrays
-            row = fleet.index.get(b.Node)
-            now = self.clock()
-            if not req.wants_gpu:
-                gpus = ()
-            elif row is None:
-                return failed(f"node {b.Node}: {UNKNOWN_NODE_REASON}")
-            else:
-                ctx = self.framework.context(fleet, now)
-                gpus = self.framework.pick(req, fleet, row, ctx)
-                if gpus is None:
-                    why = self.framework.explain(req, fleet, row, ctx)
-                    reasons = "; ".join(v.reason for v in why.filters if v.reason) or "no GPUs left"
-                    return failed(f"pod {key} no longer fits node {b.Node}: {reasons}")
-            # Assume before the first await, so that a concurrent bind already sees these GPUs as taken.
-            if gpus:
-                assignment = claim_of(req, gpus, pod_key=key, pod_uid=uid or None)  # charged by GPU size
-                self.ledger.assume(b.Node, assignment, now)
+            async with self.turn:  # picking is CPU work: in turn with the other verbs (see ``turn``)
+                fleet = self.cache.snapshot.arrays
+                row = fleet.index.get(b.Node)
+                now = self.clock()
+                if not req.wants_gpu:
+                    gpus = ()
+                elif row is None:
+                    return failed(f"node {b.Node}: {UNKNOWN_NODE_REASON}")
+                else:
+                    ctx = self.framework.context(fleet, now)
+                    gpus = self.framework.pick(req, fleet, row, ctx)
+                    if gpus is None:
+                        why = self.framework.explain(req, fleet, row, ctx)
+                        reasons = "; ".join(v.reason for v in why.filters if v.reason) or "no GPUs left"
+                        return failed(f"pod {key} no longer fits node {b.Node}: {reasons}")
+                # Assume before the first await, so that a concurrent bind already sees these GPUs as taken.
+                if gpus:
+                    assignment = claim_of(req, gpus, pod_key=key, pod_uid=uid or None)  # charged by GPU size
+                    self.ledger.assume(b.Node, assignment, now)
         if rec is not None:
             rec.gpus, rec.assignment = gpus, assignment
         try:
