@@ -282,6 +282,8 @@ class Extender:
         if retry is not None:
             gpus, assignment = retry.gpus, retry.assignment
             log.info("bind of %s to %s retried: sending the same gpus %s", key, b.Node, _gpus_text(gpus))
+            if assignment is not None:  # still assumed, or again (the entry is the pod's: never counted twice)
+                self.ledger.assume(b.Node, assignment, self.clock())
         else:
             req = self.memo.get(uid, key)
             if req is None:
