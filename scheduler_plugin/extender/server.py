@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import signal
 import socket
 import threading
 import time
@@ -74,6 +75,20 @@ class ServerThread:
         self.stop()
 
 
+class _MainServer(uvicorn.Server):
+    """The verbs server: it handles SIGTERM / SIGINT for the process, and a SIGTERM that stopped it cleanly is a
+    clean exit (status 0). uvicorn re-raises the signal once it has shut down, which kills the process with it
+    (status -15): Kubernetes' ordinary stop of a pod would read as a crash."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        with super().capture_signals():
+            try:
+                yield
+            finally:
+                self._captured_signals = [s for s in self._captured_signals if s != signal.SIGTERM]
+
+
 class _SideServer(uvicorn.Server):
     """A uvicorn server that leaves signals to the main one (which stops it when it stops)."""
 
@@ -136,7 +151,7 @@ class ExtenderServers:
         self.settings = settings
         level = log_level.lower()
         separate = self.metrics_sock is not None
-        self.verbs = uvicorn.Server(
+        self.verbs = _MainServer(
             uvicorn.Config(create_app(ext, metrics=not separate), log_level=level, lifespan="on", access_log=False)
         )
         self.metrics: uvicorn.Server | None = None
