@@ -65,7 +65,7 @@ def test_shared_pods_stack_on_one_gpu_and_curve_is_reported() -> None:
 
 
 def test_best_fit_packs_and_random_spreads_are_different_policies() -> None:
-    nodes = [TraceNode(f"n{i}", 64000, 64 * GIB, 4, "G") for i in range(8)]
+    nodes = [TraceNode(f"n{i}", 64000, 64 * GIB, 4, "G", 32 * GIB) for i in range(8)]  # "G": memory given
     pods = [TracePod(f"p{i}", 1000, GIB, 1, 1000) for i in range(8)]
     prep = prepare(trace(nodes, pods))
     bf = run(prep, build_policy("best-fit"), 5, target=0.25)
