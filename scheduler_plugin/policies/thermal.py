@@ -277,9 +277,11 @@ class ThermalScore:
                 f"{versus_slowdown(headroom_c(pred, s))} {s:.0f} °C; quality {q[j]:.2f}"
             )
             if np.isfinite(loaded[j]):
+                where = cooling_provenance(
+                    int(fleet.cooling_samples[row, j]), float(fleet.cooling_since[row, j]), ctx.now
+                )
                 line += (
-                    f"; under load {loaded[j]:.1f} °C (cooling {fleet.thermal_resistance[row, j]:.3f} °C/W "
-                    f"{cooling_provenance(int(fleet.cooling_samples[row, j]), float(fleet.cooling_since[row, j]), ctx.now)}, "
+                    f"; under load {loaded[j]:.1f} °C (cooling {fleet.thermal_resistance[row, j]:.3f} °C/W {where}, "
                     f"{versus_slowdown(headroom_c(float(loaded[j]), s))})"
                 )
             thr = int(fleet.throttle[row, j]) & SLOWDOWN_MASK

@@ -23,7 +23,6 @@ from .report import json_summary, summary_table, write_curve_csv, write_plot
 from .thermal import THERMAL_POLICIES, ThermalResult, ThermalScenario, run_thermal
 from .trace import TraceError, load_trace
 
-
 #: What the trace replay's progress bar counts: the arrived GPU demand (the protocol stops arrivals at --target %
 #: of the cluster's GPU capacity, so the number of arrivals is known only at the end, and is not the trace's pods).
 ARRIVED_COLUMN = "{task.completed:.0f}/{task.total:.0f} % of GPU capacity arrived"

@@ -84,11 +84,11 @@ class RunResult:
     """The fleet's arrays after the last arrival."""
 
     def alloc_at(self, pct: float) -> float:
-        """Allocation ratio (%) when the arrived workload first reaches ``pct`` % (the last value if never)."""
-        if len(self.arrived_pct) == 0:
-            return 0.0
-        i = int(np.searchsorted(self.arrived_pct, pct - 1e-9))
-        return float(self.alloc_pct[min(i, len(self.alloc_pct) - 1)])
+        """Allocation ratio (%) once ``pct`` % has arrived: after the last arrival that leaves the arrived workload at
+        most ``pct`` % (0 before any; the last value if arrivals stopped short of it). The pod that carries the
+        arrived workload past ``pct`` counts at the next point, so the curve never exceeds the arrived workload."""
+        i = int(np.searchsorted(self.arrived_pct, pct + 1e-9, side="right")) - 1
+        return float(self.alloc_pct[i]) if i >= 0 else 0.0
 
     def curve(self, points: Sequence[int] = tuple(range(131))) -> list[float]:
         return [self.alloc_at(p) for p in points]

@@ -22,7 +22,8 @@ def by_policy(results: Sequence[RunResult]) -> dict[str, list[RunResult]]:
 
 
 def summary_table(results: Sequence[RunResult], title: str = "GPU allocation ratio vs arrived workload") -> Table:
-    """One row per policy (means over seeds): allocation at each checkpoint, GPUs unallocated, first failure."""
+    """One row per policy (means over seeds): allocation at each checkpoint, GPUs unallocated, first failure, pods
+    arrived (the trace's pods and the copies drawn until --target %, or fewer when the trace alone reaches it)."""
     table = Table(title=title)
     table.add_column("policy")
     table.add_column("seeds", justify="right")
@@ -30,6 +31,7 @@ def summary_table(results: Sequence[RunResult], title: str = "GPU allocation rat
         table.add_column(f"alloc @{p} %", justify="right")
     table.add_column("unallocated @100 %", justify="right")
     table.add_column("first failure (arrived %)", justify="right")
+    table.add_column("arrivals", justify="right")
     table.add_column("s/run", justify="right")
     for policy, runs in by_policy(results).items():
         ffs = [ff[1] for r in runs if (ff := r.first_failure) is not None]
@@ -41,6 +43,7 @@ def summary_table(results: Sequence[RunResult], title: str = "GPU allocation rat
             *(f"{mean(r.alloc_at(p) for r in runs):.2f}" for p in CHECKPOINTS),
             f"{unalloc:.0f} GPUs ({pct:.2f} %)",
             f"{mean(ffs):.2f}" if ffs else "none",
+            f"{mean(len(r.arrived_pct) for r in runs):.0f}",
             f"{mean(r.seconds for r in runs):.1f}",
         )
     return table
