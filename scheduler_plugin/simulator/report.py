@@ -130,7 +130,7 @@ def plot_curves(curves: dict[str, list[list[float]]], path: Path, title: str = "
         hi = [max(c[i] for c in runs) for i in range(len(xs))]
         style = line_style(k, n)
         for a in (ax, zoom):
-            (line,) = a.plot(xs, avg, label=f"{policy} ({avg[100]:.2f} % @100)", **style)  # type: ignore[arg-type]
+            (line,) = a.plot(xs, avg, label=f"{policy} ({avg[100]:.2f} % @100)", **style)
             if len(runs) > 1:
                 a.fill_between(xs, lo, hi, color=line.get_color(), alpha=0.15, linewidth=0, zorder=1)
     ax.plot([0, 100, 130], [0, 100, 100], color="grey", linestyle=":", linewidth=1, label="ideal", zorder=1)
