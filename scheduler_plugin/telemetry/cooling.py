@@ -22,7 +22,9 @@ far for its model, so it counts as one of the worse-cooled until it has shown ot
 a badly cooled node that has not yet run a job looks as good as the best, and a scheduler that packs fills it with an
 8-GPU job; with the cautious prior, unknown nodes are used once the known good ones are full, and learned then.)
 Without any learned GPU of its model, or without power readings, the estimate is NaN and the thermal policy falls
-back to the temperature alone.
+back to the temperature alone. Per GPU it also counts the readings ``r`` was learned from and when the first was
+(``FleetArrays.cooling_samples`` / ``cooling_since``), so that ``kelvin explain`` can say whether a figure is learned
+or the assumed prior.
 
 Pure numpy over the (nodes x GPU slots) arrays of :class:`~scheduler_plugin.model.FleetArrays`; rows are matched to
 the previous reading by node name and GPU index, so nodes may come and go.
