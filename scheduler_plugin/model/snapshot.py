@@ -63,6 +63,8 @@ class FleetArrays:
     clock_ratio: FloatA  # (N, G) 0..1
     power: FloatA  # (N, G) watts, NaN when unknown
     thermal_resistance: FloatA  # (N, G) Celsius per watt above idle (cooling quality), NaN when unknown
+    cooling_samples: I32A  # (N, G) readings thermal_resistance was learned from: 0 assumed, -1 reported
+    cooling_since: FloatA  # (N, G) unix time of the first of them, NaN when not learned
     xid: I32A  # (N, G)
     numa: I32A  # (N, G)
     switch: I32A  # (N, G) interned PCIe switch id (-1 unknown)
@@ -210,6 +212,8 @@ class ArraysBuilder:
         self.clock_ratio = np.ones(shape, dtype=np.float64)
         self.power = np.full(shape, np.nan, dtype=np.float64)
         self.thermal_resistance = np.full(shape, np.nan, dtype=np.float64)
+        self.cooling_samples = np.full(shape, -1, dtype=np.int32)
+        self.cooling_since = np.full(shape, np.nan, dtype=np.float64)
         self.switch = np.full(shape, -1, dtype=np.int32)
         self.model_id = np.full(shape, -1, dtype=np.int32)
         self.nvlink = np.zeros((n, g, g), dtype=np.bool_)
@@ -356,6 +360,8 @@ class ArraysBuilder:
             clock_ratio=self.clock_ratio,
             power=self.power,
             thermal_resistance=self.thermal_resistance,
+            cooling_samples=self.cooling_samples,
+            cooling_since=self.cooling_since,
             xid=c["xid"],
             numa=c["numa"],
             switch=self.switch,
