@@ -14,6 +14,7 @@ import typer
 
 from ..console import LogLevel
 from .backend import NvmlApi, real_nvml
+from .limits import ServeLimits
 
 
 def exporter(
@@ -33,6 +34,18 @@ def exporter(
     pods_dir: Annotated[
         Path | None, typer.Option(help="kubelet's /var/log/pods, mounted read-only, to name the pods of GPU processes.")
     ] = None,
+    max_connections: Annotated[
+        int,
+        typer.Option(min=1, max=100_000, help="Open connections at most; one more is answered 503 and closed."),
+    ] = ServeLimits.max_connections,
+    idle_timeout: Annotated[
+        float,
+        typer.Option(
+            min=0.1,
+            max=3600,
+            help="Seconds a connection may stay open without sending a request (first one, and between requests).",
+        ),
+    ] = ServeLimits.idle_timeout_s,
     fake: Annotated[bool, typer.Option("--fake", help="Simulated GPUs instead of NVML (demo, tests).")] = False,
     fake_gpus: Annotated[int, typer.Option(min=1, max=16, help="GPUs of the fake backend.")] = 8,
     fake_model: Annotated[str, typer.Option(help="Model of the fake GPUs (H200, H100-SXM-80GB, A100-SXM-80GB...).")] = (
@@ -62,7 +75,8 @@ def exporter(
         nvml = fake_backend
     else:
         nvml = real_nvml()
-    app = Exporter(nvml, node, proc_root=proc_root, pods_dir=pods_dir)
+    limits = ServeLimits(max_connections=max_connections, idle_timeout_s=idle_timeout)
+    app = Exporter(nvml, node, proc_root=proc_root, pods_dir=pods_dir, limits=limits)
     try:
         bound = app.start(host, port)
     except OSError as exc:
