@@ -47,13 +47,22 @@ def exporter(
             min=1, max=100_000, metavar="N", help="Open connections at most; one more is answered 503 and closed."
         ),
     ] = ServeLimits.max_connections,
+    header_timeout: Annotated[
+        float,
+        typer.Option(
+            min=0.1,
+            max=3600,
+            metavar="SECONDS",
+            help="Seconds a new connection has to send its first request's line and headers.",
+        ),
+    ] = ServeLimits.header_timeout_s,
     idle_timeout: Annotated[
         float,
         typer.Option(
             min=0.1,
             max=3600,
             metavar="SECONDS",
-            help="Seconds a connection may stay open without sending a request (first one, and between requests).",
+            help="Seconds a keep-alive connection may wait for its next request (longer than the scrape interval).",
         ),
     ] = ServeLimits.idle_timeout_s,
     fake: Annotated[bool, typer.Option("--fake", help="Simulated GPUs instead of NVML (demo, tests).")] = False,
@@ -85,7 +94,7 @@ def exporter(
         nvml = fake_backend
     else:
         nvml = real_nvml()
-    limits = ServeLimits(max_connections=max_connections, idle_timeout_s=idle_timeout)
+    limits = ServeLimits(max_connections, header_timeout_s=header_timeout, idle_timeout_s=idle_timeout)
     app = Exporter(nvml, node, proc_root=proc_root, pods_dir=pods_dir, limits=limits)
     try:
         bound = app.start(host, port)

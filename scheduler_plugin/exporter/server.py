@@ -8,8 +8,9 @@ What a node-local listener reachable by every pod needs, and a thread-per-connec
 * **A connection cap.** Past :attr:`~.limits.ServeLimits.max_connections` open connections a new one is answered
   ``503 Service Unavailable`` at once and closed, without being read.
 * **Idle connections closed.** A connection must deliver its first request head (request line and headers) within
-  :attr:`~.limits.ServeLimits.idle_timeout_s` of opening (a client that connects and sends nothing, or trickles its
-  headers, is closed then); between requests aiohttp's keep-alive timeout, the same number, closes it.
+  :attr:`~.limits.ServeLimits.header_timeout_s` of opening (a client that connects and sends nothing, or trickles its
+  headers, is closed then); between requests aiohttp's keep-alive timeout,
+  :attr:`~.limits.ServeLimits.idle_timeout_s`, closes it.
 * **A request line that is not HTTP/1.x** (a bare HTTP/0.9 ``GET /metrics``, garbage) is answered ``400 Bad Request``
   and closed as soon as its line ends, not held until the client gives up.
 
@@ -93,7 +94,7 @@ class _Guard(asyncio.Protocol):
             return
         guards.add(self)
         loop = asyncio.get_running_loop()
-        self._deadline = loop.call_later(self._server.limits.idle_timeout_s, self._too_slow)
+        self._deadline = loop.call_later(self._server.limits.header_timeout_s, self._too_slow)
         self._inner = self._server.protocol_factory()
         self._inner.connection_made(transport)
 
@@ -102,9 +103,10 @@ class _Guard(asyncio.Protocol):
             return
         if not self._head_done:
             self._head += data
-            if not self._line_checked and not self._check_line():
+            head = self._head.lstrip(b"\r\n")  # empty lines before the request line are allowed (RFC 9112 2.2)
+            if not self._line_checked and not self._check_line(head):
                 return
-            if b"\r\n\r\n" in self._head or b"\n\n" in self._head:
+            if b"\r\n\r\n" in head or b"\n\n" in head:
                 self._head_done = True
                 self._head = b""
                 self._cancel_deadline()
@@ -132,16 +134,16 @@ class _Guard(asyncio.Protocol):
             self._inner.resume_writing()
 
     # ---------------------------------------------------------------------------------------------- checks
-    def _check_line(self) -> bool:
+    def _check_line(self, head: bytes) -> bool:
         """Whether the bytes so far may still be an HTTP/1.x request: False (and the connection answered 400 and
         closed) once the first line has ended and is not one."""
-        end = self._head.find(b"\n")
+        end = head.find(b"\n")
         if end < 0:
-            if len(self._head) > _MAX_HEAD_BYTES:
+            if len(head) > _MAX_HEAD_BYTES:
                 self._close_with(_BAD_LINE)
                 return False
             return True
-        line = self._head[:end].removesuffix(b"\r")
+        line = head[:end].removesuffix(b"\r")
         if not _REQUEST_LINE.fullmatch(line):
             self._close_with(_BAD_LINE)
             return False
@@ -183,7 +185,7 @@ class HttpServer:
         self.refused = 0
         """Connections answered 503 at the cap."""
         self.timed_out = 0
-        """Connections closed for not sending their first request head in time."""
+        """Connections closed for not sending their first request head within ``header_timeout_s``."""
         self._pool = ThreadPoolExecutor(self.limits.workers, thread_name_prefix="kelvin-exporter-worker")
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None

@@ -32,7 +32,7 @@ def serve(tmp_path: Path, limits: ServeLimits) -> tuple[Exporter, int]:
 
 @pytest.fixture
 def port(tmp_path: Path) -> Iterator[int]:
-    exporter, bound = serve(tmp_path, ServeLimits(idle_timeout_s=30))
+    exporter, bound = serve(tmp_path, ServeLimits(header_timeout_s=30, idle_timeout_s=30))
     try:
         yield bound
     finally:
@@ -143,7 +143,8 @@ def test_other_methods_are_405_naming_the_allowed_ones(port: int) -> None:
 
 
 @pytest.mark.parametrize(
-    "line", [b"GET /metrics\r\n", b"GET /metrics\n", b"GARBAGE\r\n", b"GET /metrics HTTP/2.0\r\n", b"\x16\x03\x01\r\n"]
+    "line",
+    [b"GET /metrics\r\n", b"\r\nGET /metrics\n", b"GARBAGE\r\n", b"GET /metrics HTTP/2.0\r\n", b"\x16\x03\x01\r\n"],
 )
 def test_a_request_line_that_is_not_http1_is_answered_400_and_closed_at_once(port: int, line: bytes) -> None:
     # idle timeout 30 s: a close within 2 s is the request line's doing, not the timeout's
@@ -160,7 +161,9 @@ def test_a_request_line_that_is_not_http1_is_answered_400_and_closed_at_once(por
 
 def test_idle_connections_take_no_thread_and_the_cap_refuses_one_more(tmp_path: Path) -> None:
     cap = 40
-    exporter, bound = serve(tmp_path, ServeLimits(max_connections=cap, idle_timeout_s=30, workers=2))
+    exporter, bound = serve(
+        tmp_path, ServeLimits(max_connections=cap, header_timeout_s=30, idle_timeout_s=30, workers=2)
+    )
     held: list[socket.socket] = []
     try:
         assert httpx.get(f"http://127.0.0.1:{bound}/metrics", timeout=5).status_code == 200  # pool warm
@@ -191,7 +194,7 @@ def test_idle_connections_take_no_thread_and_the_cap_refuses_one_more(tmp_path: 
 
 
 def test_a_connection_that_sends_no_request_head_in_time_is_closed(tmp_path: Path) -> None:
-    exporter, bound = serve(tmp_path, ServeLimits(idle_timeout_s=0.5))
+    exporter, bound = serve(tmp_path, ServeLimits(header_timeout_s=0.5, idle_timeout_s=0.5))
     try:
         silent = connect(bound)
         got, took = read_until_closed(silent)
@@ -236,5 +239,15 @@ def test_serve_limits_refuse_nonsense() -> None:
         ServeLimits(max_connections=0)
     with pytest.raises(ValueError, match="idle_timeout_s"):
         ServeLimits(idle_timeout_s=float("nan"))
+    with pytest.raises(ValueError, match="header_timeout_s"):
+        ServeLimits(header_timeout_s=float("inf"))
     with pytest.raises(ValueError, match="workers"):
         ServeLimits(workers=0)
+
+
+def test_an_empty_line_before_the_request_line_is_allowed(port: int) -> None:
+    sock = connect(port)
+    sock.sendall(b"\r\nGET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    got, _ = read_until_closed(sock)
+    sock.close()
+    assert got.startswith(b"HTTP/1.1 200 OK\r\n"), got[:80]
