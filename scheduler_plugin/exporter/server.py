@@ -226,27 +226,40 @@ class HttpServer:
         except OSError:
             sock.close()
             raise
+        port = int(sock.getsockname()[1])
         ready = threading.Event()
-        self._thread = threading.Thread(
-            target=lambda: asyncio.run(self._serve(sock, ready)), name="kelvin-exporter-http", daemon=True
-        )
+        failed: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                asyncio.run(self._serve(sock, ready))
+            except BaseException as exc:  # handed to the starting thread while it waits
+                failed.append(exc)
+                ready.set()
+                if self._stop is None:
+                    return
+                raise
+
+        self._thread = threading.Thread(target=run, name="kelvin-exporter-http", daemon=True)
         self._thread.start()
         if not ready.wait(10):
             raise RuntimeError("the exporter's HTTP listener did not start within 10 s")
-        return int(sock.getsockname()[1])
+        if failed:
+            sock.close()
+            raise RuntimeError(f"the exporter's HTTP listener did not start: {failed[0]}")
+        return port
 
     async def _serve(self, sock: socket.socket, ready: threading.Event) -> None:
         loop = asyncio.get_running_loop()
-        self._loop = loop
-        self._stop = asyncio.Event()
         self._aio = web.Server(self._handle, access_log=None, keepalive_timeout=self.limits.idle_timeout_s)
         server = await loop.create_server(lambda: _Guard(self), sock=sock)
+        self._loop = loop
+        self._stop = asyncio.Event()
         ready.set()
         try:
             await self._stop.wait()
         finally:
             server.close()
-            self._aio.pre_shutdown()
             for guard in list(self.guards):
                 guard.close()
             await self._aio.shutdown(1.0)
