@@ -68,9 +68,7 @@ class Exporter:
         if path not in _ROUTES:
             return _json(404, {"error": f"no such path {path}; try /metrics or /v1/node"})
         if method not in ("GET", "HEAD"):
-            reply = _json(405, {"error": f"{path} answers GET and HEAD only (got {method})"})
-            reply.headers.append(("Allow", "GET, HEAD"))
-            return reply
+            return _json(405, {"error": f"{path} answers GET and HEAD only (got {method})"}, ("Allow", "GET, HEAD"))
         if path == "/metrics":
             return self.scrape(query, headers.get("Accept"), headers.get("Accept-Encoding"))
         if path == "/v1/node":
@@ -129,5 +127,5 @@ class Exporter:
         self.reader.close()
 
 
-def _json(status: int, doc: dict[str, Any]) -> Reply:
-    return Reply(status, [("Content-Type", "application/json")], orjson.dumps(doc))
+def _json(status: int, doc: dict[str, Any], *headers: tuple[str, str]) -> Reply:
+    return Reply(status, [("Content-Type", "application/json"), *headers], orjson.dumps(doc))

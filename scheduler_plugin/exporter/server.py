@@ -89,6 +89,7 @@ class _Guard(asyncio.Protocol):
         guards = self._server.guards
         if len(guards) >= self._server.limits.max_connections:
             self._server.refused += 1
+            log.debug("refused a connection from %s: %d open", transport.get_extra_info("peername"), len(guards))
             transport.write(_BUSY)
             transport.close()
             return
@@ -154,6 +155,7 @@ class _Guard(asyncio.Protocol):
         self._deadline = None
         if self._transport is not None and not self._head_done:
             self._server.timed_out += 1
+            log.debug("closed %s: no request head in time", self._transport.get_extra_info("peername"))
             self._transport.close()
 
     def _close_with(self, reply: bytes) -> None:
