@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
-from scheduler_plugin.console import LogLevel, fail
+from scheduler_plugin.console import LogLevel, LogLevelOption, fail
 from scheduler_plugin.extender.cli import STARTUP_FAILURE
 from scheduler_plugin.textfile import decode_problem, first_undecodable
 
@@ -49,25 +49,40 @@ def _listen_problem(cfg: OperatorConfig, liveness: str) -> str | None:
 
 def operator(
     policy_file: Annotated[
-        Path | None, typer.Option(help="Policy YAML; its operator: section (env KELVIN_POLICY_FILE).")
+        Path | None, typer.Option(metavar="PATH", help="Policy YAML; its operator: section (env KELVIN_POLICY_FILE).")
     ] = None,
     dry_run: Annotated[
         bool | None, typer.Option("--dry-run/--no-dry-run", help="Log and emit Events only (default off).")
     ] = None,
-    interval: Annotated[float | None, typer.Option(help="Seconds between cycles over a node (default 30).")] = None,
-    source: Annotated[
-        str | None, typer.Option(help="Telemetry source: simulated, prometheus or scrape (env KELVIN_SOURCE).")
+    interval: Annotated[
+        float | None, typer.Option(metavar="SECONDS", help="Seconds between cycles over a node (default 30).")
     ] = None,
-    kubeconfig: Annotated[str | None, typer.Option(help="kubeconfig path (default: in-cluster).")] = None,
-    kube_server: Annotated[str | None, typer.Option(help="API server URL without credentials (tests).")] = None,
+    source: Annotated[
+        str | None,
+        typer.Option(metavar="SOURCE", help="Telemetry source: simulated, prometheus or scrape (env KELVIN_SOURCE)."),
+    ] = None,
+    kubeconfig: Annotated[
+        str | None, typer.Option(metavar="PATH", help="kubeconfig path (default: in-cluster).")
+    ] = None,
+    kube_server: Annotated[
+        str | None, typer.Option(metavar="URL", help="API server URL without credentials (tests).")
+    ] = None,
     standalone: Annotated[
         bool | None, typer.Option("--standalone/--peering", help="Skip kopf peering (one replica only).")
     ] = None,
-    peering: Annotated[str | None, typer.Option(help="ClusterKopfPeering name (default kelvin).")] = None,
-    metrics_port: Annotated[int | None, typer.Option(help="/metrics port, 0 to disable (default 8080).")] = None,
-    webhook_port: Annotated[int | None, typer.Option(help="HTTPS admission webhook port (default 9443).")] = None,
-    liveness: Annotated[str, typer.Option(help="kopf liveness endpoint.")] = "http://0.0.0.0:8081/healthz",
-    log_level: Annotated[LogLevel, typer.Option(case_sensitive=False, help="Log level.")] = LogLevel.info,
+    peering: Annotated[
+        str | None, typer.Option(metavar="NAME", help="ClusterKopfPeering name (default kelvin).")
+    ] = None,
+    metrics_port: Annotated[
+        int | None, typer.Option(metavar="PORT", help="/metrics port, 0 to disable (default 8080).")
+    ] = None,
+    webhook_port: Annotated[
+        int | None, typer.Option(metavar="PORT", help="HTTPS admission webhook port (default 9443).")
+    ] = None,
+    liveness: Annotated[
+        str, typer.Option(metavar="URL", help="kopf liveness endpoint.")
+    ] = "http://0.0.0.0:8081/healthz",
+    log_level: LogLevelOption = LogLevel.info,
 ) -> None:
     """Run the operator: taint and drain hot nodes, act on noisy neighbours, enforce GPU memory pools, serve the
     admission webhooks."""
@@ -97,7 +112,15 @@ def operator(
             metrics_port=metrics_port,
             webhook=webhook,
         )
-        kube_config = KubeConfig.load(kubeconfig=settings.kubeconfig, server=settings.kube_server)
+        try:
+            kube_config = KubeConfig.load(kubeconfig=settings.kubeconfig, server=settings.kube_server)
+        except KubeError as exc:
+            if settings.kubeconfig or settings.kube_server or os.environ.get("KUBECONFIG"):
+                raise
+            _fail(
+                f"configuration error: {exc}, and no kubeconfig was given: off-cluster, pass --kubeconfig PATH "
+                "(or set KELVIN_KUBECONFIG or KUBECONFIG)"
+            )
         telemetry = build_source(settings)
     except UnicodeDecodeError as exc:  # a ValueError too: the file readers do not name the file themselves
         env = os.environ.get

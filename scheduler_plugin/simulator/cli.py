@@ -78,32 +78,46 @@ def _thermal(err: Console, seeds: list[int], hours: float, json_out: bool, progr
 
 def simulate(
     nodes: Annotated[
-        Path | None, typer.Option(help="node list: openb CSV (sn,cpu_milli,memory_mib,gpu,model) or kelvin YAML/CSV")
+        Path | None,
+        typer.Option(
+            metavar="PATH", help="node list: openb CSV (sn,cpu_milli,memory_mib,gpu,model) or kelvin YAML/CSV"
+        ),
     ] = None,
     pods: Annotated[
-        Path | None, typer.Option(help="pod list: openb CSV (name,cpu_milli,...,gpu_spec) or kelvin YAML/CSV")
+        Path | None,
+        typer.Option(metavar="PATH", help="pod list: openb CSV (name,cpu_milli,...,gpu_spec) or kelvin YAML/CSV"),
     ] = None,
     policy: Annotated[
         list[str] | None,
         typer.Option(
             show_default=False,
+            metavar="POLICY",
             help=f"policy (repeatable): {', '.join(POLICIES)} (default kelvin); with --thermal: "
             f"{', '.join(THERMAL_POLICIES)} (default all three)",
         ),
     ] = None,
-    seed: Annotated[list[int] | None, typer.Option(show_default=False, help="seed (repeatable) (default 42)")] = None,
-    target: Annotated[float, typer.Option(help="inflate arrivals to this % of cluster GPU capacity", min=1)] = 130.0,
-    policy_file: Annotated[Path | None, typer.Option(help="kelvin policy YAML for the 'kelvin' policy")] = None,
+    seed: Annotated[
+        list[int] | None, typer.Option(show_default=False, metavar="SEED", help="seed (repeatable) (default 42)")
+    ] = None,
+    target: Annotated[
+        float, typer.Option(metavar="PERCENT", help="inflate arrivals to this % of cluster GPU capacity", min=1)
+    ] = 130.0,
+    policy_file: Annotated[
+        Path | None, typer.Option(metavar="PATH", help="kelvin policy YAML for the 'kelvin' policy")
+    ] = None,
     out: Annotated[
         Path,
         typer.Option(
-            help="folder for curve.csv and curve.png (created; default: simulate-out in the current directory)"
+            metavar="FOLDER",
+            help="folder for curve.csv and curve.png (created; default: simulate-out in the current directory)",
         ),
     ] = DEFAULT_OUT,
     json_out: Annotated[bool, typer.Option("--json", help="print a machine-readable summary to stdout")] = False,
     progress: Annotated[bool, typer.Option(help="show a progress bar")] = True,
     thermal: Annotated[bool, typer.Option(help="run the time-stepped thermal scenario instead of a trace")] = False,
-    hours: Annotated[float, typer.Option(help="simulated hours of the thermal scenario", min=0.01)] = 4.0,
+    hours: Annotated[
+        float, typer.Option(metavar="HOURS", help="simulated hours of the thermal scenario", min=0.01)
+    ] = 4.0,
     learn_workload: Annotated[
         bool,
         typer.Option(
