@@ -36,6 +36,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic.alias_generators import to_camel
 
+from .. import yamlfile
 from ..model import GIB, MILLI_PER_GPU, GpuAssignment, GpuInfo, GpuNode
 from ..model.claim import charged_milli
 from ..textfile import TextFileError, read_text
@@ -66,7 +67,9 @@ class FleetSpecError(ValueError):
 
 
 class _Spec(BaseModel):
-    model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True, frozen=True)
+    model_config = ConfigDict(
+        extra="forbid", alias_generator=to_camel, populate_by_name=True, frozen=True, allow_inf_nan=False
+    )
 
 
 class NodeGroup(_Spec):
@@ -152,11 +155,11 @@ class FleetSpec(_Spec):
     def from_yaml(cls, path: str | Path) -> FleetSpec:
         p = Path(path)
         try:
-            data = yaml.safe_load(read_text(p, "fleet file"))
+            data = yamlfile.safe_load(read_text(p, "fleet file"))
         except TextFileError as exc:
             raise FleetSpecError(str(exc)) from None
         except yaml.YAMLError as exc:
-            raise FleetSpecError(f"{p}: not valid YAML ({exc})") from None
+            raise FleetSpecError(f"{p}: not valid YAML ({yamlfile.describe(exc)})") from None
         return cls.parse(data, source=str(p))
 
 
