@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 import httpx
 from pydantic import Field, ValidationError, field_validator
+from pydantic_core import ErrorDetails
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 #: 64 MiB: a nodeCacheCapable=false request carries whole Node objects. The Node of the real kube-scheduler capture
@@ -190,9 +191,14 @@ def unknown_env_vars(environ: Mapping[str, str]) -> list[str]:
 
 def unknown_variable(name: str, known: Collection[str]) -> str:
     """``KELVIN_X: unknown setting; did you mean KELVIN_Y?``: the closest known names (difflib), or where to look."""
-    close = difflib.get_close_matches(name.upper(), known, n=2, cutoff=0.75)
-    hint = f"did you mean {' or '.join(close)}?" if close else "see docs/configuration.md for the settings"
+    close = difflib.get_close_matches(name.upper(), known, n=1, cutoff=0.75)
+    hint = f"did you mean {close[0]}?" if close else "see docs/configuration.md for the settings"
     return f"{name}: unknown setting (environment variable); {hint}"
+
+
+def error_message(error: ErrorDetails) -> str:
+    """pydantic's message of one error, without the ``Value error, `` that it puts before a validator's own."""
+    return error["msg"].removeprefix("Value error, ")
 
 
 def format_validation_error(exc: ValidationError, *, env: bool = False, prefix: str = "") -> str:
@@ -204,5 +210,5 @@ def format_validation_error(exc: ValidationError, *, env: bool = False, prefix: 
             name += f" ({_env_name(str(e['loc'][0]))})"
         got = e.get("input")
         shown = "" if isinstance(got, dict) or got is None else f" (got {got!r})"
-        parts.append(f"{name}: {e['msg']}{shown}")
+        parts.append(f"{name}: {error_message(e)}{shown}")
     return "; ".join(parts)

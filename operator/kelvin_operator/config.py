@@ -24,7 +24,7 @@ import yaml
 from pydantic import ValidationError
 
 from scheduler_plugin import yamlfile
-from scheduler_plugin.config import ConfigError, unknown_variable
+from scheduler_plugin.config import ConfigError, error_message, unknown_variable
 from scheduler_plugin.operator_settings import (
     ENV_PREFIX,
     SYSTEM_CRITICAL_PRIORITY,
@@ -116,7 +116,7 @@ def _describe(exc: ValidationError) -> str:
         env = f" ({ENV_PREFIX}{'__'.join(loc).upper()})" if loc and e["type"] != "extra_forbidden" else ""
         got = e.get("input")
         shown = "" if isinstance(got, dict) or got is None else f" (got {got!r})"
-        parts.append(f"{name}{env}: {e['msg']}{shown}")
+        parts.append(f"{name}{env}: {error_message(e)}{shown}")
     return "; ".join(parts)
 
 

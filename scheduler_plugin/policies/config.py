@@ -17,6 +17,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .. import yamlfile
+from ..config import error_message
 from ..hotness import HotnessConfig
 from ..operator_settings import FileSection
 from . import registry
@@ -181,5 +182,5 @@ def format_validation_error(
         path = prefix + display_path(model, e["loc"]) if e["loc"] else prefix.rstrip(".") or "(top level)"
         got = e.get("input")
         shown = f" (got {got!r})" if isinstance(got, str | int | float) and e["type"] != "extra_forbidden" else ""
-        lines.append(f"{path}: {e['msg']}{shown}")
+        lines.append(f"{path}: {error_message(e)}{shown}")
     return f"{source}: " + "; ".join(lines)

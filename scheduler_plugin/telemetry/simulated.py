@@ -37,6 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic.alias_generators import to_camel
 
 from .. import yamlfile
+from ..config import error_message
 from ..model import GIB, MILLI_PER_GPU, GpuAssignment, GpuInfo, GpuNode
 from ..model.claim import charged_milli
 from ..textfile import TextFileError, read_text
@@ -147,7 +148,7 @@ class FleetSpec(_Spec):
             return cls.model_validate(data)
         except ValidationError as exc:
             problems = "; ".join(
-                f"{'.'.join(str(p) for p in e['loc']) or '(top level)'}: {e['msg']}" for e in exc.errors()
+                f"{'.'.join(str(p) for p in e['loc']) or '(top level)'}: {error_message(e)}" for e in exc.errors()
             )
             raise FleetSpecError(f"{source}: {problems}") from None
 
