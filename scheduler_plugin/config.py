@@ -33,8 +33,9 @@ ENV_PREFIX = "KELVIN_"
 #: ``KELVIN_*`` variables that are not the extender's to refuse: the operator's settings (``kelvin_operator.config``;
 #: the chart gives the operator's container both its own and the shared telemetry settings) ...
 SIBLING_PREFIXES = ("KELVIN_OPERATOR_",)
-#: ... and what kelvin's mutating webhook injects into workloads (``kelvin_operator.webhooks``).
-WORKLOAD_VARIABLES = frozenset({"KELVIN_GPU_MEMORY_LIMIT_BYTES"})
+#: ... what kelvin's mutating webhook injects into workloads (``kelvin_operator.webhooks``), and where the tests and
+#: benchmarks find the shared fixtures and traces (tests/conftest.py).
+OTHER_VARIABLES = frozenset({"KELVIN_GPU_MEMORY_LIMIT_BYTES", "KELVIN_SHARED_DIR"})
 
 
 class ConfigError(ValueError):
@@ -180,7 +181,7 @@ def is_loopback(host: str) -> bool:
 def unknown_env_vars(environ: Mapping[str, str]) -> list[str]:
     """``KELVIN_*`` variables that name no setting (a sibling's, :data:`SIBLING_PREFIXES`, are not this one's), so that
     a typo such as ``KELVIN_PROMETEUS_URL`` stops startup instead of silently leaving the default in force."""
-    known = {_env_name(f) for f in Settings.model_fields} | WORKLOAD_VARIABLES
+    known = {_env_name(f) for f in Settings.model_fields} | OTHER_VARIABLES
     return sorted(
         k
         for k in environ
