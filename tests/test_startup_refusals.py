@@ -127,10 +127,14 @@ def test_non_finite_policy_values_are_refused_by_both(tmp_path: Path, component:
 # -- 14: values that used to pass validation and fail later with a traceback ---------------------------------------
 
 
-def test_a_negative_fleet_seed_is_refused() -> None:
+def test_a_negative_fleet_seed_is_refused(tmp_path: Path) -> None:
     """It passed validation, then numpy raised ``ValueError: expected non-negative integer``."""
     line = start("extender", {"KELVIN_FLEET_SEED": "-1"})
     assert "fleet_seed (KELVIN_FLEET_SEED): Input should be greater than or equal to 0 (got '-1')" in line
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text("seed: -1\ngroups: [{count: 1}]\n")
+    line = start("extender", {}, "--fleet-file", str(fleet))
+    assert f"fleet_file (KELVIN_FLEET_FILE): {fleet}: seed: Input should be greater than or equal to 0" in line
 
 
 @pytest.mark.parametrize(

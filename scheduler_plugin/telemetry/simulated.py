@@ -111,7 +111,7 @@ class NodeGroup(_Spec):
 
 
 class FleetSpec(_Spec):
-    seed: int = 0
+    seed: int = Field(0, ge=0)  # numpy's generator takes a non-negative seed
     ambient_c: float = Field(28.0, ge=-10, le=50)
     initial_load: float = Field(0.35, ge=0, lt=1)
     """Share of GPUs busy at start with pods kelvin did not place (whole GPUs and memory-pool shares)."""
