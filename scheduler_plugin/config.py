@@ -137,7 +137,9 @@ def load_settings(**overrides: Any) -> Settings:
     kwargs = {k: v for k, v in overrides.items() if v is not None}
     unknown = unknown_env_vars(os.environ)
     if unknown:
-        known = [_env_name(f) for f in Settings.model_fields]
+        from .operator_settings import env_names  # a typo of the operator's prefix is the operator's variable
+
+        known = [*(_env_name(f) for f in Settings.model_fields), *env_names()]
         raise ConfigError("; ".join(unknown_variable(name, known) for name in unknown))
     try:
         settings = Settings(**kwargs)

@@ -54,6 +54,8 @@ def test_a_typo_in_a_kelvin_variable_stops_startup_naming_the_setting(component:
     assert "KELVIN_PROMETEUS_URL: unknown setting" in line and "did you mean KELVIN_PROMETHEUS_URL?" in line
     # pydantic-settings reads names in any case, so the check does too
     assert "did you mean KELVIN_BIND_ENABLED?" in start(component, {"kelvin_bind_enable": "false"})
+    # a typo in the operator's prefix is not the operator's to catch: the telemetry check names what was meant
+    assert "did you mean KELVIN_OPERATOR_DRY_RUN?" in start(component, {"KELVIN_OPERATR_DRY_RUN": "true"})
 
 
 def test_the_extender_leaves_the_operators_variables_to_the_operator() -> None:
