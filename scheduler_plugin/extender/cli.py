@@ -153,15 +153,17 @@ def _read_docs(pod_file: Path) -> list[Any]:
     """Every YAML/JSON document of the file (``---`` separated), empty ones dropped."""
     import yaml
 
+    from .. import yamlfile
+
     try:
         text = sys.stdin.read() if str(pod_file) == "-" else read_text(pod_file, "pod file")
-        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+        docs = [d for d in yamlfile.safe_load_all(text) if d is not None]
     except TextFileError as exc:
         _fail(str(exc))
     except UnicodeDecodeError as exc:  # stdin that is not UTF-8
         _fail(f"pod file {pod_file}: {decode_problem(exc)}")
     except yaml.YAMLError as exc:
-        _fail(f"pod file {pod_file} is not YAML/JSON: {exc}")
+        _fail(f"pod file {pod_file} is not YAML/JSON: {yamlfile.describe(exc)}")
     if not docs:
         _fail(f"pod file {pod_file}: no documents")
     return docs

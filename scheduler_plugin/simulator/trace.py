@@ -35,6 +35,7 @@ from typing import Any
 
 import yaml
 
+from .. import yamlfile
 from ..model.gpu import MIB, MILLI_PER_GPU
 from ..model.quantity import QuantityError, parse_bytes, parse_cpu_milli
 from ..model.request import GpuRequest
@@ -293,9 +294,9 @@ def read_own(path: Path, kind: str) -> list[Any]:
     parse_one = _own_node if kind == "nodes" else _own_pod
     if path.suffix.lower() in {".yaml", ".yml"}:
         try:
-            doc = yaml.safe_load(_read(path))
+            doc = yamlfile.safe_load(_read(path))
         except yaml.YAMLError as exc:
-            raise TraceError(f"{path}: not valid YAML ({exc})") from None
+            raise TraceError(f"{path}: not valid YAML ({yamlfile.describe(exc)})") from None
         items = doc.get(kind) if isinstance(doc, Mapping) else None
         if not isinstance(items, list):
             raise TraceError(f"{path}: expected a mapping with a list under {kind!r}")
