@@ -169,7 +169,7 @@ def test_the_picker_judges_by_the_workload_the_scorer_learns() -> None:
     scorer = next(ws.plugin for ws in fw.scorers if ws.name == "fragmentation")
     assert isinstance(scorer, FragmentationPolicy) and isinstance(fw.picker, FragmentationPolicy)
     assert fw.picker.estimator is scorer.estimator
-    # the picker never observes (bind must not count a pod twice); what the scorer learned is what it picks by
+    # picking never learns; what the shared estimator learned (Framework.observe, at filter) is what it picks by
     before = fw.picker.estimator.observed
     for i in range(300):  # outweigh the default mix's 200 pseudo-pods
         scorer.estimator.observe(GpuRequest(count=1, milli=470, cpu_milli=8000, pod_key=f"ns/p{i}"))
