@@ -140,6 +140,9 @@ class Extender:
             self.metrics.decisions.labels("filter", "rejected").inc(len(names))
             return wire.filter_result(args, [], {}, dict.fromkeys(names, reason))
         self.memo.put(req)
+        # The one place a pod is learned (the target workload is the mix of arriving pods; see Framework.observe):
+        # filter is the verb every managed pod reaches, fitting or not, with or without a prioritize verb.
+        self.framework.observe(req)
         snap = self.cache.snapshot
         fleet = snap.arrays
         rows = self._rows(names)
