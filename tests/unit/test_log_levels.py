@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -50,3 +51,18 @@ def test_httpx_is_held_at_warning_or_above(level: LogLevel, expected: int) -> No
     finally:
         for name, lv in saved.items():
             logging.getLogger(name).setLevel(lv)
+
+
+def test_every_command_logs_through_setup_logging() -> None:
+    """No command configures logging itself: each calls setup_logging, so httpx is quiet in all of them."""
+    root = Path(__file__).resolve().parents[2]
+    sources = [*(root / "scheduler_plugin").rglob("*.py"), *(root / "operator").rglob("*.py")]
+    own = [p.relative_to(root).as_posix() for p in sources if "logging.basicConfig(" in p.read_text()]
+    assert own == ["scheduler_plugin/console.py"]
+    callers = {p.relative_to(root).as_posix() for p in sources if "setup_logging(log_level)" in p.read_text()}
+    assert {
+        "scheduler_plugin/extender/cli.py",
+        "scheduler_plugin/exporter/cli.py",
+        "scheduler_plugin/deviceplugin/cli.py",
+        "operator/kelvin_operator/cli.py",
+    } <= callers
