@@ -137,7 +137,7 @@ def test_stale_telemetry(on_stale: str) -> None:
         body = c.post("/filter", content=args(pod())).json()
         if on_stale == "deny":
             assert body["NodeNames"] == []
-            assert "telemetry is 120 s old" in body["FailedAndUnresolvableNodes"]["gpu-node-1"]
+            assert "stale telemetry (older than 30 s" in body["FailedAndUnresolvableNodes"]["gpu-node-1"]
         else:
             assert body["NodeNames"] == ["gpu-node-1", "gpu-node-2"]
         m = c.get("/metrics").text
