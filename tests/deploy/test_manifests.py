@@ -1,5 +1,5 @@
-"""manifests/: kelvin.yaml is a fresh render of the chart (CI fails when it is stale), and the examples are valid
-Kubernetes objects whose pods kelvin understands."""
+"""manifests/: kelvin.yaml and kelvin-crds.yaml are a fresh render of the chart (CI fails when one is stale), and the
+examples are valid Kubernetes objects whose pods kelvin understands."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from scheduler_plugin.model import annotations as ann
 from scheduler_plugin.model.request import GpuRequest, Topology, parse_pod
 
 MANIFEST = ROOT / "manifests" / "kelvin.yaml"
+CRDS = ROOT / "manifests" / "kelvin-crds.yaml"  # applied first (docs/install.md; tests/e2e/test_install.py)
 EXAMPLES = sorted((ROOT / "manifests" / "examples").glob("*.yaml"))
 # TLS material generated at render time differs on every render; everything else must match byte for byte.
 _GENERATED = re.compile(r"^(\s*(?:caBundle|ca\.crt|tls\.crt|tls\.key|checksum/tls):) \S+$", re.M)
@@ -39,10 +40,21 @@ def test_rendered_manifest_is_up_to_date(helm_bin: str, tmp_path: Path) -> None:
     assert _normalise(fresh.read_text()) == _normalise(committed), (
         "manifests/kelvin.yaml is out of date: run hack/render-manifests.sh and commit the result"
     )
+    assert (tmp_path / "kelvin-crds.yaml").read_text() == CRDS.read_text(), (
+        "manifests/kelvin-crds.yaml is out of date: run hack/render-manifests.sh and commit the result"
+    )
+
+
+def test_crds_are_apart_from_the_objects_of_their_kinds() -> None:
+    """One `kubectl apply` maps every object before it applies any: a CRD and an object of its kind in the same apply
+    fail on a fresh cluster (issue 20, defect 6). kelvin-crds.yaml holds every CRD, kelvin.yaml none."""
+    crds = load_docs(CRDS.read_text())
+    assert crds and {d["kind"] for d in crds} == {"CustomResourceDefinition"}
+    assert "CustomResourceDefinition" not in {d["kind"] for d in load_docs(MANIFEST.read_text())}
 
 
 def test_rendered_manifest_is_complete_and_valid() -> None:
-    docs = load_docs(MANIFEST.read_text())
+    docs = load_docs(CRDS.read_text()) + load_docs(MANIFEST.read_text())
     kinds = {d["kind"] for d in docs}
     assert {"Namespace", "CustomResourceDefinition", "Deployment", "DaemonSet", "ConfigMap", "Service"} <= kinds
     for doc in docs:
