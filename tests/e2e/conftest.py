@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -19,8 +20,12 @@ import pytest
 from tests.e2e.api import wait_for
 from tests.e2e.cluster import LoopbackCluster, running, spawn
 from tests.e2e.fleet import GPU_NODES, GPUS_PER_NODE
+from tests.e2e.install import KOPF_CRDS, Step, documented_manifest_install, run_documented
+from tests.e2e.kelvin_scheduler import KelvinScheduler
+from tests.e2e.kelvin_scheduler import start as kelvin_scheduler_start
 from tests.e2e.kubebin import ROOT, KubeBinaries, MissingBinaries, find
 
+CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}  # as tests/conftest.py
 
 
@@ -122,3 +127,32 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if here in Path(str(item.fspath)).parents:
             item.add_marker(pytest.mark.e2e)
+
+
+@pytest.fixture(scope="session")
+def manifests_install(cluster: LoopbackCluster) -> list[Step]:
+    """kelvin installed from manifests/ exactly as docs/install.md says, on the fresh cluster (kopf's CRDs absent:
+    every fixture that installs anything else of kelvin depends on this one, so it runs first). The steps' outcome is
+    asserted by test_install.py; the scenarios that need kelvin's RBAC (ServiceAccounts, roles) depend on it too."""
+    present = [name for name in KOPF_CRDS if cluster.api.get_or_none(f"{CRD_PATH}/{name}") is not None]
+    assert not present, f"not a fresh cluster: {present} exist before the install"
+    return run_documented(cluster, documented_manifest_install())
+
+
+@pytest.fixture(scope="session")
+def kelvin_installed(manifests_install: list[Step]) -> None:
+    failed = [s for s in manifests_install if s.returncode != 0]
+    if failed:
+        pytest.fail(f"kelvin's documented install failed: {shlex.join(failed[0].argv)}: {failed[0].output}")
+
+
+@pytest.fixture(scope="session")
+def kelvin_scheduler(
+    cluster: LoopbackCluster, kelvin_installed: None, gpu_nodes: tuple[str, ...]
+) -> Iterator[KelvinScheduler]:
+    """kube-scheduler with the installed kelvin-scheduler configuration, and kelvin's extender beside it."""
+    running = kelvin_scheduler_start(cluster, cluster.workdir / "kelvin-scheduler")
+    try:
+        yield running
+    finally:
+        running.stop()
