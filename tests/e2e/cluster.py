@@ -232,7 +232,6 @@ class LoopbackCluster:
                 "--use-service-account-credentials=true",
                 f"--service-cluster-ip-range={SERVICE_CIDR}",
                 "--allocate-node-cidrs=false",
-                "--controllers=*,-nodeipam,-cloud-node-lifecycle,-service-lb-controller,-node-route-controller",
             ],
         )
 

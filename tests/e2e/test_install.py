@@ -45,7 +45,11 @@ def test_chart_render_applies_server_side_strict(
     namespace = f"e2e-chart-{render}"
     release = f"e2e-{render}"
     values = [ALL_OPTIONS_VALUES] if render == "all-options" else []
-    api_versions = ["monitoring.coreos.com/v1"] if render == "all-options" else []
+    # what `helm install` would discover on this cluster (helm template knows no cluster): the ValidatingAdmissionPolicy
+    # API, and for the options the Prometheus Operator's
+    api_versions = ["admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy"]
+    if render == "all-options":
+        api_versions.append("monitoring.coreos.com/v1")
     manifest = helm_template(helm_bin, release, namespace, tmp_path / f"{render}.yaml", values, api_versions)
     cluster.kubectl("create", "namespace", namespace)
     # the CRDs first and established: kelvin's own (the chart's crds/), and for every option the upstream ones
@@ -63,7 +67,8 @@ def test_chart_render_applies_server_side_strict(
         kinds = {name.split("/")[0] for name in shown}
         assert len(shown) == applied.stdout.count("serverside-applied"), applied.stdout
         assert {"deployment.apps", "daemonset.apps", "mutatingwebhookconfiguration.admissionregistration.k8s.io",
-                "clusterkopfpeering.kopf.dev"} <= kinds, kinds  # fmt: skip
+                "clusterkopfpeering.kopf.dev",
+                "validatingadmissionpolicy.admissionregistration.k8s.io"} <= kinds, kinds  # fmt: skip
         if render == "all-options":
             assert {"servicemonitor.monitoring.coreos.com", "prometheusrule.monitoring.coreos.com",
                     "certificate.cert-manager.io", "issuer.cert-manager.io",
