@@ -19,6 +19,9 @@
 # Environment: KUBE_VERSION (default below), KELVIN_KUBE_CACHE (overrides the cache root),
 #              KELVIN_BUILD_JOBS (go build -p, default 2), KELVIN_SKIP_ETCD=1 (don't check etcd).
 set -euo pipefail
+# Everything runs from main, called on the last line: bash reads a script as it runs, so an edit of this file
+# during a (long) build must not change what the running build executes.
+main() {
 
 KUBE_VERSION="${KUBE_VERSION:-v1.36.3}"
 PROMETHEUS_OPERATOR_VERSION=v0.85.0
@@ -170,3 +173,6 @@ for c in "${missing[@]}"; do
 done
 log "built ${missing[*]} in $(($(date +%s) - start)) s"
 "$bin_dir/${missing[0]}" --version 2>/dev/null || "$bin_dir/${missing[0]}" version --client 2>/dev/null || true
+}
+
+main "$@"

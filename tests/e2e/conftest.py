@@ -101,11 +101,14 @@ def gpu_nodes(cluster: LoopbackCluster) -> Iterator[tuple[str, ...]]:
 
 
 def node_ready(cluster: LoopbackCluster, name: str) -> bool:
+    """Ready, and untainted by the node lifecycle controller (it taints a node not-ready until it sees it Ready)."""
     node = cluster.api.get_or_none(f"/api/v1/nodes/{name}")
     if node is None:
         return False
     conditions = node.get("status", {}).get("conditions", [])
-    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+    ready = any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+    lifecycle = [t for t in node["spec"].get("taints", []) if t["key"].startswith("node.kubernetes.io/")]
+    return ready and not lifecycle
 
 
 @pytest.fixture

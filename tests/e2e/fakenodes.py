@@ -157,7 +157,9 @@ class Agent:
     # ---- nodes ---------------------------------------------------------------------------------------------------
     def register(self) -> None:
         for name in self.names:
-            r = self.client.post("/api/v1/nodes", json=node_object(name, self.gpus, {}))
+            # with its status, as a kubelet registers: the node lifecycle controller sees it Ready at once
+            body = {**node_object(name, self.gpus, {}), "status": node_status(self.gpus, self.version)}
+            r = self.client.post("/api/v1/nodes", json=body)
             if r.status_code not in (201, 409):
                 raise RuntimeError(f"create Node {name}: {r.status_code} {r.text}")
             self.patch_node_status(name)

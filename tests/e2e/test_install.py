@@ -32,8 +32,8 @@ def test_manifests_install_as_documented_on_a_fresh_cluster(
     # every object of the applied files is on the server
     for f in files:
         cluster.kubectl("get", "-f", str(ROOT / f), "-o", "name")
-    peering = cluster.api.get("/apis/kopf.dev/v1/clusterkopfpeerings/kelvin")
-    assert peering["metadata"]["name"] == "kelvin"
+    peering = cluster.api.get("/apis/kopf.dev/v1/clusterkopfpeerings/kelvin-operator")
+    assert peering["metadata"]["name"] == "kelvin-operator"
     for name in ("kelvin-scheduler", "kelvin-operator"):
         cluster.api.get(f"/apis/apps/v1/namespaces/kelvin-system/deployments/{name}")
 
