@@ -111,3 +111,27 @@ def test_bad_annotation_leaves_the_pod_pending_with_the_reason(
     assert condition["reason"] == "Unschedulable", condition
     assert "kelvin.dev/max-temperature" in condition["message"], condition
     assert "hot" in condition["message"], condition
+
+
+def test_gpu_models_annotation_is_honoured(
+    cluster: LoopbackCluster, kelvin_scheduler: KelvinScheduler, namespace: str
+) -> None:
+    """The fleet is all H100: a pod that allows only A100 waits with the model reason; one that allows H100 binds."""
+    cluster.api.create(
+        f"/api/v1/namespaces/{namespace}/pods", gpu_pod("a100-only", 1, {"kelvin.dev/gpu-models": "A100"})
+    )
+    cluster.api.create(f"/api/v1/namespaces/{namespace}/pods", gpu_pod("h100-ok", 1, {"kelvin.dev/gpu-models": "H100"}))
+    assert bound(cluster, namespace, "h100-ok", kelvin_scheduler)["spec"]["nodeName"] in GPU_NODES
+    condition = unschedulable(cluster, namespace, "a100-only", kelvin_scheduler)
+    assert "of model A100" in condition["message"] and "H100" in condition["message"], condition
+
+
+def test_max_temperature_below_every_gpu_leaves_the_pod_pending(
+    cluster: LoopbackCluster, kelvin_scheduler: KelvinScheduler, namespace: str
+) -> None:
+    """20 °C, the lowest value accepted, is below every simulated GPU (ambient 28 °C)."""
+    cluster.api.create(
+        f"/api/v1/namespaces/{namespace}/pods", gpu_pod("too-cool", 1, {"kelvin.dev/max-temperature": "20"})
+    )
+    condition = unschedulable(cluster, namespace, "too-cool", kelvin_scheduler)
+    assert "above the pod's kelvin.dev/max-temperature of 20" in condition["message"], condition
