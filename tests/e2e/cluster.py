@@ -146,9 +146,16 @@ class LoopbackCluster:
             self.processes.pop(name).stop()
 
     def restart(self, name: str) -> None:
-        """Stop one component and start it again with the same flags (fault scenarios)."""
+        """Stop one component and start it again with the same flags and ports (fault scenarios); returns once the
+        control plane is ready again."""
+        starts = {
+            "kube-apiserver": self._start_apiserver,
+            "kube-controller-manager": self._start_controller_manager,
+            "kube-scheduler": self._start_scheduler,
+        }
         self.processes.pop(name).stop()
-        getattr(self, f"_start_{name.replace('kube-', '').replace('-', '_')}")()
+        starts[name]()
+        self._wait_ready()
 
     def check_alive(self) -> None:
         for proc in self.processes.values():
@@ -270,6 +277,16 @@ class LoopbackCluster:
         if self._api is None:
             self._api = Api(self.server, self.pki.ca.cert, cert=(self.pki.admin.cert, self.pki.admin.key))
         return self._api
+
+    def node_ready(self, name: str) -> bool:
+        """Ready, and untainted by the node lifecycle controller (it taints a node not-ready until it sees it Ready)."""
+        node = self.api.get_or_none(f"/api/v1/nodes/{name}")
+        if node is None:
+            return False
+        conditions = node.get("status", {}).get("conditions", [])
+        ready = any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+        lifecycle = [t for t in node["spec"].get("taints", []) if t["key"].startswith("node.kubernetes.io/")]
+        return ready and not lifecycle
 
     def kubectl(
         self,

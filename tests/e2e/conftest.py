@@ -92,23 +92,12 @@ def gpu_nodes(cluster: LoopbackCluster) -> Iterator[tuple[str, ...]]:
         def all_ready() -> bool:
             if not agent.alive():
                 raise RuntimeError(f"fakenodes exited ({agent.popen.returncode}):\n{agent.tail()}")
-            return all(node_ready(cluster, name) for name in GPU_NODES)
+            return all(cluster.node_ready(name) for name in GPU_NODES)
 
         wait_for("fake GPU nodes Ready", all_ready, 60)
         yield GPU_NODES
     finally:
         agent.stop()
-
-
-def node_ready(cluster: LoopbackCluster, name: str) -> bool:
-    """Ready, and untainted by the node lifecycle controller (it taints a node not-ready until it sees it Ready)."""
-    node = cluster.api.get_or_none(f"/api/v1/nodes/{name}")
-    if node is None:
-        return False
-    conditions = node.get("status", {}).get("conditions", [])
-    ready = any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
-    lifecycle = [t for t in node["spec"].get("taints", []) if t["key"].startswith("node.kubernetes.io/")]
-    return ready and not lifecycle
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,10 +33,30 @@ class KelvinScheduler:
     extender_port: int
     extender_metrics_port: int
     workdir: Path
+    extender_env: dict[str, str]
+    logs: Path
+    scheduler_argv: list[str]
+    scheduler_restarts: int = 0
 
     def stop(self) -> None:
         self.scheduler.stop()
         self.extender.stop()
+
+    def restart_extender(self, while_down: Callable[[], None] | None = None) -> None:
+        """Kill the extender (SIGTERM to its process group), run ``while_down``, start it again on the same ports."""
+        self.extender.stop()
+        if while_down is not None:
+            while_down()
+        self.extender = start_extender(self.extender_env, self.logs)
+
+    def supervise(self) -> None:
+        """Restart kube-scheduler if it exited, as the kubelet restarts the container: kube-scheduler exits by design
+        when it loses its leader Lease (e.g. the API server was away longer than renewDeadline)."""
+        if not self.scheduler.alive():
+            self.scheduler.stop()
+            self.scheduler = spawn("kelvin-kube-scheduler", self.scheduler_argv, self.logs)
+            self.scheduler_restarts += 1
+        self.check_alive()
 
     def check_alive(self) -> None:
         for proc in (self.extender, self.scheduler):
@@ -66,6 +87,24 @@ def _kelvin() -> str:
     return found
 
 
+def start_extender(env: dict[str, str], logs: Path) -> Process:
+    """``kelvin extender`` with these settings, once its /readyz answers 200 (a snapshot is in)."""
+    extender = spawn("kelvin-extender", [_kelvin(), "extender"], logs, env=env)
+    metrics_port = env["KELVIN_METRICS_PORT"]
+
+    def ready() -> bool:
+        if not extender.alive():
+            raise RuntimeError(f"kelvin extender exited ({extender.popen.returncode}):\n{extender.tail()}")
+        return httpx.get(f"http://127.0.0.1:{metrics_port}/readyz", timeout=5).status_code == 200
+
+    try:
+        wait_for("kelvin extender /readyz", ready, 90, 0.5)
+    except BaseException:
+        extender.stop()
+        raise
+    return extender
+
+
 def start(cluster: LoopbackCluster, workdir: Path) -> KelvinScheduler:
     workdir.mkdir(parents=True, exist_ok=True)
     kubeconfig = cluster.token_kubeconfig(NAMESPACE, SERVICE_ACCOUNT)
@@ -92,38 +131,28 @@ def start(cluster: LoopbackCluster, workdir: Path) -> KelvinScheduler:
             "KELVIN_KUBECONFIG": str(kubeconfig),
         }
     )
-    extender = spawn("kelvin-extender", [_kelvin(), "extender"], cluster.logs, env=env)
+    extender = start_extender(env, cluster.logs)
     scheduler: Process | None = None
     try:
-
-        def ready() -> bool:
-            if not extender.alive():
-                raise RuntimeError(f"kelvin extender exited ({extender.popen.returncode}):\n{extender.tail()}")
-            return httpx.get(f"http://127.0.0.1:{metrics_port}/readyz", timeout=5).status_code == 200
-
-        wait_for("kelvin extender /readyz", ready, 90, 0.5)
         config = workdir / "scheduler-config.yaml"
         config.write_text(
             yaml.safe_dump(scheduler_config(_configmap(cluster, SCHEDULER_NAME, "scheduler-config.yaml"), port,
                                             kubeconfig))
         )  # fmt: skip
         healthz = free_port()
-        scheduler = spawn(
-            "kelvin-kube-scheduler",
-            [
-                cluster.bins["kube-scheduler"],
-                f"--config={config}",
-                # in the pod these come from the in-cluster config; the chart grants the delegated authn/authz reads
-                f"--authentication-kubeconfig={kubeconfig}",
-                f"--authorization-kubeconfig={kubeconfig}",
-                "--bind-address=127.0.0.1",
-                f"--secure-port={healthz}",
-                f"--cert-dir={workdir / 'scheduler-certs'}",
-                "--v=2",
-            ],
-            cluster.logs,
-        )
-        running = KelvinScheduler(extender, scheduler, port, metrics_port, workdir)
+        scheduler_argv = [
+            str(cluster.bins["kube-scheduler"]),
+            f"--config={config}",
+            # in the pod these come from the in-cluster config; the chart grants the delegated authn/authz reads
+            f"--authentication-kubeconfig={kubeconfig}",
+            f"--authorization-kubeconfig={kubeconfig}",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={healthz}",
+            f"--cert-dir={workdir / 'scheduler-certs'}",
+            "--v=2",
+        ]
+        scheduler = spawn("kelvin-kube-scheduler", scheduler_argv, cluster.logs)
+        running = KelvinScheduler(extender, scheduler, port, metrics_port, workdir, env, cluster.logs, scheduler_argv)
 
         def leader() -> bool:
             running.check_alive()

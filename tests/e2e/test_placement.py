@@ -3,54 +3,10 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from tests.e2e.api import wait_for
 from tests.e2e.cluster import LoopbackCluster
 from tests.e2e.fleet import GPU_NODES, GPUS_PER_NODE, NVSWITCH_NODES
-from tests.e2e.kelvin_scheduler import SCHEDULER_NAME, KelvinScheduler
-
-GPU_ASSIGNED = "kelvin.dev/gpu-assigned"
-GPU_ASSIGNED_NODE = "kelvin.dev/gpu-assigned-node"
-
-
-def gpu_pod(name: str, gpus: int, annotations: dict[str, str] | None = None) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "annotations": annotations or {}},
-        "spec": {
-            "schedulerName": SCHEDULER_NAME,
-            "containers": [
-                {
-                    "name": "main",
-                    "image": "busybox:e2e",
-                    "command": ["sleep", "infinity"],
-                    "resources": {"limits": {"nvidia.com/gpu": str(gpus)}},
-                }
-            ],
-            "terminationGracePeriodSeconds": 5,
-        },
-    }
-
-
-def _pod(cluster: LoopbackCluster, namespace: str, name: str) -> dict[str, Any]:
-    return dict(cluster.api.get(f"/api/v1/namespaces/{namespace}/pods/{name}"))
-
-
-def bound(cluster: LoopbackCluster, namespace: str, name: str, ks: KelvinScheduler) -> dict[str, Any]:
-    def probe() -> dict[str, Any] | None:
-        ks.check_alive()
-        p = _pod(cluster, namespace, name)
-        return p if p["spec"].get("nodeName") else None
-
-    return wait_for(f"pod {namespace}/{name} bound", probe, 60)
-
-
-def assigned(pod: dict[str, Any]) -> list[int]:
-    annotations = pod["metadata"].get("annotations", {})
-    assert annotations.get(GPU_ASSIGNED_NODE) == pod["spec"]["nodeName"], annotations
-    return [int(i) for i in annotations[GPU_ASSIGNED].split(",")]
+from tests.e2e.kelvin_scheduler import KelvinScheduler
+from tests.e2e.pods import assigned, bound, gpu_pod, unschedulable
 
 
 def test_one_gpu_pod_is_bound_by_kelvin_with_its_gpu_recorded(
@@ -87,19 +43,6 @@ def test_nvlink_required_pod_that_fits_nowhere_stays_pending_with_kelvins_reason
     cluster.api.create(f"/api/v1/namespaces/{namespace}/pods", pod)
     condition = unschedulable(cluster, namespace, "nvlink-on-pcie", kelvin_scheduler)
     assert "nvlink" in condition["message"].lower(), condition
-
-
-def unschedulable(cluster: LoopbackCluster, namespace: str, name: str, ks: KelvinScheduler) -> dict[str, Any]:
-    def probe() -> dict[str, Any] | None:
-        ks.check_alive()
-        p = _pod(cluster, namespace, name)
-        assert not p["spec"].get("nodeName"), f"{name} was bound to {p['spec'].get('nodeName')}"
-        for c in p["status"].get("conditions", []):
-            if c["type"] == "PodScheduled" and c["status"] == "False" and c.get("message"):
-                return dict(c)
-        return None
-
-    return wait_for(f"pod {namespace}/{name} unschedulable with a reason", probe, 60)
 
 
 def test_bad_annotation_leaves_the_pod_pending_with_the_reason(
