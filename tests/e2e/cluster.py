@@ -60,7 +60,7 @@ class Process:
         except OSError:
             return ""
 
-    def stop(self, timeout: float = 15.0) -> None:
+    def stop(self, timeout: float = 5.0) -> None:
         if self.popen.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.popen.pid, signal.SIGTERM)
