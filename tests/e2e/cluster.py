@@ -86,6 +86,8 @@ def spawn(
         start_new_session=True,  # its own process group: stop() signals it and nothing else
         env=env,
     )
+    with (log_dir / "pids").open("a") as pids:  # what to kill by hand if the session itself was SIGKILLed
+        pids.write(f"{popen.pid} {name}\n")
     return Process(name, popen, log, out)
 
 
