@@ -2,7 +2,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: venv install test lint typecheck fmt demo bench manifests ci clean
+.PHONY: venv install test lint typecheck fmt demo bench manifests values-schema ci clean
 
 venv:
 	python3 -m venv $(VENV)
@@ -33,8 +33,11 @@ bench:
 	$(PY) bench/prometheus_source.py
 	$(PY) bench/placement_quality.py
 
-manifests:
+manifests: values-schema
 	bash hack/render-manifests.sh
+
+values-schema:
+	$(PY) hack/gen-values-schema.py
 
 ci:
 	bash .ci/run

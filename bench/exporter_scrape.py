@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from harness import load_line
 from prometheus_client import generate_latest
 
 from scheduler_plugin.exporter.app import Exporter
@@ -93,6 +94,7 @@ def main() -> None:
     )
     met = p50s["GET /metrics (text 0.0.4)"] <= 5
     print(f"target p50 <= 5 ms (GET /metrics, text): {'met' if met else 'MISSED'}")
+    print(load_line())
 
 
 if __name__ == "__main__":

@@ -26,11 +26,10 @@ import time
 from pathlib import Path
 
 import httpx
-from harness import free_port, start_extender, stop
+from harness import SHARED, free_port, shared_file, start_extender, stop
 
 ROOT = Path(__file__).resolve().parent.parent
-FIXTURES = Path(os.environ.get("KELVIN_SHARED_DIR", ROOT.parent / "shared")) / "fixtures" / "extender"
-CAPTURE = FIXTURES / "filter-nodecache-false-ok-001.json"
+CAPTURE = SHARED / "fixtures" / "extender" / "filter-nodecache-false-ok-001.json"
 
 
 def status_kb(pid: int, field: str) -> int:
@@ -41,7 +40,7 @@ def status_kb(pid: int, field: str) -> int:
 
 
 def body_for(case: str, mb: float, fleet: int) -> bytes:
-    capture = json.loads(CAPTURE.read_text())["request"]
+    capture = json.loads(shared_file(CAPTURE).read_text())["request"]
     pod, node = capture["Pod"], capture["Nodes"]["items"][0]
     target = int(mb * 1_000_000)
     if case == "prioritize-names":

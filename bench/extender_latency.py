@@ -27,15 +27,10 @@ from typing import Any
 
 import httpx
 import numpy as np
-from harness import free_port, start_extender, stop, wait_for
+from harness import SHARED, free_port, start_extender, stop, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
-CAPTURE = (
-    Path(os.environ.get("KELVIN_SHARED_DIR", ROOT.parent / "shared"))
-    / "fixtures"
-    / "extender"
-    / "filter-nodecache-true-ok-001.json"
-)
+CAPTURE = SHARED / "fixtures" / "extender" / "filter-nodecache-true-ok-001.json"
 
 
 def base_pod() -> dict[str, Any]:

@@ -1,5 +1,5 @@
-"""What the benchmarks share: a free loopback port, ``kelvin extender`` in a subprocess from this checkout, waiting
-for an HTTP endpoint to answer 200, and stopping a process."""
+"""What the benchmarks share: where ../shared is, the load they ran under, a free loopback port, ``kelvin extender``
+in a subprocess from this checkout, waiting for an HTTP endpoint to answer 200, and stopping a process."""
 
 from __future__ import annotations
 
@@ -14,6 +14,21 @@ from pathlib import Path
 import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
+# ../shared (the real scheduler captures, the public traces; README.md, Test data); KELVIN_SHARED_DIR overrides it.
+SHARED = Path(os.environ.get("KELVIN_SHARED_DIR", ROOT.parent / "shared"))
+
+
+def shared_file(path: Path) -> Path:
+    """``path`` (under SHARED, or as given on the command line), or exit the benchmark saying what is missing."""
+    if not path.exists():
+        raise SystemExit(f"error: {path} not found (shared test data: set KELVIN_SHARED_DIR, see README.md, Test data)")
+    return path
+
+
+def load_line() -> str:
+    """The CPUs and the load average a benchmark ran under (other processes skew its tail latencies)."""
+    load = " / ".join(f"{x:.2f}" for x in os.getloadavg())
+    return f"{os.cpu_count()} CPUs, load average {load} (1 / 5 / 15 min)"
 
 
 def free_port() -> int:

@@ -15,12 +15,13 @@ from pathlib import Path
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parents[1] / "operator")]
 
+from harness import load_line  # noqa: E402
 from kelvin_operator.config import OperatorConfig  # noqa: E402
 from kelvin_operator.k8s import EvictOutcome, EvictResult, ObjectRef  # noqa: E402
-from kelvin_operator.pods import format_time  # noqa: E402
 from kelvin_operator.reconcile import Reconciler  # noqa: E402
 
 from scheduler_plugin import hotness  # noqa: E402
+from scheduler_plugin.model.times import format_time  # noqa: E402
 from scheduler_plugin.telemetry.simulated import SimulatedFleetSource  # noqa: E402
 
 
@@ -100,6 +101,7 @@ def main() -> None:
         f"reconcile_node (in-memory API): {len(nodes)} nodes, {len(placements)} pods in {dt:.2f} s "
         f"({dt / len(nodes) * 1e3:.2f} ms/node); hot nodes {sum(s.hot for s in rec.states.values())}"
     )
+    print(load_line())
 
 
 if __name__ == "__main__":

@@ -16,10 +16,11 @@ Usage::
 
     python bench/placement_quality.py                       # validation + kelvin vs FGD, seeds 42-51
     python bench/placement_quality.py --seeds 42-43 --variants --thermal --learned --jobs 2
-    python bench/placement_quality.py --plot docs/img/placement_quality.png
+    python bench/placement_quality.py --plot docs/img/placement_quality.png --csv docs/img/placement_quality.csv
+    python bench/placement_quality.py --plot-from docs/img/placement_quality.csv --plot docs/img/placement_quality.png
 
-The trace is read from ../shared/traces/openb (``--traces``); it is public (alibaba/clusterdata,
-cluster-trace-gpu-v2023).
+The trace is read from ../shared/traces/openb (``--traces``; $KELVIN_SHARED_DIR moves ../shared); it is public
+(alibaba/clusterdata, cluster-trace-gpu-v2023).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from pathlib import Path
 from statistics import mean
 
 import numpy as np
+from harness import SHARED, load_line, shared_file
 from rich.console import Console
 from rich.table import Table
 
@@ -47,7 +49,7 @@ from scheduler_plugin.policies.packing import share_distribution, solve  # noqa:
 from scheduler_plugin.simulator.engine import Prepared, RunResult, prepare, run  # noqa: E402
 from scheduler_plugin.simulator.policies import build_policy  # noqa: E402
 from scheduler_plugin.simulator.protocol import arrival_order  # noqa: E402
-from scheduler_plugin.simulator.report import write_curve_csv, write_plot  # noqa: E402
+from scheduler_plugin.simulator.report import plot_curves, read_curve_csv, write_curve_csv, write_plot  # noqa: E402
 from scheduler_plugin.simulator.thermal import THERMAL_POLICIES, ThermalScenario, run_thermal  # noqa: E402
 from scheduler_plugin.simulator.trace import Trace, load_trace  # noqa: E402
 from scheduler_plugin.simulator.variants import VARIANTS, describe, variant  # noqa: E402
@@ -183,7 +185,7 @@ def quality_table(title: str, results: Sequence[RunResult], pub: dict[str, tuple
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--traces", type=Path, default=ROOT.parent / "shared" / "traces" / "openb")
+    ap.add_argument("--traces", type=Path, default=SHARED / "traces" / "openb")
     ap.add_argument("--seeds", default="42-51")
     ap.add_argument("--policies", default=",".join(DEFAULT_POLICIES))
     ap.add_argument("--variants", action="store_true", help="also run the workload variants")
@@ -197,13 +199,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=1, help="parallel runs (processes)")
     ap.add_argument("--plot", type=Path, default=None, help="write the allocation curves as PNG")
     ap.add_argument("--csv", type=Path, default=None, help="write the curves (per policy and seed) as CSV")
+    ap.add_argument(
+        "--plot-from",
+        type=Path,
+        default=None,
+        help="only redraw --plot from curves saved with --csv (or kelvin simulate's curve.csv), without running",
+    )
     args = ap.parse_args(argv)
     con = Console(width=180)
+    if args.plot_from:
+        if not args.plot:
+            ap.error("--plot-from needs --plot")
+        plot_curves(read_curve_csv(args.plot_from), args.plot, title="openb default trace, seeds " + args.seeds)
+        con.print(f"plot: {args.plot} (from {args.plot_from})")
+        return 0
     seeds = parse_seeds(args.seeds)
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    shared_file(args.traces)
     trace = load_trace(args.traces / "openb_node_list_gpu_node.csv", args.traces / "openb_pod_list_default.csv")
     pub = published(args.traces / "fgd_published_alloc_default.csv")
-    con.print(f"machine: {machine()}; jobs: {args.jobs}")
+    con.print(f"machine: {machine()}; {load_line()}; jobs: {args.jobs}")
     con.print(
         f"workload: openb default trace, {len(trace.nodes)} nodes, {trace.total_gpus} GPUs, {describe(trace)}; "
         f"seeded shuffle + inflation to 130 % of GPU capacity; seeds {args.seeds}"

@@ -20,6 +20,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 import orjson
+from harness import load_line
 
 from scheduler_plugin.telemetry.prometheus import KELVIN_QUERIES, KELVIN_STATIC, PrometheusSource
 
@@ -159,6 +160,7 @@ def main() -> None:
         f"steady refreshes ({len(KELVIN_QUERIES) - len(KELVIN_STATIC)} queries; static signals cached) of {n_nodes} "
         f"nodes / {n_gpus} GPUs: min {min(rest):.2f} s  median {statistics.median(rest):.2f} s  max {max(rest):.2f} s"
     )
+    print(load_line())
 
 
 if __name__ == "__main__":

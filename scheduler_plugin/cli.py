@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from importlib.metadata import PackageNotFoundError, version
+from typing import Annotated
+
 import typer
 
-from .console import markup_mode
+from . import __version__
+from .console import help_settings, markup_mode
 
 app = typer.Typer(
     name="kelvin",
@@ -13,7 +17,34 @@ app = typer.Typer(
     add_completion=False,
     # rich boxes on a terminal; plain, unwrapped usage errors when piped or captured (CI logs)
     rich_markup_mode=markup_mode(),
+    # off a terminal, help is not wrapped or cut at 80 columns: every command's first sentence whole
+    context_settings=help_settings(),
 )
+
+
+def kelvin_version() -> str:
+    """The installed distribution's version (``importlib.metadata``); the source tree's when not installed."""
+    try:
+        return version("kelvin")
+    except PackageNotFoundError:
+        return f"{__version__} (not installed)"
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"kelvin {kelvin_version()}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    show_version: Annotated[
+        bool,
+        typer.Option("--version", callback=_print_version, is_eager=True, help="Print kelvin's version and exit."),
+    ] = False,
+) -> None:
+    pass
+
 
 # Registration: one line per subcommand, each defined next to the code it runs.
 # (owners: extender/demo/explain -> scheduler_plugin/extender/cli.py; exporter -> scheduler_plugin/exporter/cli.py;

@@ -7,15 +7,17 @@ in docs/configuration.md. A bad value stops startup with :class:`ConfigError`, w
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 import httpx
 from pydantic import Field, ValidationError, field_validator
+from pydantic_core import ErrorDetails
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 #: 64 MiB: a nodeCacheCapable=false request carries whole Node objects. The Node of the real kube-scheduler capture
@@ -27,6 +29,13 @@ DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
 #: that passed its own filters, at most every node).
 DEFAULT_MAX_NODE_NAMES = 100_000
 WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", ""})
+ENV_PREFIX = "KELVIN_"
+#: ``KELVIN_*`` variables that are not the extender's to refuse: the operator's settings (``kelvin_operator.config``;
+#: the chart gives the operator's container both its own and the shared telemetry settings) ...
+SIBLING_PREFIXES = ("KELVIN_OPERATOR_",)
+#: ... what kelvin's mutating webhook injects into workloads (``kelvin_operator.webhooks``), and where the tests and
+#: benchmarks find the shared fixtures and traces (tests/conftest.py).
+OTHER_VARIABLES = frozenset({"KELVIN_GPU_MEMORY_LIMIT_BYTES", "KELVIN_SHARED_DIR"})
 
 
 class ConfigError(ValueError):
@@ -34,7 +43,9 @@ class ConfigError(ValueError):
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="KELVIN_", extra="forbid", validate_default=True)
+    # allow_inf_nan=False: `KELVIN_MAX_TELEMETRY_AGE_S=inf` (or nan) is refused naming the field, not a snapshot that
+    # never goes stale
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid", validate_default=True, allow_inf_nan=False)
 
     # telemetry
     source: Literal["simulated", "prometheus", "scrape"] = "simulated"
@@ -57,7 +68,8 @@ class Settings(BaseSettings):
     fleet_nodes: int = Field(64, ge=1, le=100_000)
     fleet_gpus_per_node: int = Field(8, ge=1, le=16)
     fleet_model: str = "H100-SXM-80GB"
-    fleet_seed: int = 0
+    fleet_seed: int = Field(0, ge=0)
+    """numpy's random generator takes a non-negative seed."""
     # service: the verbs (filter, prioritize, bind, explain) on host:port, loopback by default because kube-scheduler
     # runs beside the extender in the same pod; /healthz, /readyz and /metrics on metrics_host:metrics_port
     host: str = "127.0.0.1"
@@ -75,23 +87,45 @@ class Settings(BaseSettings):
     @field_validator("prometheus_url")
     @classmethod
     def _prometheus_base_url(cls, v: str) -> str:
-        text = v.strip()
-        try:
-            url = httpx.URL(text)
-        except (httpx.InvalidURL, TypeError) as exc:
-            raise ValueError(f"not a URL: {exc}") from None
-        if url.scheme not in ("http", "https") or not url.host or any(c.isspace() for c in text):
-            raise ValueError("must be an http(s) URL with a host, e.g. http://prometheus.monitoring:9090")
+        text, url = http_url(v, "http://prometheus.monitoring:9090")
         if "/api/v1" in url.path:
             raise ValueError("give Prometheus' base URL, without /api/v1/... (kelvin adds /api/v1/query itself)")
         return text
+
+    @field_validator("kube_server")
+    @classmethod
+    def _kube_server_url(cls, v: str | None) -> str | None:
+        return None if v is None else kube_server_url(v)
+
+
+def http_url(value: str, example: str) -> tuple[str, httpx.URL]:
+    """``value`` stripped, and parsed: an ``http``/``https`` URL with a host and no whitespace, else ValueError."""
+    text = value.strip()
+    try:
+        url = httpx.URL(text)
+    except (httpx.InvalidURL, TypeError) as exc:
+        raise ValueError(f"not a URL: {exc}") from None
+    if url.scheme not in ("http", "https") or not url.host or any(c.isspace() for c in text):
+        raise ValueError(f"must be an http(s) URL with a host, e.g. {example}")
+    return text, url
+
+
+def kube_server_url(value: str) -> str:
+    """A Kubernetes API server URL (``https://host:6443``, a path prefix allowed), without its trailing ``/``;
+    ValueError naming the problem. Credentials go in a kubeconfig, never in the URL (it is logged)."""
+    text, url = http_url(value, "https://10.0.0.1:6443")
+    if url.userinfo:
+        raise ValueError("must not carry credentials (user:password@); give them in a kubeconfig")
+    if url.query or url.fragment:
+        raise ValueError("must not have a query or fragment")
+    return text.rstrip("/")
 
 
 log = logging.getLogger("kelvin.config")
 
 
 def _env_name(field: str) -> str:
-    return "KELVIN_" + field.upper()
+    return ENV_PREFIX + field.upper()
 
 
 def load_settings(**overrides: Any) -> Settings:
@@ -101,8 +135,12 @@ def load_settings(**overrides: Any) -> Settings:
     to 65535 (got 70000)``.
     """
     kwargs = {k: v for k, v in overrides.items() if v is not None}
-    for name in unknown_env_vars(os.environ):
-        log.warning("ignoring unknown setting %s (not a kelvin setting: a typo?); see docs/configuration.md", name)
+    unknown = unknown_env_vars(os.environ)
+    if unknown:
+        from .operator_settings import env_names  # a typo of the operator's prefix is the operator's variable
+
+        known = [*(_env_name(f) for f in Settings.model_fields), *env_names()]
+        raise ConfigError("; ".join(unknown_variable(name, known) for name in unknown))
     try:
         settings = Settings(**kwargs)
     except ValidationError as exc:
@@ -143,12 +181,27 @@ def is_loopback(host: str) -> bool:
 
 
 def unknown_env_vars(environ: Mapping[str, str]) -> list[str]:
-    """``KELVIN_*`` variables that name no setting (the operator's ``KELVIN_OPERATOR_*`` are its own), so that a
-    typo such as ``KELVIN_PROMETEUS_URL`` is reported instead of silently falling back to the default."""
-    known = {_env_name(f) for f in Settings.model_fields}
+    """``KELVIN_*`` variables that name no setting (a sibling's, :data:`SIBLING_PREFIXES`, are not this one's), so that
+    a typo such as ``KELVIN_PROMETEUS_URL`` stops startup instead of silently leaving the default in force."""
+    known = {_env_name(f) for f in Settings.model_fields} | OTHER_VARIABLES
     return sorted(
-        k for k in environ if k.startswith("KELVIN_") and not k.startswith("KELVIN_OPERATOR_") and k not in known
+        k
+        for k in environ
+        # pydantic-settings reads names case-insensitively (kelvin_port is KELVIN_PORT): so does this check
+        if (up := k.upper()).startswith(ENV_PREFIX) and not up.startswith(SIBLING_PREFIXES) and up not in known
     )
+
+
+def unknown_variable(name: str, known: Collection[str]) -> str:
+    """``KELVIN_X: unknown setting; did you mean KELVIN_Y?``: the closest known names (difflib), or where to look."""
+    close = difflib.get_close_matches(name.upper(), known, n=1, cutoff=0.75)
+    hint = f"did you mean {close[0]}?" if close else "see docs/configuration.md for the settings"
+    return f"{name}: unknown setting (environment variable); {hint}"
+
+
+def error_message(error: ErrorDetails) -> str:
+    """pydantic's message of one error, without the ``Value error, `` that it puts before a validator's own."""
+    return error["msg"].removeprefix("Value error, ")
 
 
 def format_validation_error(exc: ValidationError, *, env: bool = False, prefix: str = "") -> str:
@@ -160,5 +213,5 @@ def format_validation_error(exc: ValidationError, *, env: bool = False, prefix: 
             name += f" ({_env_name(str(e['loc'][0]))})"
         got = e.get("input")
         shown = "" if isinstance(got, dict) or got is None else f" (got {got!r})"
-        parts.append(f"{name}: {e['msg']}{shown}")
+        parts.append(f"{name}: {error_message(e)}{shown}")
     return "; ".join(parts)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import enum
 import sys
-from typing import Literal, NoReturn
+from typing import Annotated, Literal, NoReturn
 
 import typer
 from rich.console import Console
@@ -44,6 +44,14 @@ def markup_mode() -> Literal["rich"] | None:
     return "rich" if is_terminal(stderr=True) else None
 
 
+def help_settings() -> dict[str, int]:
+    """Click context settings for ``--help``: the terminal's width on a terminal; off one, wide enough that no
+    option's help is wrapped and no command's description in a command list is cut short with ``...``."""
+    if is_terminal():
+        return {}
+    return {"max_content_width": UNWRAPPED_WIDTH, "terminal_width": UNWRAPPED_WIDTH}
+
+
 def one_line(message: object) -> str:
     """``message`` with every run of whitespace (newlines included) made one space."""
     return " ".join(str(message).split())
@@ -63,3 +71,14 @@ class LogLevel(enum.StrEnum):
     warning = "warning"
     error = "error"
     critical = "critical"
+
+
+LogLevelOption = Annotated[
+    LogLevel,
+    typer.Option(
+        case_sensitive=False,
+        metavar="LEVEL",
+        help="Log level: debug, info, warning, error or critical (any case).",
+    ),
+]
+"""The one ``--log-level`` option of every long-running command: ``log_level: LogLevelOption = LogLevel.info``."""

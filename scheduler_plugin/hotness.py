@@ -36,7 +36,7 @@ DEFAULT_MIN_TREND_C_PER_MIN = 0.5
 class HotnessConfig(BaseModel):
     """Thresholds of the hot-node state machine (the ``hotness:`` section of the policy file)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     hot_celsius: float = Field(DEFAULT_HOT_CELSIUS, gt=0, le=150, description="a GPU at or above this is hot")
     cool_celsius: float = Field(DEFAULT_COOL_CELSIUS, gt=0, le=150, description="every GPU below this to cool down")

@@ -22,6 +22,9 @@ import yaml
 from aiohttp.helpers import get_env_proxy_for_url
 from yarl import URL
 
+from . import yamlfile
+from .config import kube_server_url
+
 SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 
 
@@ -63,16 +66,24 @@ class KubeConfig:
     @classmethod
     def from_kubeconfig(cls, path: str | os.PathLike[str], context: str | None = None) -> KubeConfig:
         try:
-            doc = yaml.safe_load(Path(path).read_text())
-        except (OSError, yaml.YAMLError) as exc:
-            raise KubeError(0, f"cannot read kubeconfig {path}: {exc}") from exc
+            doc = yamlfile.safe_load(Path(path).read_text())
+        except OSError as exc:
+            raise KubeError(0, f"cannot read kubeconfig {path}: {exc}") from None
+        except yaml.YAMLError as exc:
+            raise KubeError(0, f"cannot read kubeconfig {path}: not valid YAML ({yamlfile.describe(exc)})") from None
+        if not isinstance(doc, dict):
+            raise KubeError(0, f"kubeconfig {path}: must be a mapping at the top level, got {type(doc).__name__}")
         ctx_name = context or doc.get("current-context")
         ctx = _named(doc.get("contexts"), ctx_name, "context", path)
         cluster = _named(doc.get("clusters"), ctx.get("cluster"), "cluster", path)
         user = _named(doc.get("users"), ctx.get("user"), "user", path) if ctx.get("user") else {}
         ca = cluster.get("certificate-authority") or _inline(cluster.get("certificate-authority-data"))
+        try:
+            server = kube_server_url(str(cluster.get("server") or ""))
+        except ValueError as exc:
+            raise KubeError(0, f"kubeconfig {path}: cluster {ctx.get('cluster')!r}: server: {exc}") from None
         return cls(
-            server=str(cluster["server"]).rstrip("/"),
+            server=server,
             token=user.get("token"),
             ca_file=ca,
             cert_file=user.get("client-certificate") or _inline(user.get("client-certificate-data")),
@@ -84,7 +95,10 @@ class KubeConfig:
     def load(cls, kubeconfig: str | None = None, server: str | None = None) -> KubeConfig:
         """Explicit server URL (tests), else a kubeconfig path or $KUBECONFIG, else in-cluster."""
         if server:
-            return cls(server=server.rstrip("/"))
+            try:
+                return cls(server=kube_server_url(server))
+            except ValueError as exc:
+                raise KubeError(0, f"API server URL {server!r}: {exc}") from None
         path = kubeconfig or os.environ.get("KUBECONFIG")
         if path:
             return cls.from_kubeconfig(path)
@@ -92,9 +106,12 @@ class KubeConfig:
 
 
 def _named(items: Any, name: Any, kind: str, path: object) -> dict[str, Any]:
-    for item in items or []:
-        if item.get("name") == name:
-            return dict(item.get(kind) or {})
+    for item in items if isinstance(items, list) else []:
+        if isinstance(item, dict) and item.get("name") == name:
+            entry = item.get(kind) or {}
+            if not isinstance(entry, dict):
+                raise KubeError(0, f"kubeconfig {path}: {kind} {name!r} must be a mapping")
+            return dict(entry)
     raise KubeError(0, f"kubeconfig {path}: no {kind} named {name!r}")
 
 

@@ -33,24 +33,40 @@ def _tool(name: str, why: str) -> str:
     return path
 
 
-@pytest.fixture(scope="session")
-def shared_dir() -> Path:
-    if not SHARED.exists():
-        msg = f"shared material not found at {SHARED} (set KELVIN_SHARED_DIR)"
+def _shared(path: Path) -> Path:
+    """``path`` under ../shared (or $KELVIN_SHARED_DIR), which a clone of the public repository lacks (README.md, Test
+    data): absent, the test skips with the reason; under CI it fails."""
+    if not path.is_dir():
+        msg = f"shared material not found: no {path} (set KELVIN_SHARED_DIR; see README.md, Test data)"
         if IN_CI:
             pytest.fail(msg)
         pytest.skip(msg)
-    return SHARED
+    return path
+
+
+@pytest.fixture(scope="session")
+def shared_dir() -> Path:
+    return _shared(SHARED)
 
 
 @pytest.fixture(scope="session")
 def fixtures_dir(shared_dir: Path) -> Path:
-    return FIXTURES
+    """The real kube-scheduler captures (../shared/fixtures/extender, its INDEX.md)."""
+    return _shared(FIXTURES)
 
 
 @pytest.fixture(scope="session")
 def traces_dir(shared_dir: Path) -> Path:
-    return TRACES
+    """The public Alibaba GPU trace (openb) and FGD's published results (../shared/traces/openb)."""
+    return _shared(TRACES)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """A test with a ``capture`` argument runs once per kube-scheduler capture (../shared/fixtures/extender/*.json).
+    With none found it runs once with ``capture=None``; such a test also takes ``fixtures_dir``, which skips it."""
+    if "capture" in metafunc.fixturenames:
+        found = sorted(FIXTURES.glob("*.json"))
+        metafunc.parametrize("capture", found or [None], ids=[p.stem for p in found] or ["no-captures"])
 
 
 @pytest.fixture(scope="session")

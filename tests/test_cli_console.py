@@ -3,17 +3,23 @@ choices and defaults that say what they are, bad files named instead of tracebac
 
 from __future__ import annotations
 
+import importlib.metadata
+import inspect
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import typer.core
+import typer.main
 from typer.testing import CliRunner
 
+import scheduler_plugin
 from scheduler_plugin.cli import app
-from scheduler_plugin.console import UNWRAPPED_WIDTH, console
+from scheduler_plugin.console import UNWRAPPED_WIDTH, LogLevel, console
 from scheduler_plugin.telemetry.simulated import FleetSpec, FleetSpecError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,9 +31,14 @@ NODES_CSV = "sn,cpu_milli,memory_mib,gpu,model\nn0,32000,131072,2,T4\nn1,64000,2
 PODS_CSV = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\np0,4000,8192,1,1000,\np1,2000,4096,1,500,\n"
 
 
-def kelvin(*argv: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    """``python -m scheduler_plugin.cli`` with stdin, stdout and stderr all pipes (no terminal anywhere)."""
+def kelvin(
+    *argv: str, env: dict[str, str] | None = None, timeout: float = 120, unset: tuple[str, ...] = ()
+) -> subprocess.CompletedProcess[str]:
+    """``python -m scheduler_plugin.cli`` with stdin, stdout and stderr all pipes (no terminal anywhere), without the
+    environment variables named in ``unset``."""
     full_env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'operator'}", **(env or {})}
+    for name in unset:
+        full_env.pop(name, None)
     return subprocess.run(
         [sys.executable, "-m", "scheduler_plugin.cli", *argv],
         stdin=subprocess.DEVNULL,
@@ -91,12 +102,12 @@ def test_usage_errors_are_plain_lines_when_piped() -> None:
 # -- item 11: --log-level ------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("command", ["extender", "exporter", "operator"])
+@pytest.mark.parametrize("command", ["extender", "exporter", "operator", "device-plugin"])
 def test_log_level_is_a_choice(command: str) -> None:
     # in a subprocess with a timeout: were the level accepted, the command would serve until stopped
-    res = kelvin(
-        command, "--log-level", "LOUD", "--port" if command != "operator" else "--metrics-port", "0", timeout=60
-    )
+    # (the extra option would stop the command too, were the level taken)
+    extra = {"operator": ("--metrics-port", "0"), "device-plugin": ("--socket-dir", "/nonexistent")}
+    res = kelvin(command, "--log-level", "LOUD", *extra.get(command, ("--port", "0")), timeout=60)
     assert res.returncode == 2, res.stderr
     assert "'LOUD' is not one of 'debug', 'info', 'warning', 'error', 'critical'" in res.stderr
     assert "Traceback" not in res.stderr
@@ -221,3 +232,95 @@ def test_explain_multi_document_skips_what_has_no_pod() -> None:
     assert nopod.exit_code == 2 and "kind 'ServiceAccount' has no pod to explain" in nopod.output
     out_of_range = runner.invoke(app, ["explain", str(f), "gpu-node-1", "--document", "9"])
     assert out_of_range.exit_code == 2 and "has 6 document(s)" in out_of_range.output
+
+
+# -- issue 14 item 30: --version, whole descriptions, human metavars, one --log-level, where credentials come from ----
+
+LONG_RUNNING = ("extender", "exporter", "operator", "device-plugin")
+CLICK_TYPE_METAVAR = re.compile(r"<(?:str|int|float|path|bool|list|tuple|datetime)\b[^>]*>")
+
+
+def first_sentence(help_text: str) -> str:
+    """A command's description as a command list should show it: its first paragraph up to the first full stop."""
+    words = inspect.cleandoc(help_text).split("\n\n")[0].split()
+    end = next((i for i, word in enumerate(words) if word.endswith(".")), len(words) - 1)
+    return " ".join(words[: end + 1])
+
+
+def test_version_prints_the_installed_distributions_version() -> None:
+    res = kelvin("--version")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == f"kelvin {importlib.metadata.version('kelvin')}\n"
+    assert importlib.metadata.version("kelvin") == scheduler_plugin.__version__  # the two cannot drift apart
+
+
+def test_help_shows_every_commands_whole_first_sentence_when_piped() -> None:
+    res = kelvin("--help", env={"COLUMNS": "80"})  # an 80-column "terminal" is what cut them before
+    assert res.returncode == 0, res.stderr
+    group = typer.main.get_command(app)
+    assert isinstance(group, typer.core.TyperGroup)
+    listed = res.stdout.split("Commands:", 1)[1].splitlines()
+    for name, command in group.commands.items():
+        assert command.help, name
+        (line,) = [line for line in listed if line.split()[:1] == [name]]
+        assert line.split(None, 1)[1] == first_sentence(command.help), line
+    assert not any(line.rstrip().endswith("...") for line in listed), res.stdout
+
+
+COMMANDS = ("extender", "explain", "demo", "exporter", "operator", "device-plugin", "simulate")
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_option_has_a_human_metavar(command: str) -> None:
+    res = runner.invoke(app, [command, "--help"])
+    assert res.exit_code == 0, res.output
+    # options read --port PORT, not --port <int range>; arguments are named in capitals (typer adds their type)
+    assert not CLICK_TYPE_METAVAR.search(res.output.split("Options:", 1)[1]), res.output
+    group = typer.main.get_command(app)
+    assert isinstance(group, typer.core.TyperGroup)
+    for param in group.commands[command].params:
+        if isinstance(param, typer.core.TyperArgument) or (
+            isinstance(param, typer.core.TyperOption) and not param.is_flag
+        ):
+            assert param.metavar is not None and re.fullmatch(r"[A-Z][A-Z_]*", param.metavar), (command, param.name)
+
+
+@pytest.mark.parametrize("command", LONG_RUNNING)
+def test_log_level_is_one_option_in_lowercase_everywhere(command: str) -> None:
+    group = typer.main.get_command(app)
+    assert isinstance(group, typer.core.TyperGroup)
+    (option,) = [p for p in group.commands[command].params if p.name == "log_level"]
+    assert isinstance(option, typer.core.TyperOption) and option.metavar == "LEVEL" and option.default == LogLevel.info
+    res = runner.invoke(app, [command, "--help"])
+    text = " ".join(res.output.split())
+    assert "Log level: debug, info, warning, error or critical (any case). [default: info]" in text, res.output
+
+
+def test_device_plugin_takes_the_log_level_in_any_case(tmp_path: Path) -> None:
+    for level in ("warning", "WARNING", "Warning"):
+        res = runner.invoke(app, ["device-plugin", "--fake", "--node-name", "n1", "--log-level", level,
+                                  "--socket-dir", str(tmp_path / "none")])  # fmt: skip
+        assert res.exit_code == 2 and "is not a folder" in res.output and "log" not in res.output.lower(), res.output
+
+
+OFF_CLUSTER = ("KUBECONFIG", "KUBERNETES_SERVICE_HOST", "KELVIN_KUBECONFIG", "KELVIN_KUBE_SERVER")
+
+
+def test_operator_off_cluster_points_to_kubeconfig() -> None:
+    res = kelvin("operator", unset=OFF_CLUSTER, timeout=60)
+    assert res.returncode == 2, res.stderr
+    (line,) = res.stderr.strip().splitlines()
+    assert line.startswith("error: configuration error: not running in a cluster (KUBERNETES_SERVICE_HOST is unset)")
+    assert "pass --kubeconfig PATH" in line, line
+
+
+def test_device_plugin_names_kubeconfig_only_when_it_was_passed(tmp_path: Path) -> None:
+    args = ("device-plugin", "--fake", "--node-name", "n1", "--socket-dir", str(tmp_path))
+    res = kelvin(*args, unset=OFF_CLUSTER, timeout=60)
+    assert res.returncode == 2, res.stderr
+    (line,) = res.stderr.strip().splitlines()
+    assert "Invalid value" not in line and line.startswith("error: cannot configure the API client"), line
+    assert "KUBERNETES_SERVICE_HOST is unset" in line and "pass --kubeconfig PATH" in line, line
+    passed = kelvin(*args, "--kubeconfig", str(tmp_path / "missing.yaml"), unset=OFF_CLUSTER, timeout=60)
+    assert passed.returncode == 2 and "Invalid value for --kubeconfig" in passed.stderr, passed.stderr
+    assert "missing.yaml" in passed.stderr

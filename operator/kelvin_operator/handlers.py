@@ -20,10 +20,17 @@ from scheduler_plugin.model import annotations as ann
 from . import webhooks
 from .config import OperatorConfig
 from .runtime import Runtime, webhook_cert
+from .webhook_server import AdmissionServer
 
 log = logging.getLogger("kelvin.operator")
 
 RuntimeFactory = Callable[[OperatorConfig], Awaitable[Runtime]]
+
+#: The operations both webhooks judge: the chart's webhook configurations send pods on CREATE only. A review of any
+#: other operation (UPDATE, DELETE, CONNECT) is admitted as it is.
+JUDGED_OPERATIONS: tuple[kopf.Operation, ...] = ("CREATE",)
+#: The webhooks' handler ids, which are their paths (/gpu-memory, /gpu-env: the chart's webhook configurations).
+VALIDATING_ID, MUTATING_ID = "gpu-memory", "gpu-env"
 
 
 def _gpu_pod(spec: kopf.Spec, annotations: kopf.Annotations, **_: Any) -> bool:
@@ -45,8 +52,14 @@ def _gpu_node(body: kopf.Body, **_: Any) -> bool:
 
 
 def build_registry(
-    cfg: OperatorConfig, start_runtime: RuntimeFactory, kube_config: KubeConfig
+    cfg: OperatorConfig,
+    start_runtime: RuntimeFactory,
+    kube_config: KubeConfig,
+    *,
+    on_failure: Callable[[str], None] | None = None,
 ) -> kopf.OperatorRegistry:
+    """``on_failure``: told (once, with a message naming the setting) when the webhook server cannot start; the
+    caller stops the operator (``None``: the server raises, and kopf stops with its traceback)."""
     registry = kopf.OperatorRegistry()
 
     @kopf.on.login(registry=registry)
@@ -72,7 +85,9 @@ def build_registry(
         settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix="operator.kelvin.dev")
         if cfg.webhook.enabled:
             certfile, pkeyfile = webhook_cert(cfg.webhook)
-            settings.admission.server = kopf.WebhookServer(
+            settings.admission.server = AdmissionServer(
+                on_failure=on_failure,
+                webhooks=(VALIDATING_ID, MUTATING_ID),
                 addr=cfg.webhook.addr,
                 port=cfg.webhook.port,
                 host=cfg.webhook.host,
@@ -105,10 +120,14 @@ def build_registry(
         await rt.reconciler.reconcile_node(dict(body), rt.snapshot().node(name), pods, time.time())
 
     if cfg.webhook.enabled:
-
-        @kopf.on.validate("pods", id="gpu-memory", operations=["CREATE"], registry=registry)
-        def validate_pod(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+        # kopf runs a handler for every operation of the resource (``operations`` only shapes the webhook
+        # configurations it manages): the operations the chart does not register are admitted unjudged.
+        @kopf.on.validate("pods", id=VALIDATING_ID, operations=list(JUDGED_OPERATIONS), registry=registry)
+        def validate_pod(body: kopf.Body, memo: kopf.Memo, **kwargs: Any) -> None:
             rt: Runtime = memo.runtime
+            if kwargs.get("operation") not in JUDGED_OPERATIONS:
+                rt.metrics.webhook_requests.labels("validate", "allowed").inc()
+                return
             try:
                 message = webhooks.validate(
                     dict(body),
@@ -122,9 +141,12 @@ def build_registry(
             if message:
                 raise kopf.AdmissionError(message, code=400)
 
-        @kopf.on.mutate("pods", id="gpu-env", operations=["CREATE"], registry=registry)
-        def mutate_pod(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> None:
+        @kopf.on.mutate("pods", id=MUTATING_ID, operations=list(JUDGED_OPERATIONS), registry=registry)
+        def mutate_pod(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **kwargs: Any) -> None:
             rt: Runtime = memo.runtime
+            if kwargs.get("operation") not in JUDGED_OPERATIONS:
+                rt.metrics.webhook_requests.labels("mutate", "allowed").inc()
+                return
             try:
                 containers = webhooks.mutate(
                     dict(body),

@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from ..console import LogLevel, LogLevelOption, fail
 from .devices import RESOURCES
 from .plugin import DEFAULT_SLOTS, DEFAULT_SOCKET_DIR
 
@@ -19,42 +21,55 @@ _STRATEGIES = ("env", "cdi")
 
 def device_plugin(
     node_name: Annotated[
-        str, typer.Option(envvar="NODE_NAME", help="This node's name (downward API spec.nodeName). Required.")
+        str,
+        typer.Option(
+            envvar="NODE_NAME", metavar="NAME", help="This node's name (downward API spec.nodeName). Required."
+        ),
     ] = "",
     socket_dir: Annotated[
-        Path, typer.Option(help="The kubelet's device-plugins folder (kubelet.sock lives there).")
+        Path, typer.Option(metavar="PATH", help="The kubelet's device-plugins folder (kubelet.sock lives there).")
     ] = DEFAULT_SOCKET_DIR,
     resource: Annotated[
         list[str] | None,
         typer.Option(
-            "--resource", help=f"A resource to serve (repeat for several): {', '.join(RESOURCES)}. Default: both."
+            "--resource",
+            metavar="RESOURCE",
+            help=f"A resource to serve (repeat for several): {', '.join(RESOURCES)}. Default: both.",
         ),
     ] = None,
     shared_slots_per_gpu: Annotated[
-        int, typer.Option(help="Devices advertised per GPU for kelvin.dev/shared-gpu (pool pods per GPU), 1..128.")
+        int,
+        typer.Option(
+            metavar="N", help="Devices advertised per GPU for kelvin.dev/shared-gpu (pool pods per GPU), 1..128."
+        ),
     ] = DEFAULT_SLOTS,
     device_list_strategy: Annotated[
         str,
         typer.Option(
+            metavar="STRATEGY",
             help="How the container runtime learns the GPUs: 'env' (NVIDIA_VISIBLE_DEVICES=<uuids>) or 'cdi' "
-            "(CDI device names <cdi-kind>=<uuid>, NVIDIA_VISIBLE_DEVICES=void; needs Kubernetes 1.29+)."
+            "(CDI device names <cdi-kind>=<uuid>, NVIDIA_VISIBLE_DEVICES=void; needs Kubernetes 1.29+).",
         ),
     ] = "env",
     cdi_kind: Annotated[
-        str, typer.Option(help="CDI kind of the GPUs' CDI names (with --device-list-strategy cdi).")
+        str, typer.Option(metavar="KIND", help="CDI kind of the GPUs' CDI names (with --device-list-strategy cdi).")
     ] = ("nvidia.com/gpu"),
-    health_interval: Annotated[float, typer.Option(min=0.05, help="Seconds between NVML health checks.")] = 2.0,
+    health_interval: Annotated[
+        float, typer.Option(min=0.05, metavar="SECONDS", help="Seconds between NVML health checks.")
+    ] = 2.0,
     kubeconfig: Annotated[
-        str | None, typer.Option(help="kubeconfig for the pod lookup (default: $KUBECONFIG, else in-cluster).")
+        str | None,
+        typer.Option(metavar="PATH", help="kubeconfig for the pod lookup (default: $KUBECONFIG, else in-cluster)."),
     ] = None,
     api_server: Annotated[
-        str | None, typer.Option(help="Plain API server URL without credentials (tests, demo).", hidden=True)
+        str | None,
+        typer.Option(metavar="URL", help="Plain API server URL without credentials (tests, demo).", hidden=True),
     ] = None,
     fake: Annotated[bool, typer.Option("--fake", help="Simulated GPUs instead of NVML (demo, tests).")] = False,
-    fake_gpus: Annotated[int, typer.Option(min=1, max=16, help="GPUs of the fake backend.")] = 8,
-    fake_model: Annotated[str, typer.Option(help="Model of the fake GPUs.")] = "H100-SXM-80GB",
-    fake_seed: Annotated[int, typer.Option(help="Seed of the fake backend (UUIDs).")] = 0,
-    log_level: Annotated[str, typer.Option(help="Python log level: DEBUG, INFO, WARNING, ERROR.")] = "INFO",
+    fake_gpus: Annotated[int, typer.Option(min=1, max=16, metavar="N", help="GPUs of the fake backend.")] = 8,
+    fake_model: Annotated[str, typer.Option(metavar="MODEL", help="Model of the fake GPUs.")] = "H100-SXM-80GB",
+    fake_seed: Annotated[int, typer.Option(metavar="SEED", help="Seed of the fake backend (UUIDs).")] = 0,
+    log_level: LogLevelOption = LogLevel.info,
 ) -> None:
     """Serve nvidia.com/gpu and kelvin.dev/shared-gpu to the kubelet, handing each pod the GPUs kelvin assigned."""
     import pynvml
@@ -66,12 +81,7 @@ def device_plugin(
     from .plugin import DevicePluginRunner, PluginConfig
     from .pods import NodePods
 
-    level = logging.getLevelName(log_level.upper())
-    if not isinstance(level, int):
-        raise typer.BadParameter(
-            f"{log_level!r} is not a log level (DEBUG, INFO, WARNING, ERROR)", param_hint="--log-level"
-        )
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=log_level.value.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if device_list_strategy not in _STRATEGIES:
         raise typer.BadParameter(
             f"{device_list_strategy!r} is not one of {', '.join(_STRATEGIES)}", param_hint="--device-list-strategy"
@@ -105,7 +115,10 @@ def device_plugin(
     try:
         kube = KubeClient(KubeConfig.load(kubeconfig, api_server))
     except (KubeError, OSError) as exc:
-        raise typer.BadParameter(f"cannot configure the API client: {exc}", param_hint="--kubeconfig") from None
+        if kubeconfig:
+            raise typer.BadParameter(f"cannot configure the API client: {exc}", param_hint="--kubeconfig") from None
+        source = f"$KUBECONFIG {os.environ['KUBECONFIG']}" if os.environ.get("KUBECONFIG") else "in-cluster config"
+        fail(f"cannot configure the API client from the {source}: {exc}; off-cluster, pass --kubeconfig PATH")
 
     runner = DevicePluginRunner(config, nvml, NodePods(kube, node_name), xids=XidWatcher(nvml))
 

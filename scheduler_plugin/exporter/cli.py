@@ -12,35 +12,67 @@ from typing import Annotated
 
 import typer
 
-from ..console import LogLevel
+from ..console import LogLevel, LogLevelOption
 from .backend import NvmlApi, real_nvml
+from .limits import ServeLimits
 
 
 def exporter(
-    host: Annotated[str, typer.Option(help="Address to listen on.")] = "0.0.0.0",
-    port: Annotated[int, typer.Option(min=0, max=65535, help="Port for /metrics, /v1/node and /healthz.")] = 9400,
+    host: Annotated[str, typer.Option(metavar="ADDRESS", help="Address to listen on.")] = "0.0.0.0",
+    port: Annotated[
+        int, typer.Option(min=0, max=65535, metavar="PORT", help="Port for /metrics, /v1/node and /healthz.")
+    ] = 9400,
     node_name: Annotated[
         str,
         typer.Option(
             envvar="NODE_NAME",
             show_default=False,
+            metavar="NAME",
             help="Kubernetes node name (downward API spec.nodeName) (default: this host's name).",
         ),
     ] = "",
     proc_root: Annotated[
-        Path, typer.Option(help="The host's /proc (the pod needs hostPID: true) for pid -> pod attribution.")
+        Path,
+        typer.Option(metavar="PATH", help="The host's /proc (the pod needs hostPID: true) for pid -> pod attribution."),
     ] = Path("/proc"),
     pods_dir: Annotated[
-        Path | None, typer.Option(help="kubelet's /var/log/pods, mounted read-only, to name the pods of GPU processes.")
+        Path | None,
+        typer.Option(
+            metavar="PATH", help="kubelet's /var/log/pods, mounted read-only, to name the pods of GPU processes."
+        ),
     ] = None,
+    max_connections: Annotated[
+        int,
+        typer.Option(
+            min=1, max=100_000, metavar="N", help="Open connections at most; one more is answered 503 and closed."
+        ),
+    ] = ServeLimits.max_connections,
+    header_timeout: Annotated[
+        float,
+        typer.Option(
+            min=0.1,
+            max=3600,
+            metavar="SECONDS",
+            help="Seconds a new connection has to send its first request's line and headers.",
+        ),
+    ] = ServeLimits.header_timeout_s,
+    idle_timeout: Annotated[
+        float,
+        typer.Option(
+            min=0.1,
+            max=3600,
+            metavar="SECONDS",
+            help="Seconds a keep-alive connection may wait for its next request (longer than the scrape interval).",
+        ),
+    ] = ServeLimits.idle_timeout_s,
     fake: Annotated[bool, typer.Option("--fake", help="Simulated GPUs instead of NVML (demo, tests).")] = False,
-    fake_gpus: Annotated[int, typer.Option(min=1, max=16, help="GPUs of the fake backend.")] = 8,
-    fake_model: Annotated[str, typer.Option(help="Model of the fake GPUs (H200, H100-SXM-80GB, A100-SXM-80GB...).")] = (
-        "H100-SXM-80GB"
-    ),
-    fake_seed: Annotated[int, typer.Option(help="Seed of the fake backend (UUIDs, pod names).")] = 0,
+    fake_gpus: Annotated[int, typer.Option(min=1, max=16, metavar="N", help="GPUs of the fake backend.")] = 8,
+    fake_model: Annotated[
+        str, typer.Option(metavar="MODEL", help="Model of the fake GPUs (H200, H100-SXM-80GB, A100-SXM-80GB...).")
+    ] = ("H100-SXM-80GB"),
+    fake_seed: Annotated[int, typer.Option(metavar="SEED", help="Seed of the fake backend (UUIDs, pod names).")] = 0,
     fake_vary: Annotated[bool, typer.Option(help="Let the fake GPUs' load and temperature vary over time.")] = True,
-    log_level: Annotated[LogLevel, typer.Option(case_sensitive=False, help="Python log level.")] = LogLevel.info,
+    log_level: LogLevelOption = LogLevel.info,
 ) -> None:
     """Serve NVML GPU metrics for Prometheus (/metrics) and this node as JSON (/v1/node)."""
     from .app import Exporter
@@ -62,7 +94,8 @@ def exporter(
         nvml = fake_backend
     else:
         nvml = real_nvml()
-    app = Exporter(nvml, node, proc_root=proc_root, pods_dir=pods_dir)
+    limits = ServeLimits(max_connections, header_timeout_s=header_timeout, idle_timeout_s=idle_timeout)
+    app = Exporter(nvml, node, proc_root=proc_root, pods_dir=pods_dir, limits=limits)
     try:
         bound = app.start(host, port)
     except OSError as exc:

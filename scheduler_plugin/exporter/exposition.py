@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable, Collection, Iterator
 
 from prometheus_client.core import Metric
-from prometheus_client.exposition import choose_encoder, gzip_accepted
+from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 
 from .metrics import CACHED_PARTS, CachedPart, PartKey, dynamic_families, families
@@ -80,9 +80,39 @@ class ScrapeRenderer:
         return body
 
 
+def gzip_accepted(accept_encoding: str | None) -> bool:
+    """Whether an ``Accept-Encoding`` header accepts gzip (RFC 9110 section 12.5.3): ``gzip`` (or ``x-gzip``) with a
+    non-zero ``q``, or, when neither is named, ``*`` with a non-zero ``q``. ``gzip;q=0`` refuses it.
+
+    Not prometheus_client's ``gzip_accepted``, which drops the parameters and so answers ``gzip;q=0`` with gzip.
+    A ``q`` that is not a number makes that entry count as refused."""
+    named: float | None = None
+    wildcard: float | None = None
+    for entry in (accept_encoding or "").split(","):
+        coding, *params = (part.strip() for part in entry.split(";"))
+        q = 1.0
+        for param in params:
+            key, _, value = param.partition("=")
+            if key.strip().lower() == "q":
+                try:
+                    q = float(value.strip())
+                except ValueError:
+                    q = 0.0
+                if not 0.0 <= q <= 1.0:  # nan fails both comparisons too
+                    q = 0.0
+        coding = coding.lower()
+        if coding in ("gzip", "x-gzip"):
+            named = q if named is None else max(named, q)
+        elif coding == "*":
+            wildcard = q if wildcard is None else max(wildcard, q)
+    if named is not None:
+        return named > 0
+    return wildcard is not None and wildcard > 0
+
+
 def maybe_gzip(body: bytes, accept_encoding: str | None) -> tuple[bytes, list[tuple[str, str]]]:
-    """Compress when the client accepts gzip, as prometheus_client's own WSGI app does, but at level 1: on an 86 KB
-    body level 9 costs ~1.2 ms for 4.2 KB and level 1 ~0.1 ms for 5.1 KB, and scrapes stay on the node's network."""
-    if gzip_accepted(accept_encoding or ""):
+    """Compress when the client accepts gzip (:func:`gzip_accepted`), at level 1: on an 86 KB body level 9 costs
+    ~1.2 ms for 4.2 KB and level 1 ~0.1 ms for 5.1 KB, and scrapes stay on the node's network."""
+    if gzip_accepted(accept_encoding):
         return gzip.compress(body, compresslevel=1), [("Content-Encoding", "gzip")]
     return body, []

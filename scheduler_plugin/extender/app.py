@@ -158,7 +158,17 @@ def create_app(ext: Extender, *, metrics: bool = True) -> FastAPI:
             await ext.source.close()
             await ext.binder.close()
 
-    app = FastAPI(title="kelvin extender", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None)
+    # No OpenAPI schema or docs pages, and no redirect of "/filter/" to "/filter" (a 307 that kube-scheduler would
+    # not follow with its body): kelvin serves exactly its routes, anything else is a 404.
+    app = FastAPI(
+        title="kelvin extender",
+        version="0.1.0",
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+        redirect_slashes=False,
+    )
     app.state.extender = ext
     install_routes(app, ext, health=metrics)
     return app
@@ -168,7 +178,14 @@ def create_metrics_app(ext: Extender) -> FastAPI:
     """/healthz, /readyz and /metrics only, for the metrics listener (``metrics_host:metrics_port``): what probes
     and Prometheus reach, while the verbs stay on loopback. It shares ``ext`` and the event loop with the verbs app
     and has no lifespan of its own."""
-    app = FastAPI(title="kelvin extender metrics", version="0.1.0", docs_url=None, redoc_url=None, openapi_url=None)
+    app = FastAPI(
+        title="kelvin extender metrics",
+        version="0.1.0",
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+        redirect_slashes=False,
+    )
     app.state.extender = ext
     install_health_routes(app, ext)
     return app

@@ -14,7 +14,7 @@ from typing import Annotated, Any, NoReturn
 import typer
 
 from ..config import ConfigError, Settings, load_settings
-from ..console import LogLevel, console, fail
+from ..console import LogLevel, LogLevelOption, console, fail
 from ..textfile import TextFileError, decode_problem, first_undecodable, read_text
 
 #: Exit status of a server whose startup failed, as ``uvicorn.run`` uses.
@@ -41,45 +41,60 @@ def _known_models() -> str:
 
 
 def extender(
-    host: Annotated[str | None, typer.Option(help=_setting("Address of filter/prioritize/bind", "host"))] = None,
-    port: Annotated[int | None, typer.Option(help=_setting("Port of filter/prioritize/bind", "port"))] = None,
+    host: Annotated[
+        str | None, typer.Option(metavar="ADDRESS", help=_setting("Address of filter/prioritize/bind", "host"))
+    ] = None,
+    port: Annotated[
+        int | None, typer.Option(metavar="PORT", help=_setting("Port of filter/prioritize/bind", "port"))
+    ] = None,
     metrics_host: Annotated[
-        str | None, typer.Option(help=_setting("Address of /metrics, /healthz, /readyz", "metrics_host"))
+        str | None,
+        typer.Option(metavar="ADDRESS", help=_setting("Address of /metrics, /healthz, /readyz", "metrics_host")),
     ] = None,
     metrics_port: Annotated[
         int | None,
-        typer.Option(help=_setting("Port of /metrics, /healthz, /readyz; 0 serves them on --port", "metrics_port")),
+        typer.Option(
+            metavar="PORT",
+            help=_setting("Port of /metrics, /healthz, /readyz; 0 serves them on --port", "metrics_port"),
+        ),
     ] = None,
     source: Annotated[
         str | None,
-        typer.Option(help=_setting("Telemetry source: simulated, prometheus or scrape", "source")),
+        typer.Option(metavar="SOURCE", help=_setting("Telemetry source: simulated, prometheus or scrape", "source")),
     ] = None,
     policy_file: Annotated[
-        Path | None, typer.Option(help=_setting("Policy YAML (weights, thresholds); default: built-in", "policy_file"))
+        Path | None,
+        typer.Option(
+            metavar="PATH", help=_setting("Policy YAML (weights, thresholds); default: built-in", "policy_file")
+        ),
     ] = None,
     fleet_nodes: Annotated[
-        int | None, typer.Option(help=_setting("Simulated fleet: number of nodes", "fleet_nodes"))
+        int | None, typer.Option(metavar="N", help=_setting("Simulated fleet: number of nodes", "fleet_nodes"))
     ] = None,
     fleet_gpus: Annotated[
-        int | None, typer.Option(help=_setting("Simulated fleet: GPUs per node", "fleet_gpus_per_node"))
+        int | None, typer.Option(metavar="N", help=_setting("Simulated fleet: GPUs per node", "fleet_gpus_per_node"))
     ] = None,
     fleet_model: Annotated[
         str | None,
-        typer.Option(help=_setting(f"Simulated fleet: GPU model, one of {_known_models()}", "fleet_model")),
+        typer.Option(
+            metavar="MODEL", help=_setting(f"Simulated fleet: GPU model, one of {_known_models()}", "fleet_model")
+        ),
     ] = None,
     fleet_file: Annotated[
         Path | None,
         typer.Option(
-            help=_setting("Simulated fleet: YAML fleet file, overriding the other --fleet-* flags", "fleet_file")
+            metavar="PATH",
+            help=_setting("Simulated fleet: YAML fleet file, overriding the other --fleet-* flags", "fleet_file"),
         ),
     ] = None,
-    fleet_seed: Annotated[int | None, typer.Option(help=_setting("Simulated fleet: random seed", "fleet_seed"))] = None,
-    refresh_interval: Annotated[
-        float | None, typer.Option(help=_setting("Seconds between telemetry refreshes", "refresh_interval_s"))
+    fleet_seed: Annotated[
+        int | None, typer.Option(metavar="SEED", help=_setting("Simulated fleet: random seed", "fleet_seed"))
     ] = None,
-    log_level: Annotated[
-        LogLevel, typer.Option(case_sensitive=False, help="uvicorn/kelvin log level.")
-    ] = LogLevel.info,
+    refresh_interval: Annotated[
+        float | None,
+        typer.Option(metavar="SECONDS", help=_setting("Seconds between telemetry refreshes", "refresh_interval_s")),
+    ] = None,
+    log_level: LogLevelOption = LogLevel.info,
 ) -> None:
     """Run the scheduler extender (filter, prioritize, bind, explain, /metrics, /healthz, /readyz)."""
     import logging
@@ -138,15 +153,17 @@ def _read_docs(pod_file: Path) -> list[Any]:
     """Every YAML/JSON document of the file (``---`` separated), empty ones dropped."""
     import yaml
 
+    from .. import yamlfile
+
     try:
         text = sys.stdin.read() if str(pod_file) == "-" else read_text(pod_file, "pod file")
-        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+        docs = [d for d in yamlfile.safe_load_all(text) if d is not None]
     except TextFileError as exc:
         _fail(str(exc))
     except UnicodeDecodeError as exc:  # stdin that is not UTF-8
         _fail(f"pod file {pod_file}: {decode_problem(exc)}")
     except yaml.YAMLError as exc:
-        _fail(f"pod file {pod_file} is not YAML/JSON: {exc}")
+        _fail(f"pod file {pod_file} is not YAML/JSON: {yamlfile.describe(exc)}")
     if not docs:
         _fail(f"pod file {pod_file}: no documents")
     return docs
@@ -223,31 +240,42 @@ def explain(
     pod_file: Annotated[
         Path,
         typer.Argument(
+            metavar="POD_FILE",
             help="Pod manifest, or a workload's (its pod template); YAML or JSON, '-' for stdin. A file of several "
-            "documents explains each Pod or workload in it (others are skipped with a note)."
+            "documents explains each Pod or workload in it (others are skipped with a note).",
         ),
     ],
-    node: Annotated[str, typer.Argument(help="Node to explain the pod on.")],
+    node: Annotated[str, typer.Argument(metavar="NODE", help="Node to explain the pod on.")],
     url: Annotated[
         str | None,
-        typer.Option(help="A running extender, e.g. http://127.0.0.1:8888. Without it: offline, on a simulated fleet."),
+        typer.Option(
+            metavar="URL",
+            help="A running extender, e.g. http://127.0.0.1:8888. Without it: offline, on a simulated fleet.",
+        ),
     ] = None,
     document: Annotated[
-        int | None, typer.Option(min=1, help="Explain only this document of the file (1-based; default: all).")
+        int | None,
+        typer.Option(min=1, metavar="N", help="Explain only this document of the file (1-based; default: all)."),
     ] = None,
     candidates: Annotated[
-        list[str] | None, typer.Option("--candidate", help="Nodes the node competes with (repeatable; default all).")
+        list[str] | None,
+        typer.Option("--candidate", metavar="NODE", help="Nodes the node competes with (repeatable; default all)."),
     ] = None,
     fleet_nodes: Annotated[
-        int | None, typer.Option(help=_setting("Offline: simulated fleet size", "fleet_nodes"))
+        int | None, typer.Option(metavar="N", help=_setting("Offline: simulated fleet size", "fleet_nodes"))
     ] = None,
     fleet_gpus: Annotated[
-        int | None, typer.Option(help=_setting("Offline: GPUs per node", "fleet_gpus_per_node"))
+        int | None, typer.Option(metavar="N", help=_setting("Offline: GPUs per node", "fleet_gpus_per_node"))
     ] = None,
-    fleet_file: Annotated[Path | None, typer.Option(help=_setting("Offline: fleet file", "fleet_file"))] = None,
-    fleet_seed: Annotated[int | None, typer.Option(help=_setting("Offline: fleet seed", "fleet_seed"))] = None,
+    fleet_file: Annotated[
+        Path | None, typer.Option(metavar="PATH", help=_setting("Offline: fleet file", "fleet_file"))
+    ] = None,
+    fleet_seed: Annotated[
+        int | None, typer.Option(metavar="SEED", help=_setting("Offline: fleet seed", "fleet_seed"))
+    ] = None,
     policy_file: Annotated[
-        Path | None, typer.Option(help=_setting("Offline: policy YAML; default: built-in", "policy_file"))
+        Path | None,
+        typer.Option(metavar="PATH", help=_setting("Offline: policy YAML; default: built-in", "policy_file")),
     ] = None,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the raw JSON (a list when several documents are explained).")
@@ -354,17 +382,24 @@ def print_explanation(data: dict[str, Any]) -> None:
 
 
 def demo(
-    pods: Annotated[int, typer.Option(min=1, max=100_000, help="Pods to stream.")] = 200,
-    nodes: Annotated[int, typer.Option(min=2, max=100_000, help="Simulated nodes.")] = 16,
-    gpus: Annotated[int, typer.Option(min=2, max=16, help="GPUs per node.")] = 8,
+    pods: Annotated[int, typer.Option(min=1, max=100_000, metavar="N", help="Pods to stream.")] = 200,
+    nodes: Annotated[int, typer.Option(min=2, max=100_000, metavar="N", help="Simulated nodes.")] = 16,
+    gpus: Annotated[int, typer.Option(min=2, max=16, metavar="N", help="GPUs per node.")] = 8,
     hot_nodes: Annotated[
-        int, typer.Option(min=0, help="Poorly cooled nodes among them, hot from the start (a job at full power).")
+        int,
+        typer.Option(
+            min=0, metavar="N", help="Poorly cooled nodes among them, hot from the start (a job at full power)."
+        ),
     ] = 2,
     seed: Annotated[
-        int, typer.Option(help="Random seed (fleet and pod stream); the same seed gives the same run.")
+        int, typer.Option(metavar="SEED", help="Random seed (fleet and pod stream); the same seed gives the same run.")
     ] = 0,
-    interval: Annotated[float, typer.Option(min=0, help="Seconds between pods in the live table.")] = 0.05,
-    policy_file: Annotated[Path | None, typer.Option(help="Policy YAML for kelvin (default: built-in).")] = None,
+    interval: Annotated[
+        float, typer.Option(min=0, metavar="SECONDS", help="Seconds between pods in the live table.")
+    ] = 0.05,
+    policy_file: Annotated[
+        Path | None, typer.Option(metavar="PATH", help="Policy YAML for kelvin (default: built-in).")
+    ] = None,
     live: Annotated[bool, typer.Option("--live/--no-live", help="Live table (off when not a terminal).")] = True,
     compare: Annotated[
         bool,

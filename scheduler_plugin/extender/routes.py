@@ -8,7 +8,11 @@ Error behaviour (see docs/extender.md):
   explain reply 503 (kube-scheduler ignores prioritize failures);
 * kelvin never answers 422: FastAPI's validation handler is replaced by a 400 that names the fields;
 * a body over ``max_body_bytes`` (by its Content-Length, or counted while it streams in) or listing more than
-  ``max_node_names`` nodes -> HTTP 413 ``{"Error": "..."}`` naming the limit, its setting and its env var.
+  ``max_node_names`` nodes -> HTTP 413 ``{"Error": "..."}`` naming the limit, its setting and its env var;
+* a body sent with a ``Content-Encoding`` (gzip, ...) -> HTTP 415 naming the encoding (kelvin does not decompress:
+  kube-scheduler never compresses, and a decompressor would open the door to zip bombs);
+* a path kelvin does not serve, with or without a trailing slash (``/filter/``) -> HTTP 404, never a redirect; no
+  OpenAPI schema or docs pages are served.
 
 Bodies over :data:`PARSE_INLINE_MAX_BYTES` are decoded (orjson + the shape checks) in a worker thread, so that the
 event loop keeps answering /healthz and other requests meanwhile; small ones, the common case, inline.
@@ -68,9 +72,24 @@ def body_too_large(size: str, limit: int) -> wire.TooLarge:
     )
 
 
+def check_encoding(request: Request) -> None:
+    """Refuse a compressed body with :class:`wire.UnsupportedEncoding` before it is read.
+
+    kube-scheduler sends its bodies uncompressed (Go's HTTP client never compresses a request), so kelvin does not
+    decompress: accepting gzip would add a decompressor, and its zip bombs, for no client that needs one. A
+    ``Content-Encoding`` other than ``identity`` gets a 415 naming it, instead of "not valid JSON"."""
+    encoding = request.headers.get("content-encoding", "").strip().lower()
+    if encoding not in ("", "identity"):
+        raise wire.UnsupportedEncoding(
+            f"Content-Encoding {encoding!r} is not supported: kelvin reads request bodies uncompressed (as "
+            "kube-scheduler sends them); send the JSON without compressing it"
+        )
+
+
 async def read_body(request: Request, limit: int) -> bytes:
     """The request body, refused with :class:`wire.TooLarge` before it is read when its Content-Length is over
     ``limit``, or as soon as the bytes received pass it (a chunked body has no Content-Length)."""
+    check_encoding(request)
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise body_too_large(f"of {declared}", limit)
@@ -109,6 +128,10 @@ def install_routes(app: FastAPI, ext: Extender, *, health: bool = True) -> None:
             log.warning("%s: request refused: %s", verb, exc)
             resp = _json({"Error": str(exc)}, 413)
             resp.headers["Connection"] = "close"  # the rest of an unread body is not worth reading
+        except wire.UnsupportedEncoding as exc:
+            log.info("%s: request refused: %s", verb, exc)
+            resp = _json({"Error": str(exc)}, 415)
+            resp.headers["Connection"] = "close"  # the body was not read
         except wire.WireError as exc:
             log.info("%s: bad request: %s", verb, exc)
             resp = _json({"Error": str(exc)}, 400)
@@ -148,15 +171,22 @@ def install_routes(app: FastAPI, ext: Extender, *, health: bool = True) -> None:
             args.candidates = list(dict.fromkeys(args.candidates))
         return args
 
+    turn = ext.turn  # one verb's CPU work per pass of the event loop (turns.py)
+
     async def do_filter(body: bytes) -> Any:
-        return ext.filter(await decode(parse_filter, body))
+        args = await decode(parse_filter, body)
+        async with turn:
+            return ext.filter(args)
 
     async def do_prioritize(body: bytes) -> Any:
-        return ext.prioritize(await decode(parse_prioritize, body))
+        args = await decode(parse_prioritize, body)
+        async with turn:
+            return ext.prioritize(args)
 
     async def do_explain(body: bytes) -> Any:
         args = await decode(parse_explain, body)
-        return ext.explain(args.pod, args.node, args.candidates)
+        async with turn:
+            return ext.explain(args.pod, args.node, args.candidates)
 
     async def filter_route(request: Request) -> Response:
         return await run_verb("filter", request, do_filter)

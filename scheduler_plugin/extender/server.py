@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import signal
 import socket
 import threading
 import time
@@ -74,6 +75,39 @@ class ServerThread:
         self.stop()
 
 
+class _MainServer(uvicorn.Server):
+    """The verbs server: it handles SIGTERM / SIGINT for the process, and a SIGTERM that stopped it cleanly is a
+    clean exit (status 0). uvicorn re-raises the signal once it has shut down, which kills the process with it
+    (status -15): Kubernetes' ordinary stop of a pod would read as a crash."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        with super().capture_signals():
+            try:
+                yield
+            finally:
+                self._captured_signals = [s for s in self._captured_signals if s != signal.SIGTERM]
+
+
+class _OncePerProcess(logging.Filter):
+    """Lets uvicorn's "Started/Finished server process [pid]" through once: each of the two listeners' servers logs
+    it, for the one process."""
+
+    MESSAGES = frozenset({"Started server process [%d]", "Finished server process [%d]"})
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not isinstance(record.msg, str) or record.msg not in self.MESSAGES:
+            return True
+        if record.msg in self.seen:
+            return False
+        self.seen.add(record.msg)
+        return True
+
+
 class _SideServer(uvicorn.Server):
     """A uvicorn server that leaves signals to the main one (which stops it when it stops)."""
 
@@ -136,7 +170,7 @@ class ExtenderServers:
         self.settings = settings
         level = log_level.lower()
         separate = self.metrics_sock is not None
-        self.verbs = uvicorn.Server(
+        self.verbs = _MainServer(
             uvicorn.Config(create_app(ext, metrics=not separate), log_level=level, lifespan="on", access_log=False)
         )
         self.metrics: uvicorn.Server | None = None
@@ -176,6 +210,9 @@ class ExtenderServers:
             self.metrics_url or f"{self.verbs_url} (metrics_port 0)",
         )
         side: asyncio.Task[None] | None = None
+        once = _OncePerProcess()
+        uvicorn_log = logging.getLogger("uvicorn.error")
+        uvicorn_log.addFilter(once)
         if self.metrics is not None and self.metrics_sock is not None:
             side = asyncio.create_task(self.metrics.serve(sockets=[self.metrics_sock]), name="kelvin-metrics")
             side.add_done_callback(lambda _: self.request_stop())  # one listener gone: stop the other too
@@ -188,6 +225,7 @@ class ExtenderServers:
             self.request_stop()
             if side is not None:
                 await side
+            uvicorn_log.removeFilter(once)
         if not self.verbs.started:
             # uvicorn returns normally when the app's lifespan fails (it logged why): not a clean stop.
             raise StartupError("the extender did not start: its startup (the telemetry cache) failed, see above")

@@ -30,7 +30,9 @@ from ..telemetry.ledger import AssumedLedger
 from ..telemetry.source import TelemetrySource
 from . import wire
 from .binder import Binder, BindError
+from .bindings import BindRecord, BindRecords, BindState
 from .metrics import ExtenderMetrics, rejection_code
+from .turns import LoopTurns
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +70,10 @@ class RequestMemo:
         return req
 
 
+def _gpus_text(gpus: tuple[int, ...]) -> str:
+    return ",".join(map(str, gpus)) or "-"
+
+
 def bind_refused(exc: BindError) -> bool:
     """Whether the API server certainly did not apply the Binding, so that its GPUs can be released at once.
 
@@ -99,6 +105,10 @@ class Extender:
 
     def __post_init__(self) -> None:
         self.memo = RequestMemo()
+        self.binds = BindRecords()
+        #: One verb's CPU work per pass of the event loop, first come first served (:mod:`.turns`): between two
+        #: verbs the loop accepts connections, reads sockets and answers /healthz.
+        self.turn = LoopTurns()
         #: Deadline of one bind, counted from the request's arrival (``bind_timeout_s``, KELVIN_BIND_TIMEOUT_S): below
         #: kube-scheduler's extender httpTimeout (5 s by default).
         self.bind_timeout_s: float = self.settings.bind_timeout_s
@@ -200,7 +210,10 @@ class Extender:
     async def bind(self, body: bytes, *, arrived: float | None = None) -> dict[str, str]:
         """An ``ExtenderBindingResult``: ``{"Error": ""}`` when bound, else the reason. The deadline
         (:attr:`bind_timeout_s`) counts from ``arrived`` (the event loop's time when the request came in; the routes
-        pass it, so that reading the body and waiting for a turn count too), else from now."""
+        pass it, so that reading the body and waiting for a turn count too), else from now.
+
+        Idempotent per pod UID (:mod:`.bindings`): a repeat of a bind that succeeded succeeds again without charging
+        the pod's GPUs a second time, one that arrives while the first is at the API server waits for its outcome."""
         loop = asyncio.get_running_loop()
         deadline = (loop.time() if arrived is None else arrived) + self.bind_timeout_s
         b = wire.parse_binding(body)
@@ -211,63 +224,129 @@ class Extender:
                 "binding through kelvin is disabled (KELVIN_BIND_ENABLED=false); "
                 "remove bindVerb from the scheduler's extender configuration",
             )
-        req = self.memo.get(b.PodUID, key)
-        if req is None:
+        uid = b.PodUID
+        if not uid:  # nothing to know the pod by across requests (kube-scheduler always sends it)
+            return await self._bind(b, key, deadline, None)
+        rec = self.binds.get(uid)
+        while rec is not None and rec.state is BindState.PENDING:
             try:
-                with self.cache.gate.awaiting():
-                    async with asyncio.timeout_at(deadline):
-                        pod = await self.binder.get_pod(b.PodNamespace, b.PodName)
-            except BindError as exc:
-                return self._bind_error(key, str(exc))
+                async with asyncio.timeout_at(deadline):
+                    await rec.settled.wait()
             except TimeoutError:
-                return self._bind_error(key, f"cannot read pod {key}: {self._late()}")
-            if pod is None:
-                return self._bind_error(key, f"kelvin has not seen pod {key} in a filter call and cannot read it")
-            try:
-                req = parse_pod(pod)
-            except RequestError as exc:
-                return self._bind_error(key, f"pod {key}: {exc}")
-        fleet = self.cache.snapshot.arrays
-        row = fleet.index.get(b.Node)
-        now = self.clock()
+                return self._bind_error(key, f"an earlier bind of pod {key} is still in progress: {self._late()}")
+            rec = self.binds.get(uid)
+        if rec is not None and rec.state is BindState.BOUND:
+            if rec.node != b.Node:
+                return self._bind_error(key, f"pod {key} (uid {uid}) is already bound to {rec.node}, not {b.Node}")
+            log.info("bind of %s to %s repeated: already bound (gpus %s)", key, b.Node, _gpus_text(rec.gpus))
+            self.metrics.decisions.labels("bind", "bound").inc()
+            return {"Error": ""}
+        if self._snapshot_shows(b.Node, uid):  # bound before kelvin restarted, or by an attempt it forgot
+            log.info("bind of %s to %s repeated: telemetry already shows it there", key, b.Node)
+            self.metrics.decisions.labels("bind", "bound").inc()
+            return {"Error": ""}
+        # An earlier attempt that may have been applied: send the same GPUs again rather than charge new ones.
+        retry = rec if rec is not None and rec.node == b.Node and rec.assignment is not None else None
+        new = self.binds.start(uid, b.Node)
+        try:
+            reply = await self._bind(b, key, deadline, new, retry=retry)
+        finally:
+            if new.state is BindState.PENDING:  # cancelled (the client went away) or an unexpected failure
+                self.binds.settle(uid, new, BindState.UNCERTAIN if new.assignment is not None else None)
+        return reply
+
+    def _snapshot_shows(self, node: str, uid: str) -> bool:
+        n = self.cache.snapshot.node(node)
+        return n is not None and any(a.pod_uid == uid for a in n.assignments)
+
+    async def _bind(
+        self,
+        b: wire.ExtenderBindingArgs,
+        key: str,
+        deadline: float,
+        rec: BindRecord | None,
+        *,
+        retry: BindRecord | None = None,
+    ) -> dict[str, str]:
+        """One bind attempt; ``rec`` (when the pod has a UID) is settled with its outcome. ``retry``: an earlier
+        attempt on the same node whose outcome is unknown, whose GPUs (still assumed) are sent again."""
+        uid = b.PodUID
+
+        def failed(message: str, state: BindState | None = None) -> dict[str, str]:
+            if rec is not None:
+                self.binds.settle(uid, rec, state)
+            return self._bind_error(key, message)
+
         gpus: tuple[int, ...] | None
-        if not req.wants_gpu:
-            gpus = ()
-        elif row is None:
-            return self._bind_error(key, f"node {b.Node}: {UNKNOWN_NODE_REASON}")
-        else:
-            ctx = self.framework.context(fleet, now)
-            gpus = self.framework.pick(req, fleet, row, ctx)
-            if gpus is None:
-                why = self.framework.explain(req, fleet, row, ctx)
-                reasons = "; ".join(v.reason for v in why.filters if v.reason) or "no GPUs left"
-                return self._bind_error(key, f"pod {key} no longer fits node {b.Node}: {reasons}")
-        # Assume before the first await, so that a concurrent bind already sees these GPUs as taken.
         assignment: GpuAssignment | None = None
-        if gpus:
-            assignment = claim_of(req, gpus, pod_key=key, pod_uid=b.PodUID or None)  # charged by GPU size
-            self.ledger.assume(b.Node, assignment, now)
+        if retry is not None:
+            gpus, assignment = retry.gpus, retry.assignment
+            log.info("bind of %s to %s retried: sending the same gpus %s", key, b.Node, _gpus_text(gpus))
+            if assignment is not None:  # still assumed, or again (the entry is the pod's: never counted twice)
+                self.ledger.assume(b.Node, assignment, self.clock())
+        else:
+            req = self.memo.get(uid, key)
+            if req is None:
+                try:
+                    with self.cache.gate.awaiting():
+                        async with asyncio.timeout_at(deadline):
+                            pod = await self.binder.get_pod(b.PodNamespace, b.PodName)
+                except BindError as exc:
+                    return failed(str(exc))
+                except TimeoutError:
+                    return failed(f"cannot read pod {key}: {self._late()}")
+                if pod is None:
+                    return failed(f"kelvin has not seen pod {key} in a filter call and cannot read it")
+                try:
+                    req = parse_pod(pod)
+                except RequestError as exc:
+                    return failed(f"pod {key}: {exc}")
+            async with self.turn:  # picking is CPU work: in turn with the other verbs (see ``turn``)
+                fleet = self.cache.snapshot.arrays
+                row = fleet.index.get(b.Node)
+                now = self.clock()
+                if not req.wants_gpu:
+                    gpus = ()
+                elif row is None:
+                    return failed(f"node {b.Node}: {UNKNOWN_NODE_REASON}")
+                else:
+                    ctx = self.framework.context(fleet, now)
+                    gpus = self.framework.pick(req, fleet, row, ctx)
+                    if gpus is None:
+                        why = self.framework.explain(req, fleet, row, ctx)
+                        reasons = "; ".join(v.reason for v in why.filters if v.reason) or "no GPUs left"
+                        return failed(f"pod {key} no longer fits node {b.Node}: {reasons}")
+                # Assume before the first await, so that a concurrent bind already sees these GPUs as taken.
+                if gpus:
+                    assignment = claim_of(req, gpus, pod_key=key, pod_uid=uid or None)  # charged by GPU size
+                    self.ledger.assume(b.Node, assignment, now)
+        if rec is not None:
+            rec.gpus, rec.assignment = gpus, assignment
         try:
             with self.cache.gate.awaiting():  # no CPU used meanwhile: the refresh need not wait for the API server
                 async with asyncio.timeout_at(deadline):
-                    await self.binder.bind(b.PodNamespace, b.PodName, b.PodUID, b.Node, gpus)
+                    await self.binder.bind(b.PodNamespace, b.PodName, uid, b.Node, gpus)
         except BindError as exc:
-            if assignment is not None:
-                if bind_refused(exc):
-                    self.ledger.forget(key, assignment)
-                else:  # the Binding may have been applied: keep the GPUs assumed until the pod list shows the truth
-                    log.info("bind of %s may have been applied (%s): its GPUs stay assumed", key, exc)
-            return self._bind_error(key, str(exc))
+            if assignment is None:
+                return failed(str(exc))
+            if bind_refused(exc):
+                self.ledger.forget(key, assignment)
+                return failed(str(exc))
+            # the Binding may have been applied: keep the GPUs assumed until the pod list shows the truth
+            log.info("bind of %s may have been applied (%s): its GPUs stay assumed", key, exc)
+            return failed(str(exc), BindState.UNCERTAIN)
         except TimeoutError:
             # The Binding may still be applied: keep the GPUs assumed (until the TTL or the pod list shows the truth).
-            return self._bind_error(key, f"binding pod {key} to {b.Node}: {self._late()}")
+            return failed(f"binding pod {key} to {b.Node}: {self._late()}", BindState.UNCERTAIN)
+        if rec is not None:
+            self.binds.settle(uid, rec, BindState.BOUND)
         if assignment is not None and isinstance(self.source, BindingObserver):
             try:
                 self.source.record_binding(b.Node, assignment)
             except KeyError as exc:
                 log.warning("the source does not know node %s: %s", b.Node, exc)
         self.metrics.decisions.labels("bind", "bound").inc()
-        log.info("bound %s to %s gpus %s", key, b.Node, ",".join(map(str, gpus)) or "-")
+        log.info("bound %s to %s gpus %s", key, b.Node, _gpus_text(gpus))
         return {"Error": ""}
 
     def _late(self) -> str:

@@ -78,6 +78,10 @@ class TooLarge(WireError):
     """A request over one of the configured limits (answered with HTTP 413); the message names the setting."""
 
 
+class UnsupportedEncoding(WireError):
+    """A body sent with a ``Content-Encoding`` kelvin does not decode (answered with HTTP 415, naming it)."""
+
+
 @dataclass(frozen=True, slots=True)
 class ParsedArgs:
     """What the hot path needs from :class:`ExtenderArgs`. Duplicate node names are dropped (the first one kept)."""
@@ -119,6 +123,9 @@ _ARGS = msgspec.json.Decoder(_Args)
 _NODE_HEAD = msgspec.json.Decoder(_NodeHead)
 
 
+_TOO_DEEP = "request body is not valid JSON: nested too deeply (Kubernetes objects are a few dozen levels deep at most)"
+
+
 def _loads(body: bytes, expected: str = "a JSON object with Pod and Nodes or NodeNames") -> Any:
     if not body:
         raise WireError(f"empty request body: expected {expected}")
@@ -126,6 +133,8 @@ def _loads(body: bytes, expected: str = "a JSON object with Pod and Nodes or Nod
         return orjson.loads(body)
     except orjson.JSONDecodeError as exc:
         raise WireError(f"request body is not valid JSON: {exc}") from None
+    except RecursionError:  # pragma: no cover - orjson reports its depth limit as a JSONDecodeError
+        raise WireError(_TOO_DEEP) from None
 
 
 def _type_name(v: object) -> str:
@@ -183,6 +192,8 @@ def parse_args(body: bytes, *, max_node_names: int | None = None) -> ParsedArgs:
         pod, names_raw, items = _other_shape(body)
     except msgspec.DecodeError as exc:
         raise WireError(f"request body is not valid JSON: {exc}") from None
+    except RecursionError:  # msgspec's own depth limit (also while it skips over a Node object)
+        raise WireError(_TOO_DEEP) from None
     _check_pod(pod)
     if names_raw is not None:
         if not isinstance(names_raw, list):
@@ -201,16 +212,27 @@ def parse_args(body: bytes, *, max_node_names: int | None = None) -> ParsedArgs:
     seen: dict[str, None] = {}
     kept: list[orjson.Fragment] = []
     for i, raw in enumerate(items):
+        text = bytes(raw)
         try:
-            head = _NODE_HEAD.decode(raw)
+            # The Node is echoed back verbatim: it must be valid UTF-8 as a whole (msgspec skips its other fields
+            # unread), or kelvin's reply would not be valid JSON.
+            text.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise WireError(
+                f"Nodes.items[{i}]: not valid UTF-8 (byte {text[exc.start]:#04x} at offset {exc.start} of the Node)"
+            ) from None
+        try:
+            head = _NODE_HEAD.decode(text)
         except msgspec.ValidationError:
             head = _NodeHead()
+        except msgspec.DecodeError as exc:  # pragma: no cover - the whole body and the Node's bytes were read above
+            raise WireError(f"Nodes.items[{i}]: not valid JSON: {exc}") from None
         name = head.metadata.name if head.metadata is not None else None
         if not isinstance(name, str):
             raise WireError(f"Nodes.items[{i}].metadata.name: missing or not a string")
         if name not in seen:
             seen[name] = None
-            kept.append(orjson.Fragment(bytes(raw)))
+            kept.append(orjson.Fragment(text))
     return ParsedArgs(pod=pod, names=list(seen), node_objects=kept)
 
 

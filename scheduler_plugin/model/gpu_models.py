@@ -143,6 +143,12 @@ def _gpu_parts(name: str) -> ModelName:
     return ModelName(got.text, got.family, memory, form, got.tags)
 
 
+def memory_gb(gpu_model: str) -> int | None:
+    """The memory size (GB) a GPU's name gives or implies (``NVIDIA L4``: 24, ``A100-SXM4-40GB``: 40); ``None``
+    when the name does not tell (``A100`` comes with 40 or 80 GB)."""
+    return _gpu_parts(gpu_model).memory_gb
+
+
 def item_matches(item: str, gpu_model: str) -> bool:
     """Whether one item of ``kelvin.dev/gpu-models`` names a GPU that telemetry reports as ``gpu_model``."""
     want = parse_model(item)

@@ -22,10 +22,15 @@ _DECIMAL = {
     "P": Decimal(10**15),
     "E": Decimal(10**18),
 }
-_RE = re.compile(r"^([+-]?(?:\d+(?:\.\d*)?|\.\d+))(?:([eE][+-]?\d+)|(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E))?$")
+# ASCII digits only, as Kubernetes' own parser: ``\d`` of a ``str`` pattern would also take "２０" or "٥٠٠" (and
+# Decimal() reads them), so a value the API server would refuse could pass here.
+_RE = re.compile(
+    r"([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))(?:([eE][+-]?[0-9]+)|(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E))?", re.ASCII
+)
 
 
-MAX_QUANTITY = Decimal(2**63 - 1)
+MAX_INT64 = 2**63 - 1
+MAX_QUANTITY = Decimal(MAX_INT64)
 """The largest magnitude accepted, in the quantity's own unit (Kubernetes keeps quantities in int64 too). A larger
 value (``1e400``, ``9e18`` cores in millicores) would overflow the int64/float arithmetic that consumes it."""
 _MAX_TEXT = 64
@@ -55,7 +60,7 @@ def parse_quantity(text: str | int | float) -> Decimal:
     s = str(text).strip()
     if len(s) > _MAX_TEXT:
         raise QuantityError(f"{s[:20]!r}... is not a quantity (longer than {_MAX_TEXT} characters)")
-    m = _RE.match(s)
+    m = _RE.fullmatch(s)
     if not m:
         raise QuantityError(f"{text!r} is not a quantity (expected e.g. 20Gi, 512Mi, 1.5, 500m)")
     number, exponent, suffix = m.groups()

@@ -15,7 +15,7 @@ import numpy.typing as npt
 from . import annotations as ann
 from .claim import charge_milli_array
 from .gpu import MIB, MILLI_PER_GPU
-from .quantity import QuantityError, parse_bytes, parse_cpu_milli, parse_quantity
+from .quantity import MAX_INT64, QuantityError, parse_bytes, parse_cpu_milli, parse_quantity
 
 
 class Topology(StrEnum):
@@ -112,8 +112,12 @@ def _containers(spec: Mapping[str, Any], field: str) -> list[Mapping[str, Any]]:
     return items
 
 
-def _pod_resource(spec: Mapping[str, Any], name: str, parse: Any) -> int:
-    """Effective pod request of a resource: max(sum over containers, max over init containers) + overhead."""
+def _pod_resource(spec: Mapping[str, Any], name: str, parse: Any, *, limit: int = MAX_INT64, unit: str = "") -> int:
+    """Effective pod request of a resource: max(sum over containers, max over init containers) + overhead.
+
+    Checked against ``limit`` like each single value is: every container alone may be in range while their sum is
+    not (two containers of ``7Ei`` overflow int64), and what kelvin keeps of a pod must fit the int64 arithmetic of
+    every later request's scoring."""
 
     def one(c: Mapping[str, Any]) -> int:
         req = _container_resources(c, "requests")
@@ -139,7 +143,15 @@ def _pod_resource(spec: Mapping[str, Any], name: str, parse: Any) -> int:
         overhead = parse(overhead_raw) if overhead_raw is not None else 0
     except QuantityError as exc:
         raise RequestError(f"spec.overhead.{name}", overhead_raw, str(exc)) from exc
-    return int(max(total, init_max) + overhead)
+    effective = int(max(total, init_max) + overhead)
+    if effective > limit:
+        raise RequestError(
+            f"resource {name}",
+            f"{effective}{unit}",
+            f"the pod's effective request (max of the sum over containers and the largest init container, plus "
+            f"spec.overhead) is more than {limit}{unit}",
+        )
+    return effective
 
 
 def _or_empty(value: Any) -> Any:
@@ -177,13 +189,13 @@ def parse_pod(pod: Mapping[str, Any], *, lenient_gpu_memory: bool = False) -> Gp
     if isinstance(raw_priority, bool) or not isinstance(raw_priority, int):
         raise RequestError("spec.priority", raw_priority, "must be an integer")
 
-    count = _pod_resource(spec, ann.GPU_RESOURCE, _gpu_count)
-    slots = _pod_resource(spec, ann.SHARED_GPU_RESOURCE, _gpu_count)
+    count = _pod_resource(spec, ann.GPU_RESOURCE, _gpu_count, limit=MAX_GPUS_PER_POD, unit=" GPUs")
+    slots = _pod_resource(spec, ann.SHARED_GPU_RESOURCE, _gpu_count, limit=MAX_GPUS_PER_POD, unit=" slots")
     if slots:
         _check_shared_slot(slots, count, annotations)
         count = 1
-    cpu = _pod_resource(spec, "cpu", parse_cpu_milli)
-    mem = _pod_resource(spec, "memory", parse_bytes)
+    cpu = _pod_resource(spec, "cpu", parse_cpu_milli, unit=" millicores")
+    mem = _pod_resource(spec, "memory", parse_bytes, unit=" bytes")
     return request_from_annotations(
         annotations,
         count=count,
@@ -235,6 +247,9 @@ def _check_shared_slot(slots: int, count: int, annotations: Mapping[str, Any]) -
 
 
 _MEMORY_UNIT = re.compile(r"(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)$")
+# Annotation numbers are ASCII, as documented: int() and float() would also read "٥٠٠", "१००", "5_00" or "٧٨".
+_ASCII_INT = re.compile(r"[0-9]+", re.ASCII)
+_ASCII_DECIMAL = re.compile(r"[0-9]+(?:\.[0-9]*)?|\.[0-9]+", re.ASCII)
 MIN_GPU_MEMORY = MIB
 """The smallest memory pool accepted: below it a value is a typo (``"20"`` would be 20 bytes), not a pool."""
 
@@ -249,7 +264,7 @@ def parse_gpu_memory(raw: object, *, lenient: bool = False) -> int:
         value = parse_bytes(text)
     except QuantityError as exc:
         raise RequestError(ann.GPU_MEMORY, raw, f"not a memory quantity ({exc}); use e.g. 20Gi") from exc
-    if not _MEMORY_UNIT.search(text) and not (lenient and text.isdigit()):
+    if not _MEMORY_UNIT.search(text) and not (lenient and _ASCII_INT.fullmatch(text)):
         raise RequestError(
             ann.GPU_MEMORY, raw, "has no memory unit (a bare number would be bytes); give one, e.g. 20Gi or 512Mi"
         )
@@ -290,12 +305,11 @@ def request_from_annotations(
 
     raw = annotations.get(ann.GPU_SHARE)
     if raw is not None:
-        try:
-            share = int(str(raw).strip())
-        except ValueError as exc:
-            raise RequestError(
-                ann.GPU_SHARE, raw, "must be an integer number of thousandths of a GPU, 1..1000"
-            ) from exc
+        text = str(raw).strip()
+        if not _ASCII_INT.fullmatch(text):
+            raise RequestError(ann.GPU_SHARE, raw, "must be an integer number of thousandths of a GPU, 1..1000")
+        digits = text.lstrip("0") or "0"
+        share = int(digits) if len(digits) <= 9 else MILLI_PER_GPU + 1  # (int() refuses over 4,300 digits)
         if not 1 <= share <= MILLI_PER_GPU:
             raise RequestError(ann.GPU_SHARE, raw, "must be between 1 and 1000 (thousandths of one GPU)")
         if count > 1:
@@ -323,10 +337,10 @@ def request_from_annotations(
     max_temp: float | None = None
     raw = annotations.get(ann.MAX_TEMPERATURE)
     if raw is not None:
-        try:
-            max_temp = float(str(raw).strip().removesuffix("C").removesuffix("°"))
-        except ValueError as exc:
-            raise RequestError(ann.MAX_TEMPERATURE, raw, "must be a temperature in Celsius, e.g. 75") from exc
+        text = str(raw).strip().removesuffix("C").removesuffix("°")
+        if not _ASCII_DECIMAL.fullmatch(text):
+            raise RequestError(ann.MAX_TEMPERATURE, raw, "must be a temperature in Celsius, e.g. 75")
+        max_temp = float(text)
         if not math.isfinite(max_temp) or not 20 <= max_temp <= 120:
             raise RequestError(ann.MAX_TEMPERATURE, raw, "must be between 20 and 120 (Celsius)")
 

@@ -63,6 +63,8 @@ class FleetArrays:
     clock_ratio: FloatA  # (N, G) 0..1
     power: FloatA  # (N, G) watts, NaN when unknown
     thermal_resistance: FloatA  # (N, G) Celsius per watt above idle (cooling quality), NaN when unknown
+    cooling_samples: I32A  # (N, G) readings thermal_resistance was learned from: 0 assumed, -1 reported
+    cooling_since: FloatA  # (N, G) unix time of the first of them, NaN when not learned
     xid: I32A  # (N, G)
     numa: I32A  # (N, G)
     switch: I32A  # (N, G) interned PCIe switch id (-1 unknown)
@@ -162,6 +164,19 @@ _POWER = operator.attrgetter("power_watts")
 _RESISTANCE = operator.attrgetter("thermal_resistance_c_per_w")
 
 
+def _unfit(nodes: Sequence[GpuNode], attr: str, dtype: np.dtype[Any]) -> str:
+    """Which GPU's ``attr`` does not fit the snapshot's ``dtype`` column (the error path of a build: a source passed
+    a value its own checks should have refused), for a message that names it."""
+    for nd in nodes:
+        for gp in nd.gpus:
+            value = getattr(gp, attr)
+            try:
+                np.array([value], dtype=dtype)
+            except (OverflowError, TypeError, ValueError):
+                return f"node {nd.name} GPU {gp.index}: {attr} {value!r} does not fit the snapshot ({dtype})"
+    return f"a value of {attr} does not fit the snapshot ({dtype})"
+
+
 class ArraysBuilder:
     """Builds the :class:`FleetArrays` of ``nodes`` a slice of rows at a time (:meth:`fill`), then :meth:`finish`.
 
@@ -197,6 +212,8 @@ class ArraysBuilder:
         self.clock_ratio = np.ones(shape, dtype=np.float64)
         self.power = np.full(shape, np.nan, dtype=np.float64)
         self.thermal_resistance = np.full(shape, np.nan, dtype=np.float64)
+        self.cooling_samples = np.full(shape, -1, dtype=np.int32)
+        self.cooling_since = np.full(shape, np.nan, dtype=np.float64)
         self.switch = np.full(shape, -1, dtype=np.int32)
         self.model_id = np.full(shape, -1, dtype=np.int32)
         self.nvlink = np.zeros((n, g, g), dtype=np.bool_)
@@ -258,9 +275,12 @@ class ArraysBuilder:
         rows = np.repeat(np.arange(lo, hi, dtype=np.int64), counts)
         cols = np.arange(total, dtype=np.int64) - np.repeat(starts, counts)
         self.present[rows, cols] = True
-        for (name, _), get in zip(_GPU_COLUMNS, _GPU_ATTRS, strict=True):
+        for (name, attr), get in zip(_GPU_COLUMNS, _GPU_ATTRS, strict=True):
             arr = self.cols[name]
-            arr[rows, cols] = np.fromiter(map(get, gpus), dtype=arr.dtype, count=total)
+            try:
+                arr[rows, cols] = np.fromiter(map(get, gpus), dtype=arr.dtype, count=total)
+            except (OverflowError, TypeError, ValueError):
+                raise ValueError(_unfit(nodes, attr, arr.dtype)) from None
         clock = np.fromiter(map(_SM_CLOCK, gpus), dtype=np.float64, count=total)
         clock_max = np.fromiter(map(_SM_CLOCK_MAX, gpus), dtype=np.float64, count=total)
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -340,6 +360,8 @@ class ArraysBuilder:
             clock_ratio=self.clock_ratio,
             power=self.power,
             thermal_resistance=self.thermal_resistance,
+            cooling_samples=self.cooling_samples,
+            cooling_since=self.cooling_since,
             xid=c["xid"],
             numa=c["numa"],
             switch=self.switch,

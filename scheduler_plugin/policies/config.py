@@ -10,16 +10,18 @@ by :meth:`scheduler_plugin.policies.framework.Framework.from_config` through the
 from __future__ import annotations
 
 import logging
-import typing
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from .. import yamlfile
+from ..config import error_message
 from ..hotness import HotnessConfig
+from ..operator_settings import FileSection
 from . import registry
-from .keys import Renamed, camel, display_path, normalise
+from .keys import Normalised, Renamed, camel, display_path, normalise
 from .registry import PolicyConfigError
 
 log = logging.getLogger("kelvin.policy")
@@ -31,9 +33,11 @@ DEFAULT_PICKER = "fragmentation"
 
 class CamelModel(BaseModel):
     """Base of every config and policy-args model: camelCase keys (:func:`.keys.camel`), the field name accepted too,
-    unknown keys rejected."""
+    unknown keys rejected, floats finite (``.inf`` and ``.nan`` are refused naming the key)."""
 
-    model_config = ConfigDict(extra="forbid", alias_generator=camel, populate_by_name=True, frozen=True)
+    model_config = ConfigDict(
+        extra="forbid", alias_generator=camel, populate_by_name=True, frozen=True, allow_inf_nan=False
+    )
 
 
 class TelemetryPolicy(CamelModel):
@@ -97,8 +101,9 @@ class PolicyConfig(CamelModel):
     hotness: HotnessConfig = Field(default_factory=HotnessConfig)
     """Hot-node thresholds, shared with the operator (``scheduler_plugin.hotness``); validated here too."""
     operator: dict[str, Any] = Field(default_factory=dict)
-    """The operator's section of the shared policy file. The operator validates it (``kelvin_operator.config``);
-    the extender only carries it, so one file serves both."""
+    """The operator's section of the shared policy file, in the operator's field names; validated by
+    :meth:`from_mapping` with the operator's own model (:class:`~scheduler_plugin.operator_settings.FileSection`), so
+    that a file the operator refuses stops the extender too. The operator puts its environment and flags on top."""
 
     @classmethod
     def from_mapping(cls, data: Any, *, source: str = "policy config") -> PolicyConfig:
@@ -108,17 +113,18 @@ class PolicyConfig(CamelModel):
             data = {}
         if not isinstance(data, dict):
             raise PolicyConfigError(f"{source}: must be a mapping at the top level, got {type(data).__name__}")
-        # a section left empty (``operator:`` with nothing under it, or only comments) is YAML null: the same as {}
-        sections = _mapping_sections(cls)
-        data = {k: {} if v is None and k in sections else v for k, v in data.items()}
+        # a section left empty (``operator:`` or ``args:`` with nothing under it, or only comments) is YAML null: the
+        # same as {}, at every depth (normalise)
         keys = normalise(cls, data)
         if keys.duplicates:
             raise PolicyConfigError(f"{source}: " + "; ".join(keys.duplicates))
         try:
             cfg = cls.model_validate(keys.data)
         except ValidationError as exc:
-            raise PolicyConfigError(format_validation_error(exc, source, cls)) from exc
-        renamed = [*keys.renamed, *cfg._renamed_args(source)]
+            raise PolicyConfigError(format_validation_error(exc, source, cls)) from None
+        operator = _operator_section(cfg.operator, source)
+        cfg = cfg.model_copy(update={"operator": operator.data})
+        renamed = [*keys.renamed, *operator.renamed, *cfg._renamed_args(source)]
         for r in renamed:
             log.warning("%s", r.warning(source))
         return cfg
@@ -148,27 +154,33 @@ class PolicyConfig(CamelModel):
         except OSError as exc:
             raise PolicyConfigError(f"{p}: cannot read the policy file ({exc.strerror or exc})") from exc
         try:
-            data = yaml.safe_load(text)
+            data = yamlfile.safe_load(text)
         except yaml.YAMLError as exc:
-            raise PolicyConfigError(f"{p}: not valid YAML ({exc})") from exc
+            raise PolicyConfigError(f"{p}: not valid YAML ({yamlfile.describe(exc)})") from None
         return cls.from_mapping(data, source=str(p))
 
 
-def _mapping_sections(model: type[BaseModel]) -> frozenset[str]:
-    """The keys (camelCase and old spelling) of ``model``'s fields whose value is a mapping: a model or a dict."""
-    keys: set[str] = set()
-    for name, info in model.model_fields.items():
-        ann = info.annotation
-        origin = typing.get_origin(ann) or ann
-        if origin is dict or (isinstance(origin, type) and issubclass(origin, BaseModel)):
-            keys |= {name, camel(name)}
-    return frozenset(keys)
+def _operator_section(section: dict[str, Any], source: str) -> Normalised:
+    """The ``operator:`` section in field names, validated as the operator validates the file (the environment
+    left out: the extender's is not the operator's). Raises :class:`PolicyConfigError` naming each bad key."""
+    keys = normalise(FileSection, section, "operator.")
+    if keys.duplicates:
+        raise PolicyConfigError(f"{source}: " + "; ".join(keys.duplicates))
+    try:
+        FileSection(**keys.data)
+    except ValidationError as exc:
+        raise PolicyConfigError(format_validation_error(exc, source, FileSection, "operator.")) from None
+    return keys
 
 
-def format_validation_error(exc: ValidationError, source: str, model: type[BaseModel] | None = None) -> str:
+def format_validation_error(
+    exc: ValidationError, source: str, model: type[BaseModel] | None = None, prefix: str = ""
+) -> str:
     """One line per problem: ``<source>: <dotted.path>: <message>``, the path in camelCase keys."""
     lines = []
     for e in exc.errors():
-        path = display_path(model, e["loc"]) or "(top level)"
-        lines.append(f"{path}: {e['msg']}")
+        path = prefix + display_path(model, e["loc"]) if e["loc"] else prefix.rstrip(".") or "(top level)"
+        got = e.get("input")
+        shown = f" (got {got!r})" if isinstance(got, str | int | float) and e["type"] != "extra_forbidden" else ""
+        lines.append(f"{path}: {error_message(e)}{shown}")
     return f"{source}: " + "; ".join(lines)

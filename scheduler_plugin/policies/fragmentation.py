@@ -40,7 +40,7 @@ from __future__ import annotations
 
 from collections import Counter, OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -50,6 +50,7 @@ from pydantic import Field
 from ..model import GIB, MILLI_PER_GPU, FleetArrays, GpuRequest
 from ..model.claim import charge_milli
 from ..model.gpu_models import matches_any
+from ..model.request import MAX_GPUS_PER_POD
 from . import eligibility
 from .base import MAX_EXTENDER_PRIORITY, BoolA, CycleContext, FloatA, IntA
 from .config import CamelModel
@@ -180,7 +181,7 @@ class Workload:
     ) -> Workload:
         counts: Counter[PodShape] = Counter()
         mem: dict[PodShape, float] = {}
-        for r in reqs:
+        for r in map(bounded_request, reqs):
             s = shape_of(r, reference_gpu_memory)
             counts[s] += 1
             mem[s] = mem.get(s, 0.0) + r.host_memory_bytes
@@ -238,10 +239,30 @@ DEFAULT_SHAPES: dict[PodShape, float] = {
 }
 
 
+#: What one observed pod may add to the learned workload: its CPU (millicores) and host memory (bytes) are clamped
+#: to these, its GPU count to ``MAX_GPUS_PER_POD``. The workload is shared by every later request, so a pod that asks
+#: for more than any node has (and more than int64 can add up) must not be able to store a value that breaks the
+#: scoring of others; clamped, it still counts as "does not fit anywhere", which is what it is. Both bounds are far
+#: above any node (2**40 millicores is a billion cores, 2**53 bytes 8 PiB) and exact in float64.
+MAX_SHAPE_CPU_MILLI = 2**40
+MAX_SHAPE_HOST_MEMORY = 2**53
+
+
+def bounded_request(req: GpuRequest) -> GpuRequest:
+    """``req`` with its CPU, host memory and GPU count clamped into the ranges the learned workload can hold."""
+    cpu = min(max(req.cpu_milli, 0), MAX_SHAPE_CPU_MILLI)
+    mem = min(max(req.host_memory_bytes, 0), MAX_SHAPE_HOST_MEMORY)
+    count = min(max(req.count, 0), MAX_GPUS_PER_POD)
+    if (cpu, mem, count) == (req.cpu_milli, req.host_memory_bytes, req.count):
+        return req
+    return replace(req, cpu_milli=cpu, host_memory_bytes=mem, count=count)
+
+
 class WorkloadEstimator:
     """A decayed histogram of observed pod shapes (half-life in pods), seeded with a prior.
 
-    Each pod is counted once (by ``pod_uid`` or ``pod_key``) even when the scheduler retries it.
+    Each pod is counted once (by ``pod_uid`` or ``pod_key``) even when the scheduler retries it. What it is fed is
+    clamped first (:func:`bounded_request`): no request can store a value that later breaks scoring for others.
     """
 
     def __init__(
@@ -276,6 +297,7 @@ class WorkloadEstimator:
             self._seen[key] = None
             if len(self._seen) > _SEEN_KEYS:
                 self._seen.popitem(last=False)
+        req = bounded_request(req)
         # Instead of decaying every weight, new observations weigh exponentially more; rescale before overflow.
         self._inc *= self._growth
         s = shape_of(req, self._ref_mem)

@@ -4,7 +4,8 @@ Each model field has one camelCase key, :func:`camel` of its Python name (``max_
 a trailing ``_s`` is spelled out: ``hold_s`` -> ``holdSeconds``). The old snake_case spelling (the Python name) is
 still accepted: :func:`normalise` finds it, renames it to the key the model validates and reports it, so that the
 loader warns once per key, naming the old and the new spelling. Setting a key in both spellings is an error. Keys that
-match no field are left as they are, for the model to refuse with their path.
+match no field are left as they are, for the model to refuse with their path. A section left empty (YAML null) is
+``{}``, at every depth.
 """
 
 from __future__ import annotations
@@ -69,6 +70,13 @@ def _models_in(annotation: Any) -> tuple[type[BaseModel] | None, str]:
     return None, ""
 
 
+def _is_section(annotation: Any) -> bool:
+    """Whether a field holds a mapping (a model or a dict, not optional): a key left empty in YAML (null) means
+    ``{}`` for it (``operator:``, ``args:`` with nothing under them, or only comments)."""
+    origin = typing.get_origin(annotation) or annotation
+    return origin in (dict, Mapping) or (isinstance(origin, type) and issubclass(origin, BaseModel))
+
+
 def _key_of(model: type[BaseModel], name: str) -> str:
     """The key pydantic validates a field by (its alias when the model has aliases, else its name)."""
     return model.model_fields[name].alias or name
@@ -107,11 +115,14 @@ def _walk(model: type[BaseModel], data: Any, path: str, out: Normalised) -> Any:
         seen[name] = key
         if old:
             out.renamed.append(Renamed(f"{path}{key}", f"{path}{new}"))
-        sub, how = _models_in(model.model_fields[name].annotation)
+        annotation = model.model_fields[name].annotation
+        if value is None and _is_section(annotation):
+            value = {}
+        sub, how = _models_in(annotation)
         if sub is not None and how == "one":
             value = _walk(sub, value, f"{path}{new}.", out)
         elif sub is not None and how == "dict" and isinstance(value, Mapping):
-            value = {k: _walk(sub, v, f"{path}{new}.{k}.", out) for k, v in value.items()}
+            value = {k: _walk(sub, {} if v is None else v, f"{path}{new}.{k}.", out) for k, v in value.items()}
         result[_key_of(model, name)] = value
     return result
 

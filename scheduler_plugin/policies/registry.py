@@ -12,6 +12,8 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from ..config import error_message
+
 ArgsT = TypeVar("ArgsT", bound=BaseModel)
 
 
@@ -64,6 +66,6 @@ def build(kind: str, name: str, raw_args: dict[str, Any] | None, path: str) -> A
     try:
         args = reg.args_model.model_validate(raw_args or {})
     except ValidationError as exc:
-        problems = "; ".join(f"{path}.{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
-        raise PolicyConfigError(problems) from exc
+        problems = "; ".join(f"{path}.{'.'.join(str(p) for p in e['loc'])}: {error_message(e)}" for e in exc.errors())
+        raise PolicyConfigError(problems) from None
     return reg.factory(args)

@@ -179,6 +179,24 @@ def gpu_quality(fleet: FleetArrays, idx: IntA, args: ThermalArgs) -> FloatA:
     return np.where(fleet.gpu_present[idx], q, np.nan)
 
 
+def versus_slowdown(headroom: float) -> str:
+    """``"9.2 °C below slowdown"`` for a headroom of 9.2, ``"4.0 °C above slowdown"`` for -4.0."""
+    side = "above" if headroom < 0 else "below"
+    return f"{abs(headroom):.1f} °C {side} slowdown"
+
+
+def cooling_provenance(samples: int, since: float, now: float) -> str:
+    """Where a GPU's cooling figure comes from, for explain: learned (from how many readings, since when), the
+    assumed prior (the worst learned for its model), or reported by the source (``FleetArrays.cooling_samples``)."""
+    if samples < 0:
+        return "reported by telemetry"
+    if samples == 0:
+        return "assumed (the worst learned for its model: this GPU has not been seen settled under load yet)"
+    readings = "reading" if samples == 1 else "readings"
+    age = f" since {now - since:.0f} s ago" if np.isfinite(since) and now >= since else ""
+    return f"learned from {samples} {readings} under load{age}"
+
+
 #: The columns :func:`gpu_quality` reads (none of them is ever written in place).
 QUALITY_COLUMNS = (
     "temp",
@@ -255,13 +273,16 @@ class ThermalScore:
                 pred = t
                 ahead = f"trend {tr:+.1f} °C/min not judged (cool)"
             line = (
-                f"gpu {int(fleet.gpu_index[row, j])}: {t:.1f} °C, {ahead}; {headroom_c(pred, s):.1f} °C below "
-                f"slowdown {s:.0f} °C; quality {q[j]:.2f}"
+                f"gpu {int(fleet.gpu_index[row, j])}: {t:.1f} °C, {ahead}; "
+                f"{versus_slowdown(headroom_c(pred, s))} {s:.0f} °C; quality {q[j]:.2f}"
             )
             if np.isfinite(loaded[j]):
+                where = cooling_provenance(
+                    int(fleet.cooling_samples[row, j]), float(fleet.cooling_since[row, j]), ctx.now
+                )
                 line += (
-                    f"; under load {loaded[j]:.1f} °C (cooling {fleet.thermal_resistance[row, j]:.3f} °C/W, "
-                    f"{headroom_c(float(loaded[j]), s):.1f} °C below slowdown)"
+                    f"; under load {loaded[j]:.1f} °C (cooling {fleet.thermal_resistance[row, j]:.3f} °C/W {where}, "
+                    f"{versus_slowdown(headroom_c(float(loaded[j]), s))})"
                 )
             thr = int(fleet.throttle[row, j]) & SLOWDOWN_MASK
             if thr:

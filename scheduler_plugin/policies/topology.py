@@ -316,6 +316,11 @@ class TopologyTables:
                 self._fleet_key = key
                 return self._fleet
         n, g = fleet.gpu_present.shape
+        if n == 0:  # an empty fleet (no telemetry yet) has no patterns
+            empty = FleetTopology(pid=np.zeros(0, dtype=np.int64), patterns=[], qbest=None, clique=None, loss=None)
+            self._fleet_key, self._fleet = key, empty
+            self._memo.clear()
+            return empty
         rows = np.arange(n, dtype=np.int64)
         lv = link_levels(fleet, rows)
         raw = np.concatenate([lv.reshape(n, -1), fleet.gpu_present.astype(np.int8)], axis=1)

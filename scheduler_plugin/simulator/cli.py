@@ -23,12 +23,20 @@ from .report import json_summary, summary_table, write_curve_csv, write_plot
 from .thermal import THERMAL_POLICIES, ThermalResult, ThermalScenario, run_thermal
 from .trace import TraceError, load_trace
 
+#: What the trace replay's progress bar counts: the arrived GPU demand (the protocol stops arrivals at --target %
+#: of the cluster's GPU capacity, so the number of arrivals is known only at the end, and is not the trace's pods).
+ARRIVED_COLUMN = "{task.completed:.0f}/{task.total:.0f} % of GPU capacity arrived"
 
-def _progress(err: Console, enabled: bool) -> Progress:
+#: Where ``--out`` defaults to: this folder in the current directory (documented in docs/simulator.md; git ignores it).
+DEFAULT_OUT = Path("simulate-out")
+
+
+def _progress(err: Console, enabled: bool, counted: str | None = None) -> Progress:
+    """A progress bar; ``counted`` is the format of the count column (default: done/total steps)."""
     return Progress(
         TextColumn("{task.description}"),
         BarColumn(),
-        MofNCompleteColumn(),
+        TextColumn(counted) if counted else MofNCompleteColumn(),
         TimeElapsedColumn(),
         console=err,
         disable=not enabled,
@@ -70,27 +78,46 @@ def _thermal(err: Console, seeds: list[int], hours: float, json_out: bool, progr
 
 def simulate(
     nodes: Annotated[
-        Path | None, typer.Option(help="node list: openb CSV (sn,cpu_milli,memory_mib,gpu,model) or kelvin YAML/CSV")
+        Path | None,
+        typer.Option(
+            metavar="PATH", help="node list: openb CSV (sn,cpu_milli,memory_mib,gpu,model) or kelvin YAML/CSV"
+        ),
     ] = None,
     pods: Annotated[
-        Path | None, typer.Option(help="pod list: openb CSV (name,cpu_milli,...,gpu_spec) or kelvin YAML/CSV")
+        Path | None,
+        typer.Option(metavar="PATH", help="pod list: openb CSV (name,cpu_milli,...,gpu_spec) or kelvin YAML/CSV"),
     ] = None,
     policy: Annotated[
         list[str] | None,
         typer.Option(
             show_default=False,
+            metavar="POLICY",
             help=f"policy (repeatable): {', '.join(POLICIES)} (default kelvin); with --thermal: "
             f"{', '.join(THERMAL_POLICIES)} (default all three)",
         ),
     ] = None,
-    seed: Annotated[list[int] | None, typer.Option(show_default=False, help="seed (repeatable) (default 42)")] = None,
-    target: Annotated[float, typer.Option(help="inflate arrivals to this % of cluster GPU capacity", min=1)] = 130.0,
-    policy_file: Annotated[Path | None, typer.Option(help="kelvin policy YAML for the 'kelvin' policy")] = None,
-    out: Annotated[Path, typer.Option(help="folder for curve.csv and curve.png")] = Path("simulate-out"),
+    seed: Annotated[
+        list[int] | None, typer.Option(show_default=False, metavar="SEED", help="seed (repeatable) (default 42)")
+    ] = None,
+    target: Annotated[
+        float, typer.Option(metavar="PERCENT", help="inflate arrivals to this % of cluster GPU capacity", min=1)
+    ] = 130.0,
+    policy_file: Annotated[
+        Path | None, typer.Option(metavar="PATH", help="kelvin policy YAML for the 'kelvin' policy")
+    ] = None,
+    out: Annotated[
+        Path,
+        typer.Option(
+            metavar="FOLDER",
+            help="folder for curve.csv and curve.png (created; default: simulate-out in the current directory)",
+        ),
+    ] = DEFAULT_OUT,
     json_out: Annotated[bool, typer.Option("--json", help="print a machine-readable summary to stdout")] = False,
     progress: Annotated[bool, typer.Option(help="show a progress bar")] = True,
     thermal: Annotated[bool, typer.Option(help="run the time-stepped thermal scenario instead of a trace")] = False,
-    hours: Annotated[float, typer.Option(help="simulated hours of the thermal scenario", min=0.01)] = 4.0,
+    hours: Annotated[
+        float, typer.Option(metavar="HOURS", help="simulated hours of the thermal scenario", min=0.01)
+    ] = 4.0,
     learn_workload: Annotated[
         bool,
         typer.Option(
@@ -134,14 +161,17 @@ def simulate(
         + f"; arrivals up to {target:g} % of GPU capacity"
     )
     results: list[RunResult] = []
-    with _progress(err, progress) as bar:
+    with _progress(err, progress, ARRIVED_COLUMN) as bar:
         for p in policies:
             for s in seeds:
-                task = bar.add_task(f"{p} seed {s}", total=None)
+                task = bar.add_task(f"{p} seed {s}", total=target)
 
-                def tick(done: int, total: int, task_id: TaskID = task) -> None:
-                    if done % 200 == 0 or done == total:
-                        bar.update(task_id, completed=done, total=total)
+                shown = [-1]  # the last whole percent shown: the bar is redrawn once per percent, not per pod
+
+                def tick(arrived: float, goal: float, task_id: TaskID = task, shown: list[int] = shown) -> None:
+                    if int(arrived) != shown[0] or arrived >= goal:
+                        shown[0] = int(arrived)
+                        bar.update(task_id, completed=min(arrived, goal), total=goal)
 
                 pol = build_policy(p, s, policy_file=policy_file)
                 results.append(run(prep, pol, s, target=target / 100.0, progress=tick, learn_workload=learn_workload))
@@ -149,7 +179,8 @@ def simulate(
     write_plot(results, out / "curve.png", title=f"{nodes.name} / {pods.name}")
     human = err if json_out else console()
     human.print(summary_table(results))
-    human.print(f"curve: {escape(str(out / 'curve.csv'))}  plot: {escape(str(out / 'curve.png'))}")
+    where = out.absolute()
+    human.print(f"curve: {escape(str(where / 'curve.csv'))}  plot: {escape(str(where / 'curve.png'))}")
     if json_out:
         summary = {**json_summary(results), "workload": "learned" if learn_workload else "trace"}
         sys.stdout.write(json.dumps(summary, indent=2) + "\n")

@@ -3,7 +3,6 @@ fleet's arrays. Pure computation; the CLI adds I/O (progress, tables, files)."""
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -12,11 +11,12 @@ import numpy as np
 import numpy.typing as npt
 
 from ..model import MILLI_PER_GPU, FleetArrays, GpuRequest
+from ..model.claim import charge_milli
 from ..policies.base import CycleContext, FilterPlugin, GpuPicker, ScorePlugin
 from ..policies.fragmentation import DEFAULT_REFERENCE_GPU_MEMORY, WORKLOAD_KEY, Workload, workload_of
 from .fleet import apply_placement, build_fleet, gpu_memory_bytes
-from .protocol import DEFAULT_TARGET, arrival_order
-from .trace import Trace
+from .protocol import DEFAULT_TARGET, arrivals
+from .trace import Trace, TracePod
 
 FloatA = npt.NDArray[np.float64]
 IntA = npt.NDArray[np.int64]
@@ -70,7 +70,9 @@ class RunResult:
     seed: int
     total_gpus: int
     arrived_pct: FloatA
-    """(A,) arrived GPU demand after each arrival, % of cluster GPU capacity."""
+    """(A,) arrived GPU demand after each arrival, % of cluster GPU capacity: what the placed pods were charged on
+    the GPUs they got, plus what the failed ones would take (a memory pool: its charge on the fleet's median GPU).
+    So the allocation never exceeds it."""
     alloc_pct: FloatA
     """(A,) GPU allocation ratio after each arrival, % of cluster GPU capacity."""
     failed: BoolA
@@ -82,11 +84,11 @@ class RunResult:
     """The fleet's arrays after the last arrival."""
 
     def alloc_at(self, pct: float) -> float:
-        """Allocation ratio (%) when the arrived workload first reaches ``pct`` % (the last value if never)."""
-        if len(self.arrived_pct) == 0:
-            return 0.0
-        i = int(np.searchsorted(self.arrived_pct, pct - 1e-9))
-        return float(self.alloc_pct[min(i, len(self.alloc_pct) - 1)])
+        """Allocation ratio (%) once ``pct`` % has arrived: after the last arrival that leaves the arrived workload at
+        most ``pct`` % (0 before any; the last value if arrivals stopped short of it). The pod that carries the
+        arrived workload past ``pct`` counts at the next point, so the curve never exceeds the arrived workload."""
+        i = int(np.searchsorted(self.arrived_pct, pct + 1e-9, side="right")) - 1
+        return float(self.alloc_pct[i]) if i >= 0 else 0.0
 
     def curve(self, points: Sequence[int] = tuple(range(131))) -> list[float]:
         return [self.alloc_at(p) for p in points]
@@ -136,22 +138,29 @@ class Prepared:
 
 
 def _account_memory_pools(trace: Trace) -> Trace:
-    """A pod that asks for a GPU memory pool takes a share that depends on the GPU it lands on; for the arrived
-    workload it counts as the share of the fleet's median GPU (its placement still uses the real GPU's size)."""
-    pooled = [p for p in trace.pods if p.gpu_memory_bytes is not None and p.gpu_milli >= MILLI_PER_GPU]
+    """A pod that asks for a GPU memory pool takes a share that depends on the GPU it lands on (:func:`charge_milli`,
+    as the extender charges it). Until it is placed it is counted as its charge on the fleet's median GPU: that is
+    what sizes the target workload, and what a pod that fails adds to the arrived workload (:func:`run` counts a
+    placed pod by the charge it took)."""
+    pooled = [p for p in trace.pods if p.gpu_memory_bytes is not None]
     if not pooled:
         return trace
     sizes = [gpu_memory_bytes(n) for n in trace.nodes for _ in range(n.gpus)]
     if not sizes:
         return trace
-    median = float(np.median(sizes))
+    median = int(np.median(sizes))
     pods = tuple(
-        replace(p, gpu_milli=max(1, min(MILLI_PER_GPU, math.ceil(p.gpu_memory_bytes * MILLI_PER_GPU / median))))
-        if p.gpu_memory_bytes is not None and p.gpu_milli >= MILLI_PER_GPU
+        replace(p, gpu_milli=min(MILLI_PER_GPU, charge_milli(share_of(p), p.gpu_memory_bytes, median)))
+        if p.gpu_memory_bytes is not None
         else p
         for p in trace.pods
     )
     return Trace(trace.nodes, pods)
+
+
+def share_of(pod: TracePod) -> int | None:
+    """The compute share a pod's request gives besides its memory pool (``None``: the pool only)."""
+    return pod.request().milli
 
 
 def prepare(trace: Trace) -> Prepared:
@@ -170,7 +179,7 @@ def run(
     seed: int,
     *,
     target: float = DEFAULT_TARGET,
-    progress: Callable[[int, int], None] | None = None,
+    progress: Callable[[float, float], None] | None = None,
     workload: Workload | None = None,
     learn_workload: bool = False,
 ) -> RunResult:
@@ -181,26 +190,27 @@ def run(
     M), or with ``learn_workload`` none at all: they learn it from the pods they score, as the extender does in a
     cluster (a decayed histogram seeded with a default mix).
     """
+    if target <= 0:
+        raise ValueError(f"target must be positive, got {target}")
     started = time.perf_counter()
-    order = arrival_order(prep.trace.pods, prep.capacity_milli, seed, target)
     fleet = prep.fleet.copy()
     n = fleet.n_nodes
     node_rank = np.random.default_rng([seed, 1]).permutation(n)
     all_rows = np.arange(n, dtype=np.int64)
     cap = max(prep.capacity_milli, 1)
-    arrived = np.zeros(len(order))
-    alloc = np.zeros(len(order))
-    failed = np.zeros(len(order), dtype=np.bool_)
+    goal = target * prep.capacity_milli
+    arrived: list[float] = []
+    alloc: list[float] = []
+    failed: list[bool] = []
     names: list[str] = []
     allocated = 0
     demand_so_far = 0
     placed = 0
     w = workload if workload is not None else prep.workload
-    for i, p in enumerate(order):
-        req = prep.requests[int(p)]
-        pod = prep.trace.pods[int(p)]
+    for p in arrivals(prep.trace.pods, seed):
+        req = prep.requests[p]
+        pod = prep.trace.pods[p]
         names.append(pod.name)
-        demand_so_far += pod.gpu_demand_milli
         ctx = policy.context(fleet, 0.0)
         if not learn_workload:
             ctx.extras[WORKLOAD_KEY] = w
@@ -214,21 +224,27 @@ def run(
             row = int(tied[np.argmin(node_rank[tied])])
             gpus = policy.picker.pick(req, fleet, row, ctx)
         if gpus is None or (req.wants_gpu and len(gpus) != req.count):
-            failed[i] = True
+            failed.append(True)
+            demand_so_far += pod.gpu_demand_milli  # what it would take (a memory pool: on the median GPU)
         else:
-            allocated += apply_placement(fleet, req, row, gpus)
+            taken = apply_placement(fleet, req, row, gpus)
+            allocated += taken
+            demand_so_far += taken  # what it took: a memory pool on the GPU it landed on
             placed += 1
-        arrived[i] = 100.0 * demand_so_far / cap
-        alloc[i] = 100.0 * allocated / cap
+            failed.append(False)
+        arrived.append(100.0 * demand_so_far / cap)
+        alloc.append(100.0 * allocated / cap)
         if progress is not None:
-            progress(i + 1, len(order))
+            progress(arrived[-1], 100.0 * target)
+        if demand_so_far >= goal:
+            break
     return RunResult(
         policy=policy.name,
         seed=seed,
         total_gpus=cap // MILLI_PER_GPU,
-        arrived_pct=arrived,
-        alloc_pct=alloc,
-        failed=failed,
+        arrived_pct=np.asarray(arrived, dtype=np.float64),
+        alloc_pct=np.asarray(alloc, dtype=np.float64),
+        failed=np.asarray(failed, dtype=np.bool_),
         pod_names=tuple(names),
         seconds=time.perf_counter() - started,
         placements=placed,

@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..model import GIB, MILLI_PER_GPU, FleetArrays, GpuInfo, GpuNode, GpuRequest, build_arrays
-from .trace import TraceNode
+from ..model.gpu_models import memory_gb
 
-#: GPU memory per model when the input does not give it (openb's models, plus common data-centre GPUs).
+if TYPE_CHECKING:
+    from .trace import TraceNode
+
+#: GPU memory per model when the input does not give it: openb's models (whose names say nothing of their memory),
+#: plus common data-centre GPUs. Other names are read by :func:`~scheduler_plugin.model.gpu_models.memory_gb`
+#: (``NVIDIA L4``, ``A100-SXM4-40GB``); a model neither knows must come with its memory (``gpu_memory``).
 GPU_MEMORY_GIB: dict[str, float] = {
     "t4": 16,
     "p100": 16,
@@ -25,20 +31,33 @@ GPU_MEMORY_GIB: dict[str, float] = {
     "l40s": 48,
     "l4": 24,
 }
-DEFAULT_GPU_MEMORY_GIB = 32.0
+
+
+def known_gpu_memory_bytes(model: str) -> int | None:
+    """The memory of one GPU of ``model`` as kelvin knows it (GB read as GiB, as NVIDIA sizes them); ``None`` when
+    kelvin does not know the model."""
+    gib = GPU_MEMORY_GIB.get(model.strip().lower())
+    if gib is None:
+        gib = memory_gb(model)
+    return None if gib is None else int(gib * GIB)
 
 
 def gpu_memory_bytes(node: TraceNode) -> int:
+    """The memory of one of ``node``'s GPUs: the node's own figure, else the known one for its model. Raises
+    :class:`ValueError` for a model kelvin does not know (the trace reader refuses those with the file and row)."""
     if node.gpu_memory_bytes is not None:
         return node.gpu_memory_bytes
-    return int(GPU_MEMORY_GIB.get(node.model.lower(), DEFAULT_GPU_MEMORY_GIB) * GIB)
+    known = known_gpu_memory_bytes(node.model)
+    if known is None:
+        raise ValueError(f"node {node.name}: GPU model {node.model!r} is not one kelvin knows the memory of")
+    return known
 
 
 def to_gpu_nodes(nodes: Sequence[TraceNode]) -> list[GpuNode]:
     """Empty nodes with healthy, cool GPUs, observed at time 0 (the trace has no telemetry)."""
     out = []
     for n in nodes:
-        mem = gpu_memory_bytes(n)
+        mem = gpu_memory_bytes(n) if n.gpus else 0
         gpus = tuple(
             GpuInfo(index=j, uuid=f"{n.name}-gpu{j}", model=n.model, memory_total_bytes=mem) for j in range(n.gpus)
         )

@@ -3,7 +3,7 @@ demand reaches the target share of cluster capacity. Pods never leave."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -15,34 +15,36 @@ DEFAULT_TARGET = 1.3
 _BATCH = 1024
 
 
+def arrivals(pods: Sequence[TracePod], seed: int) -> Iterator[int]:
+    """Indices into ``pods`` in arrival order, without end: every pod in an order shuffled with ``seed``, then pods
+    drawn uniformly at random (with replacement, from the same generator). Ends after the shuffle when no pod asks
+    for a GPU (no target could ever be reached). The caller stops when its arrived demand reaches the target."""
+    if not pods:
+        return
+    rng = np.random.default_rng(seed)
+    yield from rng.permutation(len(pods)).tolist()
+    if not any(p.gpu_demand_milli for p in pods):
+        return
+    while True:
+        yield from rng.integers(0, len(pods), size=_BATCH).tolist()
+
+
 def arrival_order(pods: Sequence[TracePod], capacity_milli: int, seed: int, target: float = DEFAULT_TARGET) -> IntA:
-    """Indices into ``pods`` in arrival order.
+    """Indices into ``pods`` in arrival order, by each pod's own GPU demand (:attr:`TracePod.gpu_demand_milli`).
 
     All pods arrive in an order shuffled with ``seed``; then pods drawn uniformly at random (with replacement, from
     the same generator) keep arriving until the cumulative GPU demand reaches ``target * capacity_milli``. If the
-    trace alone exceeds the target, arrivals stop at the pod that reaches it.
+    trace alone exceeds the target, arrivals stop at the pod that reaches it. (The simulator stops on the demand it
+    actually counts, which for memory pools depends on the GPU they land on: :func:`arrivals`.)
     """
-    if not pods:
-        return np.zeros(0, dtype=np.int64)
     if target <= 0:
         raise ValueError(f"target must be positive, got {target}")
-    rng = np.random.default_rng(seed)
-    demand = np.array([p.gpu_demand_milli for p in pods], dtype=np.int64)
     goal = target * capacity_milli
-    order = rng.permutation(len(pods)).astype(np.int64)
-    total = np.cumsum(demand[order])
-    if total[-1] >= goal:
-        return order[: int(np.searchsorted(total, goal)) + 1]
-    if not demand.any():
-        return order  # no pod asks for a GPU: the target can never be reached
-    chunks = [order]
-    reached = int(total[-1])
-    while reached < goal:
-        extra = rng.integers(0, len(pods), size=_BATCH).astype(np.int64)
-        cum = reached + np.cumsum(demand[extra])
-        if cum[-1] >= goal:
-            chunks.append(extra[: int(np.searchsorted(cum, goal)) + 1])
+    out: list[int] = []
+    reached = 0
+    for i in arrivals(pods, seed):
+        out.append(i)
+        reached += pods[i].gpu_demand_milli
+        if reached >= goal:
             break
-        chunks.append(extra)
-        reached = int(cum[-1])
-    return np.concatenate(chunks)
+    return np.asarray(out, dtype=np.int64)

@@ -5,7 +5,7 @@ Everything is read into two plain lists, :class:`TraceNode` and :class:`TracePod
 
 openb columns (see ``../shared/traces/openb/README.md``)::
 
-    nodes: sn,cpu_milli,memory_mib,gpu,model
+    nodes: sn,cpu_milli,memory_mib,gpu,model[,gpu_memory]
     pods:  name,cpu_milli,memory_mib,num_gpu,gpu_milli[,gpu_spec],...   (extra columns are ignored)
 
 ``gpu_spec`` (allowed GPU models, ``|``-separated) may be empty or absent: the public ``openb_pod_list_multigpu*``
@@ -18,6 +18,10 @@ kelvin's own format is YAML (a mapping with ``nodes:`` and/or ``pods:`` lists) o
 
 ``cpu`` and ``memory`` are Kubernetes quantities (``8``, ``500m``, ``32Gi``); ``count`` repeats the row (names get
 ``-0``, ``-1`` ... suffixes); ``gpu_share`` is thousandths of one GPU (1..1000); ``gpu_models`` is ``|`` separated.
+
+A node's ``gpu_memory`` (memory per GPU, a quantity) may be left out for a model whose memory kelvin knows
+(:func:`~scheduler_plugin.simulator.fleet.known_gpu_memory_bytes`: openb's models, ``L4``, ``NVIDIA H100 80GB HBM3``
+...); for any other model it is required, and a file without it is refused naming the row and the model.
 """
 
 from __future__ import annotations
@@ -31,10 +35,12 @@ from typing import Any
 
 import yaml
 
+from .. import yamlfile
 from ..model.gpu import MIB, MILLI_PER_GPU
 from ..model.quantity import QuantityError, parse_bytes, parse_cpu_milli
 from ..model.request import GpuRequest
 from ..textfile import TextFileError, read_text
+from .fleet import known_gpu_memory_bytes
 
 OPENB_NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 OPENB_POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
@@ -146,6 +152,22 @@ def _models(raw: Any) -> frozenset[str] | None:
     return out or None
 
 
+def _gpu_memory(path: Path, row: int, columns: tuple[str, str], rec: Mapping[str, Any], gpus: int) -> int | None:
+    """The node's memory per GPU (``columns``: the model's column, the memory's): the file's figure, else ``None``
+    for a model whose memory kelvin knows. A model kelvin does not know must come with its memory."""
+    model_col, mem_col = columns
+    raw = rec.get(mem_col)
+    if raw not in (None, ""):
+        return _quantity(path, row, mem_col, raw, parse_bytes)
+    model = str(rec.get(model_col) or "").strip()
+    if gpus > 0 and known_gpu_memory_bytes(model) is None:
+        raise TraceError(
+            f"{_where(path, row, model_col)}: GPU model {model!r} is not one kelvin knows the memory of; "
+            f"give each GPU's memory in {mem_col!r} (a quantity such as 24Gi)"
+        )
+    return None
+
+
 def _read(path: Path) -> str:
     try:
         return read_text(path, "trace file")
@@ -195,6 +217,7 @@ def read_openb_nodes(path: Path) -> list[TraceNode]:
                 memory_bytes=_int(path, row, "memory_mib", rec["memory_mib"], 0) * MIB,
                 gpus=gpus,
                 model=model,
+                gpu_memory_bytes=_gpu_memory(path, row, ("model", "gpu_memory"), rec, gpus),
             )
         )
     _unique(path, ((i + 2, n.name) for i, n in enumerate(out)), "node")
@@ -241,8 +264,7 @@ def _own_node(path: Path, row: int, rec: Mapping[str, Any]) -> list[TraceNode]:
     model = str(rec.get("gpu_model") or "").strip()
     if gpus > 0 and not model:
         raise TraceError(f"{_where(path, row, 'gpu_model')}: a node with GPUs needs a gpu_model")
-    gmem_raw = rec.get("gpu_memory")
-    gmem = _quantity(path, row, "gpu_memory", gmem_raw, parse_bytes) if gmem_raw not in (None, "") else None
+    gmem = _gpu_memory(path, row, ("gpu_model", "gpu_memory"), rec, gpus)
     cpu = _quantity(path, row, "cpu", rec.get("cpu"), parse_cpu_milli)
     mem = _quantity(path, row, "memory", rec.get("memory"), parse_bytes)
     return [TraceNode(nm, cpu, mem, gpus, model, gmem) for nm in _expand(str(rec.get("name") or "").strip(), count)]
@@ -272,9 +294,9 @@ def read_own(path: Path, kind: str) -> list[Any]:
     parse_one = _own_node if kind == "nodes" else _own_pod
     if path.suffix.lower() in {".yaml", ".yml"}:
         try:
-            doc = yaml.safe_load(_read(path))
+            doc = yamlfile.safe_load(_read(path))
         except yaml.YAMLError as exc:
-            raise TraceError(f"{path}: not valid YAML ({exc})") from None
+            raise TraceError(f"{path}: not valid YAML ({yamlfile.describe(exc)})") from None
         items = doc.get(kind) if isinstance(doc, Mapping) else None
         if not isinstance(items, list):
             raise TraceError(f"{path}: expected a mapping with a list under {kind!r}")

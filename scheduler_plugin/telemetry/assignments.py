@@ -150,5 +150,11 @@ class AssignedSource:
                     raise SourceError(f"cannot list pods for GPU assignments: {exc}") from exc
         return merge_assignments(nodes, self._record)
 
+    @property
+    def bad_samples(self) -> Mapping[str, int]:
+        """The inner source's counts of dropped or corrected samples (see :class:`~.sanity.SampleIssues`)."""
+        counts = getattr(self.inner, "bad_samples", None)
+        return counts if isinstance(counts, Mapping) else {}
+
     async def close(self) -> None:
         await self.inner.close()

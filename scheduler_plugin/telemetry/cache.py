@@ -7,7 +7,9 @@ one turn, never for a whole 40,000-GPU build, and no builder thread competes wit
 least a fixed share of the loop, so it finishes however many requests arrive), fills in the per-GPU temperature trend
 from the snapshots it kept, reconciles the assumed-allocation ledger and publishes the new snapshot with one
 assignment. When the source fails (:class:`SourceError` or anything else), the last good snapshot stays in use and
-the cache reports itself unhealthy until the next success.
+the cache reports itself unhealthy until the next success. Each refresh (every query of the source, and the build)
+has a total deadline, ``refresh_deadline_s``: a source that answers too slowly (a Prometheus trickling its answer)
+fails the refresh with :class:`RefreshDeadlineError` instead of holding it forever.
 
 The trend is computed against the oldest kept snapshot no older than ``trend_window_s`` (at least ``min_trend_s``
 apart), per GPU slot, in Celsius per minute; a source that reports its own trend (non-zero) keeps it. Each GPU's
@@ -35,7 +37,8 @@ from ..model import GIB, FleetArrays, GpuNode, Snapshot, empty_snapshot
 from ..model.snapshot import ArraysBuilder
 from .cooling import CoolingEstimator
 from .ledger import AssumedLedger
-from .source import TelemetrySource
+from .sanity import BAD_SAMPLE_REASONS
+from .source import SourceError, TelemetrySource
 
 log = logging.getLogger(__name__)
 
@@ -48,8 +51,14 @@ DEFAULT_BUILD_SLICE_NODES = 32
 #: Least share of the event loop that a snapshot refresh gets while requests keep it busy (see :class:`RequestGate`):
 #: a 20,000-node refresh (about 4 s of CPU on a 2-core box) then completes within about 16 s however heavy the load.
 DEFAULT_BACKGROUND_SHARE = 0.25
+#: The default refresh deadline is ``max_age_s``, but never more than this.
+MAX_DEFAULT_DEADLINE_S = 300.0
 #: The share once the snapshot is about to go stale (see :meth:`SnapshotCache.urgency`).
 URGENT_BACKGROUND_SHARE = 0.75
+
+
+class RefreshDeadlineError(SourceError):
+    """A refresh did not finish within the cache's ``refresh_deadline_s`` (it was cancelled)."""
 
 
 class TelemetryMetrics:
@@ -76,6 +85,12 @@ class TelemetryMetrics:
             registry=registry,
             buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
         )
+        self.bad_samples = Counter(
+            "kelvin_telemetry_bad_samples",
+            "Samples a source dropped (implausible value, labels not strings) or corrected (future timestamp).",
+            ["source", "reason"],
+            registry=registry,
+        )
         self.stranded = Gauge(
             "kelvin_fleet_stranded_gpu_memory_bytes",
             "Free GPU memory on GPUs with too little left for the typical shared request.",
@@ -85,6 +100,8 @@ class TelemetryMetrics:
             self.nodes.labels(source, state)
         for result in ("ok", "error"):
             self.refresh.labels(source, result)
+        for reason in BAD_SAMPLE_REASONS:
+            self.bad_samples.labels(source, reason)
         self.age.labels(source)
         self.duration.labels(source)
 
@@ -213,9 +230,20 @@ class SnapshotCache:
         gate: RequestGate | None = None,
         cooling: CoolingEstimator | None = None,
         on_publish: Callable[[Snapshot], None] | None = None,
+        refresh_deadline_s: float | None = None,
     ) -> None:
         if not refresh_interval_s > 0:
             raise ValueError(f"refresh_interval_s must be > 0, got {refresh_interval_s!r}")
+        if refresh_deadline_s is None:  # max_age_s, within reason (max_age_s is validated by the settings)
+            deadline = max_age_s if 0 < max_age_s <= MAX_DEFAULT_DEADLINE_S else MAX_DEFAULT_DEADLINE_S
+        else:
+            deadline = refresh_deadline_s
+        if not (deadline > 0 and math.isfinite(deadline)):
+            raise ValueError(f"refresh_deadline_s must be a finite number > 0, got {deadline!r}")
+        self.refresh_deadline_s = deadline
+        """Longest one refresh may take, fetch and build together (default ``max_age_s``, at most
+        :data:`MAX_DEFAULT_DEADLINE_S`: by then the snapshot being served is stale anyway); a refresh past it is
+        cancelled and counted as failed."""
         self.source = source
         self.refresh_interval_s = refresh_interval_s
         self.max_age_s = max_age_s
@@ -251,6 +279,7 @@ class SnapshotCache:
         self._history: deque[_Sample] = deque(maxlen=256)
         self._task: asyncio.Task[None] | None = None
         self._refresh_lock = asyncio.Lock()
+        self._bad_seen: dict[str, int] = {}
 
     # -- refresh -----------------------------------------------------------------------------------------------
 
@@ -261,10 +290,23 @@ class SnapshotCache:
             paused_gc = self.freeze_gc and gc.isenabled()
             if paused_gc:  # no full collection over the half-built snapshot while requests wait for the GIL
                 gc.disable()
+            deadline = asyncio.timeout(self.refresh_deadline_s)
             try:
-                nodes = await self.source.fetch()
-                now = self.clock()
-                snap = self._build(nodes, now, await self._arrays(nodes))
+                try:
+                    async with deadline:
+                        try:
+                            nodes = await self.source.fetch()
+                        finally:
+                            self._count_bad_samples()
+                        now = self.clock()
+                        snap = self._build(nodes, now, await self._arrays(nodes))
+                except TimeoutError:
+                    if not deadline.expired():
+                        raise
+                    raise RefreshDeadlineError(
+                        f"the refresh from {self.source.name} did not finish within {self.refresh_deadline_s:g} s "
+                        f"(took {time.perf_counter() - started:.1f} s; cancelled)"
+                    ) from None
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # keep the last good snapshot, whatever went wrong
@@ -310,6 +352,17 @@ class SnapshotCache:
             await self._retire(retired)
             return True
 
+    def _count_bad_samples(self) -> None:
+        """Carry the source's counts of dropped or corrected samples (``bad_samples``) into the metrics."""
+        counts = getattr(self.source, "bad_samples", None)
+        if self.metrics is None or not counts:
+            return
+        for reason, total in counts.items():
+            new = total - self._bad_seen.get(reason, 0)
+            if new > 0:
+                self.metrics.bad_samples.labels(self.source.name, reason).inc(new)
+                self._bad_seen[reason] = total
+
     async def _retire(self, nodes: list[GpuNode]) -> None:
         """Drop the previous snapshot's nodes a slice at a time: freeing its ~50,000 objects at once would stall the
         event loop for ~10 ms. (A request still reading the old snapshot keeps it alive; then this frees nothing.)"""
@@ -338,7 +391,8 @@ class SnapshotCache:
             # The snapshot is not published yet: filling its trend column is still part of building it.
             a.trend[...] = np.where(a.trend != 0.0, a.trend, trend)
         self.cooling.fill(a)  # needs the trend: only settled temperatures are learned from
-        self._history.append(sample)
+        if a.names:  # an empty snapshot is no base for a trend (a fresh install's first refreshes have no nodes)
+            self._history.append(sample)
         while self._history and now - self._history[0].taken_at > self.trend_window_s:
             self._history.popleft()
         return snap
@@ -348,6 +402,8 @@ class SnapshotCache:
         if base is None or cur.taken_at - base.taken_at < self.min_trend_s:
             return None
         minutes = (cur.taken_at - base.taken_at) / 60.0
+        if not cur.names:
+            return None
         if base.names == cur.names:
             prev_temp, prev_idx = base.temp, base.gpu_index
             known = np.ones(len(cur.names), dtype=np.bool_)

@@ -22,7 +22,9 @@ far for its model, so it counts as one of the worse-cooled until it has shown ot
 a badly cooled node that has not yet run a job looks as good as the best, and a scheduler that packs fills it with an
 8-GPU job; with the cautious prior, unknown nodes are used once the known good ones are full, and learned then.)
 Without any learned GPU of its model, or without power readings, the estimate is NaN and the thermal policy falls
-back to the temperature alone.
+back to the temperature alone. Per GPU it also counts the readings ``r`` was learned from and when the first was
+(``FleetArrays.cooling_samples`` / ``cooling_since``), so that ``kelvin explain`` can say whether a figure is learned
+or the assumed prior.
 
 Pure numpy over the (nodes x GPU slots) arrays of :class:`~scheduler_plugin.model.FleetArrays`; rows are matched to
 the previous reading by node name and GPU index, so nodes may come and go.
@@ -92,26 +94,30 @@ class CoolingEstimator:
         self._idle_temp: FloatA = np.zeros((0, 0))
         self._idle_power: FloatA = np.zeros((0, 0))
         self._r: FloatA = np.zeros((0, 0))
+        self._samples: FloatA = np.zeros((0, 0))
+        self._since: FloatA = np.zeros((0, 0))
 
-    def _aligned(self, fleet: FleetArrays) -> tuple[FloatA, FloatA, FloatA]:
-        """The kept state laid out on ``fleet``'s rows and slots (NaN for GPUs not seen before)."""
+    def _aligned(self, fleet: FleetArrays) -> tuple[FloatA, ...]:
+        """The kept state (idle temperature, idle power, ``r``, samples of ``r``, time of the first sample) laid out
+        on ``fleet``'s rows and slots (NaN for GPUs not seen before)."""
+        kept = (self._idle_temp, self._idle_power, self._r, self._samples, self._since)
         shape = fleet.gpu_present.shape
         if self._names == fleet.names and self._r.shape == shape and np.array_equal(self._gpu_index, fleet.gpu_index):
-            return self._idle_temp, self._idle_power, self._r
-        out = tuple(np.full(shape, np.nan) for _ in range(3))
+            return kept
+        out = tuple(np.full(shape, np.nan) for _ in kept)
         old_rows = np.array([{n: i for i, n in enumerate(self._names)}.get(n, -1) for n in fleet.names], dtype=np.int64)
         g = min(shape[1], self._r.shape[1]) if self._r.size else 0
         if g and (old_rows >= 0).any():
             new_rows = np.nonzero(old_rows >= 0)[0]
             src = old_rows[new_rows]
             same = (self._gpu_index[src, :g] == fleet.gpu_index[new_rows, :g]) & (fleet.gpu_index[new_rows, :g] >= 0)
-            for dst, old in zip(out, (self._idle_temp, self._idle_power, self._r), strict=True):
+            for dst, old in zip(out, kept, strict=True):
                 dst[new_rows, :g] = np.where(same, old[src, :g], np.nan)
-        return out[0], out[1], out[2]
+        return out
 
     def update(self, fleet: FleetArrays) -> FloatA:
         """Learn from one reading; return the (N, G) estimate, NaN where unknown (and for padding)."""
-        idle_temp, idle_power, r = self._aligned(fleet)
+        idle_temp, idle_power, r, samples, since = self._aligned(fleet)
         present = fleet.gpu_present
         temp, power = fleet.temp, fleet.power
         valid = present & np.isfinite(power) & np.isfinite(temp)
@@ -132,15 +138,32 @@ class CoolingEstimator:
         with np.errstate(all="ignore"):
             sample = np.clip((temp - base_temp) / added, 0.0, self.max_c_per_w)
         r = _ewma(r, sample, self.alpha, loaded)
+        samples = np.where(loaded, np.nan_to_num(samples) + 1, samples)
+        since = np.where(loaded & np.isnan(since), fleet.observed_at[:, None], since)
         self._names, self._gpu_index = fleet.names, fleet.gpu_index.copy()
         self._idle_temp, self._idle_power, self._r = idle_temp, idle_power, r
+        self._samples, self._since = samples, since
         prior = _per_model(np.where(present, r, np.nan), fleet.model_id, self.prior_percentile)
         est = np.where(np.isnan(r), prior, r)
         return np.asarray(np.where(present, est, np.nan), dtype=np.float64)
 
+    def provenance(self, fleet: FleetArrays) -> tuple[npt.NDArray[np.int32], FloatA]:
+        """(N, G) how many readings the estimate of each GPU of ``fleet`` (the one last passed to :meth:`update`) was
+        learned from (0: not learned, the estimate is the prior or unknown) and when the first was (``observed_at``
+        of its node; NaN when not learned)."""
+        _, _, _, samples, since = self._aligned(fleet)
+        present = fleet.gpu_present
+        n = np.where(present, np.nan_to_num(samples), 0).astype(np.int32)
+        return n, np.where(present & (n > 0), since, np.nan)
+
     def fill(self, fleet: FleetArrays) -> None:
         """Learn from ``fleet`` and write the estimate into its ``thermal_resistance`` column where the source did
-        not report one. Call it while building the arrays, before anyone reads them."""
+        not report one, and where it comes from into ``cooling_samples`` (readings it was learned from; 0 for the
+        assumed prior, -1 where the source reported it) and ``cooling_since``. Call it while building the arrays,
+        before anyone reads them."""
         est = self.update(fleet)
-        reported = fleet.thermal_resistance
-        fleet.thermal_resistance = np.where(np.isfinite(reported), reported, est)
+        reported = np.isfinite(fleet.thermal_resistance)
+        samples, since = self.provenance(fleet)
+        fleet.thermal_resistance = np.where(reported, fleet.thermal_resistance, est)
+        fleet.cooling_samples = np.where(reported, -1, samples).astype(np.int32)
+        fleet.cooling_since = np.where(reported, np.nan, since)

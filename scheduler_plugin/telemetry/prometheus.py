@@ -26,6 +26,24 @@ import orjson
 
 from ..model import MIB, GpuInfo, GpuNode, GpuProcess
 from .model_defaults import ModelDefaults, defaults_for
+from .sanity import (
+    ANY,
+    BITMASK,
+    BYTES,
+    CELSIUS,
+    COUNT,
+    HERTZ,
+    LEVEL,
+    MEBIBYTES,
+    MEGAHERTZ,
+    NUMA,
+    PERCENT,
+    RATIO,
+    UNIX_TIME,
+    WATTS,
+    Range,
+    SampleIssues,
+)
 from .source import SourceError, remember_nodes
 
 log = logging.getLogger(__name__)
@@ -85,6 +103,45 @@ DCGM_QUERIES: dict[str, str] = {
     "xid": "DCGM_EXP_XID_ERRORS_COUNT",
 }
 
+#: Plausible values of each signal (a sample outside is dropped and reported, see :mod:`.sanity`).
+KELVIN_RANGES: dict[str, Range] = {
+    "total": BYTES,
+    "used": BYTES,
+    "seen": UNIX_TIME,
+    "temp": CELSIUS,
+    "mem_temp": CELSIUS,
+    "slowdown": CELSIUS,
+    "shutdown": CELSIUS,
+    "reasons": BITMASK,
+    "clock": HERTZ,
+    "clock_max": HERTZ,
+    "util": RATIO,
+    "mem_util": RATIO,
+    "power": WATTS,
+    "numa": NUMA,
+    "xid": COUNT,
+    "nvlink": ANY,
+    "topology": LEVEL,
+    "procs": BYTES,
+}
+DCGM_RANGES: dict[str, Range] = {
+    "fb_used": MEBIBYTES,
+    "fb_free": MEBIBYTES,
+    "fb_reserved": MEBIBYTES,
+    "seen": UNIX_TIME,
+    "temp": CELSIUS,
+    "mem_temp": CELSIUS,
+    "slowdown": CELSIUS,
+    "shutdown": CELSIUS,
+    "reasons": BITMASK,
+    "clock": MEGAHERTZ,
+    "clock_max": MEGAHERTZ,
+    "util": PERCENT,
+    "mem_util": PERCENT,
+    "power": WATTS,
+    "xid": COUNT,
+}
+
 Sample = tuple[dict[str, str], float]
 GpuKey = tuple[str, str]
 
@@ -108,7 +165,12 @@ class _Gpu:
     xid: float = 0.0
 
 
-def _samples(doc: Any, query: str) -> list[Sample]:
+def _is_index(text: str) -> bool:
+    """An ASCII decimal number (``str.isdigit`` also accepts ``'٥'`` and ``'²'``, which ``int`` reads or refuses)."""
+    return text.isascii() and text.isdigit()
+
+
+def _samples(doc: Any, query: str, rng: Range, issues: SampleIssues) -> list[Sample]:
     if not isinstance(doc, dict) or doc.get("status") != "success":
         error = doc.get("error", "no status") if isinstance(doc, dict) else "not a JSON object"
         raise SourceError(f"prometheus query {query!r} failed: {error}")
@@ -123,15 +185,45 @@ def _samples(doc: Any, query: str) -> list[Sample]:
         raise SourceError(f"prometheus query {query!r}: data.result is not a list ({type(result).__name__})")
     out: list[Sample] = []
     for item in result:
-        try:
-            value = float(item["value"][1])
-        except (KeyError, IndexError, TypeError, ValueError):
+        if not isinstance(item, dict):
+            issues.report(
+                "bad_sample",
+                f"{query}:bad_sample",
+                f"prometheus query {query!r}: dropped a sample that is not an object: {item!r:.200}",
+            )
             continue
         metric = item.get("metric") or {}
         if not isinstance(metric, dict):
             raise SourceError(f"prometheus query {query!r}: a sample's metric is not a label map ({metric!r:.80})")
-        if value == value and abs(value) != math.inf:  # not NaN, not infinite
-            out.append((metric, value))
+        raw: Any = item.get("value")
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in metric.items()):
+            issues.report(
+                "bad_labels",
+                f"{query}:bad_labels",
+                f"prometheus query {query!r}: dropped series {metric!r:.300} (value {raw!r:.80}): label values must "
+                "be strings",
+            )
+            continue
+        try:
+            text = raw[1]
+            value = float(text)
+        except (IndexError, KeyError, TypeError, ValueError, OverflowError):
+            issues.report(
+                "bad_value",
+                f"{query}:bad_value",
+                f"prometheus query {query!r}: dropped series {metric!r:.300}: its value {raw!r:.80} is not a "
+                '[timestamp, "number"] pair',
+            )
+            continue
+        why = rng.check(value)
+        if why is not None:
+            issues.report(
+                "out_of_range",
+                f"{query}:out_of_range",
+                f"prometheus query {query!r}: dropped series {metric!r:.300}: value {text!r:.80} is {why}",
+            )
+            continue
+        out.append((metric, value))
     return out
 
 
@@ -162,7 +254,15 @@ class PrometheusSource:
         self.model_overrides = dict(model_overrides or {})
         self.node_labels = tuple(node_labels)
         self._clock = clock
+        self.timeout_s = timeout_s
+        """Longest one query may take, all of it (connect, send, the whole answer), not only each read."""
         self._http = httpx.AsyncClient(base_url=self.url, timeout=timeout_s, transport=transport)
+        self.issues = SampleIssues(log)
+        """Samples dropped (implausible values, labels that are not strings) or corrected (future timestamps)."""
+        self._dropped: set[str] = set()
+        """Queries of this refresh that had samples dropped."""
+        self._static_dirty = False
+        """The static signals last read had samples dropped: read them again next refresh (not in 12)."""
         self._known: dict[str, GpuNode] = {}
         self.static_every = max(1, static_every)
         self._static: dict[GpuKey, _Gpu] | None = None
@@ -177,7 +277,12 @@ class PrometheusSource:
     async def close(self) -> None:
         await self._http.aclose()
 
+    @property
+    def bad_samples(self) -> Mapping[str, int]:
+        return self.issues.counts
+
     async def fetch(self) -> Sequence[GpuNode]:
+        self._dropped.clear()
         nodes: dict[str, GpuNode] = {}
         if self.metrics in ("auto", "kelvin"):
             nodes.update(await self._fetch_kelvin())
@@ -188,42 +293,54 @@ class PrometheusSource:
 
     def _remember(self, fresh: dict[str, GpuNode]) -> list[GpuNode]:
         """Nodes seen now, plus nodes seen before whose series vanished, kept with their old ``observed_at``."""
-        return remember_nodes(self._known, fresh, self._clock(), self.forget_after_s)
+        return remember_nodes(
+            self._known, fresh, self._clock(), self.forget_after_s, issues=self.issues, source="prometheus"
+        )
 
     # ----------------------------------------------------------------------------------------------------- HTTP
-    async def _query(self, query: str) -> list[Sample]:
+    async def _query(self, query: str, rng: Range) -> list[Sample]:
         try:
-            async with self._slots:
+            async with self._slots, asyncio.timeout(self.timeout_s):
                 resp = await self._http.get("/api/v1/query", params={"query": query})
         except httpx.HTTPError as exc:
             raise SourceError(f"prometheus at {self.url} unreachable: {exc!r}") from exc
+        except TimeoutError:  # a server that trickles its answer never trips httpx's per-read timeout
+            raise SourceError(
+                f"prometheus at {self.url}: query {query!r} did not finish within {self.timeout_s:g} s "
+                "(prometheus_timeout_s)"
+            ) from None
         try:
             doc = orjson.loads(resp.content)
         except orjson.JSONDecodeError:
             raise SourceError(
                 f"prometheus at {self.url} answered HTTP {resp.status_code} with non-JSON: {resp.text[:200]!r}"
             ) from None
-        return _samples(doc, query)
+        before = self.issues.total
+        samples = _samples(doc, query, rng, self.issues)
+        if self.issues.total > before:
+            self._dropped.add(query)
+        return samples
 
-    async def _query_all(self, queries: Mapping[str, str]) -> dict[str, list[Sample]]:
+    async def _query_all(self, queries: Mapping[str, str], ranges: Mapping[str, Range]) -> dict[str, list[Sample]]:
         keys = list(queries)
-        answers = await asyncio.gather(*(self._query(queries[k]) for k in keys))
+        answers = await asyncio.gather(*(self._query(queries[k], ranges[k]) for k in keys))
         return dict(zip(keys, answers, strict=True))
 
     # --------------------------------------------------------------------------------------------------- kelvin
     async def _fetch_kelvin(self) -> dict[str, GpuNode]:
         queries = {k: q.replace("{xid_window}", self.xid_window) for k, q in KELVIN_QUERIES.items()}
         dynamic = {k: q for k, q in queries.items() if k not in KELVIN_STATIC}
-        static_due = self._static is None or self._refreshes % self.static_every == 0
+        static_due = self._static is None or self._static_dirty or self._refreshes % self.static_every == 0
         self._refreshes += 1
-        answers = await self._query_all(queries if static_due else dynamic)
+        answers = await self._query_all(queries if static_due else dynamic, KELVIN_RANGES)
         unknown = {k for labels, _ in answers["used"] if (k := _kelvin_key(labels)) is not None} - set(
             self._static or {}
         )
         if static_due or unknown - self._no_total:
             if not static_due:  # a GPU the cache has not seen: read the static signals now
-                answers.update(await self._query_all({k: queries[k] for k in KELVIN_STATIC}))
+                answers.update(await self._query_all({k: queries[k] for k in KELVIN_STATIC}, KELVIN_RANGES))
             self._static = _kelvin_static(answers)
+            self._static_dirty = any(queries[k] in self._dropped for k in KELVIN_STATIC)
             # GPUs with a used-memory series but no total one cannot be sized: left out, warned once, and not a
             # reason to re-read the static signals on every refresh (only when they are due again).
             missing = unknown - set(self._static)
@@ -260,7 +377,7 @@ class PrometheusSource:
         )
         for labels, value in answers["procs"]:
             found = gpus.get(_kelvin_key(labels))  # type: ignore[arg-type]
-            if found is not None and labels.get("pid", "").isdigit():
+            if found is not None and _is_index(labels.get("pid", "")):
                 found.processes.append(
                     GpuProcess(
                         pid=int(labels["pid"]),
@@ -274,7 +391,7 @@ class PrometheusSource:
 
     # ----------------------------------------------------------------------------------------------------- dcgm
     async def _fetch_dcgm(self) -> dict[str, GpuNode]:
-        answers = await self._query_all(DCGM_QUERIES)
+        answers = await self._query_all(DCGM_QUERIES, DCGM_RANGES)
         gpus: dict[GpuKey, _Gpu] = {}
         for labels, value in answers["fb_used"]:
             key = self._dcgm_key(labels)
@@ -336,7 +453,7 @@ class PrometheusSource:
     def _dcgm_key(self, labels: Mapping[str, str]) -> GpuKey | None:
         node = next((labels[n] for n in self.node_labels if labels.get(n)), None)
         gpu = labels.get("gpu", "")
-        return (node, gpu) if node and gpu.isdigit() else None
+        return (node, gpu) if node and _is_index(gpu) else None
 
     # ---------------------------------------------------------------------------------------------------- build
     def _build(self, gpus: Mapping[GpuKey, _Gpu], *, clock_scale: float, dcgm: bool) -> dict[str, GpuNode]:
@@ -388,7 +505,7 @@ class PrometheusSource:
                         utilization=v.get("util", 0.0),
                         memory_utilization=v.get("mem_util", 0.0),
                         power_watts=v.get("power"),
-                        xid_errors=round(v.get("xid", 0.0)),
+                        xid_errors=min(round(v.get("xid", 0.0)), int(COUNT.hi)),  # summed over XID codes
                         numa_node=int(v.get("numa", 0.0)),
                         pcie_switch=switches.get(g.index, ""),
                         nvlink_peers=frozenset(peers),
@@ -423,19 +540,19 @@ def _kelvin_static(answers: Mapping[str, list[Sample]]) -> dict[GpuKey, _Gpu]:
     gpus: dict[GpuKey, _Gpu] = {}
     for labels, value in answers["total"]:
         key = _kelvin_key(labels)
-        if key is not None and key[1].isdigit():
+        if key is not None and _is_index(key[1]):
             gpus[key] = _Gpu(int(key[1]), labels.get("uuid", ""), labels.get("model", ""), {"total": value})
     _assign(gpus, answers, ("slowdown", "shutdown", "clock_max", "numa"), _kelvin_key)
     for labels, _ in answers["nvlink"]:
         found = gpus.get(_kelvin_key(labels))  # type: ignore[arg-type]
         peer = labels.get("peer_gpu", "")
-        if found is not None and peer.isdigit():
+        if found is not None and _is_index(peer):
             found.nvlink_peers.add(int(peer))
         elif found is not None and peer == "nvswitch":
             found.on_nvswitch = True
     for labels, value in answers["topology"]:
         found = gpus.get(_kelvin_key(labels))  # type: ignore[arg-type]
-        if found is not None and labels.get("peer_gpu", "").isdigit():
+        if found is not None and _is_index(labels.get("peer_gpu", "")):
             found.topology[int(labels["peer_gpu"])] = value
     return gpus
 

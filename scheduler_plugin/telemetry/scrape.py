@@ -3,8 +3,10 @@
 Each refresh lists the EndpointSlices of the exporter's Service, then GETs every exporter's ``/v1/node`` (the node in
 the shared model, as JSON) concurrently, each with a timeout. An exporter that does not answer leaves its node with
 its last telemetry and old ``observed_at`` (so the cache marks that node stale); only a failed EndpointSlice list
-fails the whole refresh. The snapshot cache reports refreshes and fresh/stale nodes as
-``kelvin_telemetry_*{source="scrape"}``.
+fails the whole refresh. The timeout bounds each exporter's whole answer (an exporter trickling its answer is cut
+off like a silent one). A GPU whose numbers are implausible (:mod:`.sanity`: a memory total beyond 2^53 bytes, a
+temperature outside -50..200 °C) is left out of its node and reported; an ``observed_at`` in the future is clamped.
+The snapshot cache reports refreshes and fresh/stale nodes as ``kelvin_telemetry_*{source="scrape"}``.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import httpx
@@ -21,6 +23,7 @@ import httpx
 from ..kube import KubeClient, KubeError
 from ..model import GpuNode
 from ..model.serde import GPU_ERRORS_HEADER, ModelJSONError, node_from_json
+from .sanity import MAX_BYTES, SampleIssues, implausible_gpu
 from .source import SourceError, remember_nodes
 
 log = logging.getLogger(__name__)
@@ -76,7 +79,10 @@ class ScrapeSource:
         self.port = port
         self.forget_after_s = forget_after_s
         self._clock = clock
+        self.timeout_s = timeout_s
+        """Longest an exporter's whole answer may take (httpx's own timeout bounds each read only)."""
         self._http = httpx.AsyncClient(timeout=timeout_s, transport=transport)
+        self.issues = SampleIssues(log)
         self._known: dict[str, GpuNode] = {}
         self.failed_targets: list[str] = []
         """Exporters that did not answer in the last refresh (``url: reason``)."""
@@ -84,6 +90,10 @@ class ScrapeSource:
     async def close(self) -> None:
         await self._http.aclose()
         await self.kube.close()
+
+    @property
+    def bad_samples(self) -> Mapping[str, int]:
+        return self.issues.counts
 
     async def targets(self) -> list[Target]:
         path = f"/apis/discovery.k8s.io/v1/namespaces/{self.namespace}/endpointslices"
@@ -107,13 +117,18 @@ class ScrapeSource:
                 self.failed_targets.append(f"{target.url}: {answer}")
         if self.failed_targets:
             log.warning("%d exporter(s) did not answer: %s", len(self.failed_targets), "; ".join(self.failed_targets))
-        return remember_nodes(self._known, fresh, self._clock(), self.forget_after_s)
+        return remember_nodes(
+            self._known, fresh, self._clock(), self.forget_after_s, issues=self.issues, source="scrape"
+        )
 
     async def _scrape(self, target: Target) -> GpuNode | str:
         try:
-            resp = await self._http.get(f"{target.url}/v1/node")
+            async with asyncio.timeout(self.timeout_s):
+                resp = await self._http.get(f"{target.url}/v1/node")
         except httpx.HTTPError as exc:
             return f"unreachable ({exc!r})"
+        except TimeoutError:
+            return f"no whole answer within {self.timeout_s:g} s"
         if resp.status_code != 200:
             return f"HTTP {resp.status_code}: {resp.text[:200]}"
         try:
@@ -123,4 +138,34 @@ class ScrapeSource:
         missing = resp.headers.get(GPU_ERRORS_HEADER)
         if missing:
             log.warning("exporter %s (node %s) could not read some GPUs, left out: %s", target.url, node.name, missing)
-        return node
+        return self._plausible(target, node)
+
+    def _plausible(self, target: Target, node: GpuNode) -> GpuNode | str:
+        """``node`` without its implausible GPUs (each reported), or why the whole answer is refused."""
+        for field in (
+            "cpu_allocatable_milli",
+            "memory_allocatable_bytes",
+            "cpu_requested_milli",
+            "memory_requested_bytes",
+        ):
+            value = getattr(node, field)
+            if not 0 <= value <= MAX_BYTES:
+                self.issues.report(
+                    "out_of_range",
+                    f"{target.url}:{field}",
+                    f"exporter {target.url} (node {node.name}): "
+                    f"{field} {value!r} is outside 0..{MAX_BYTES}; answer dropped",
+                )
+                return f"implausible {field} {value!r}"
+        kept = []
+        for gpu in node.gpus:
+            why = implausible_gpu(gpu)
+            if why is None:
+                kept.append(gpu)
+            else:
+                self.issues.report(
+                    "out_of_range",
+                    f"{target.url}:gpu",
+                    f"exporter {target.url} (node {node.name}) GPU {gpu.index}: {why}; the GPU is left out",
+                )
+        return node if len(kept) == len(node.gpus) else replace(node, gpus=tuple(kept))

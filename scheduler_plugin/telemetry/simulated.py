@@ -36,6 +36,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic.alias_generators import to_camel
 
+from .. import yamlfile
+from ..config import error_message
 from ..model import GIB, MILLI_PER_GPU, GpuAssignment, GpuInfo, GpuNode
 from ..model.claim import charged_milli
 from ..textfile import TextFileError, read_text
@@ -66,7 +68,9 @@ class FleetSpecError(ValueError):
 
 
 class _Spec(BaseModel):
-    model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True, frozen=True)
+    model_config = ConfigDict(
+        extra="forbid", alias_generator=to_camel, populate_by_name=True, frozen=True, allow_inf_nan=False
+    )
 
 
 class NodeGroup(_Spec):
@@ -107,7 +111,7 @@ class NodeGroup(_Spec):
 
 
 class FleetSpec(_Spec):
-    seed: int = 0
+    seed: int = Field(0, ge=0)  # numpy's generator takes a non-negative seed
     ambient_c: float = Field(28.0, ge=-10, le=50)
     initial_load: float = Field(0.35, ge=0, lt=1)
     """Share of GPUs busy at start with pods kelvin did not place (whole GPUs and memory-pool shares)."""
@@ -144,7 +148,7 @@ class FleetSpec(_Spec):
             return cls.model_validate(data)
         except ValidationError as exc:
             problems = "; ".join(
-                f"{'.'.join(str(p) for p in e['loc']) or '(top level)'}: {e['msg']}" for e in exc.errors()
+                f"{'.'.join(str(p) for p in e['loc']) or '(top level)'}: {error_message(e)}" for e in exc.errors()
             )
             raise FleetSpecError(f"{source}: {problems}") from None
 
@@ -152,11 +156,11 @@ class FleetSpec(_Spec):
     def from_yaml(cls, path: str | Path) -> FleetSpec:
         p = Path(path)
         try:
-            data = yaml.safe_load(read_text(p, "fleet file"))
+            data = yamlfile.safe_load(read_text(p, "fleet file"))
         except TextFileError as exc:
             raise FleetSpecError(str(exc)) from None
         except yaml.YAMLError as exc:
-            raise FleetSpecError(f"{p}: not valid YAML ({exc})") from None
+            raise FleetSpecError(f"{p}: not valid YAML ({yamlfile.describe(exc)})") from None
         return cls.parse(data, source=str(p))
 
 

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 from ..model import GpuNode
+from .sanity import SampleIssues, clamp_future
 
 
 class SourceError(RuntimeError):
@@ -18,6 +19,8 @@ class TelemetrySource(Protocol):
 
     ``fetch`` returns every node it knows with ``observed_at`` set per node to the time of that node's newest
     telemetry (so the cache can mark single nodes stale). It raises :class:`SourceError` when it cannot answer at all.
+    A source that drops implausible samples may expose ``bad_samples`` (a mapping of reason to count, only growing;
+    see :class:`~.sanity.SampleIssues`): the cache publishes it as ``kelvin_telemetry_bad_samples_total``.
     """
 
     name: str
@@ -28,11 +31,20 @@ class TelemetrySource(Protocol):
 
 
 def remember_nodes(
-    known: dict[str, GpuNode], fresh: dict[str, GpuNode], now: float, forget_after_s: float
+    known: dict[str, GpuNode],
+    fresh: dict[str, GpuNode],
+    now: float,
+    forget_after_s: float,
+    *,
+    issues: SampleIssues | None = None,
+    source: str = "telemetry",
 ) -> list[GpuNode]:
     """Merge ``fresh`` into ``known`` (mutated): nodes whose telemetry vanished stay, with their old ``observed_at``,
-    so the cache marks them stale instead of forgetting them, until ``forget_after_s`` passes. Sorted by name."""
-    known.update(fresh)
+    so the cache marks them stale instead of forgetting them, until ``forget_after_s`` passes. Sorted by name.
+
+    An ``observed_at`` in the future is clamped to ``now`` first (:func:`~.sanity.clamp_future`): otherwise the node
+    would stay fresh long after its telemetry stopped."""
+    known.update(clamp_future(fresh, now, issues, source))
     for name, node in list(known.items()):
         if name not in fresh and (node.observed_at is None or now - node.observed_at > forget_after_s):
             del known[name]

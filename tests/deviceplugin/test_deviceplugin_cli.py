@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
         (["--node-name", "n1", "--resource", "amd.com/gpu"], "'amd.com/gpu' is not one of"),
         (["--node-name", "n1", "--shared-slots-per-gpu", "0"], "shared slots per GPU must be 1..128"),
         (["--node-name", "n1", "--device-list-strategy", "volume-mounts"], "'volume-mounts' is not one of env, cdi"),
-        (["--node-name", "n1", "--log-level", "chatty"], "'chatty' is not a log level"),
+        (["--node-name", "n1", "--log-level", "chatty"], "'chatty' is not one of 'debug', 'info', 'warning'"),
         (["--node-name", "n1", "--fake-model", "Z9000"], "fake model 'Z9000' is unknown"),
     ],
 )

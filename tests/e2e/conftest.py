@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -122,10 +121,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture(scope="session")
-def manifests_install(cluster: LoopbackCluster) -> list[Step]:
+def manifests_install(cluster: LoopbackCluster, gpu_nodes: tuple[str, ...]) -> list[Step]:
     """kelvin installed from manifests/ exactly as docs/install.md says, on the fresh cluster (kopf's CRDs absent:
     every fixture that installs anything else of kelvin depends on this one, so it runs first). The steps' outcome is
-    asserted by test_install.py; the scenarios that need kelvin's RBAC (ServiceAccounts, roles) depend on it too."""
+    asserted by test_install.py; the scenarios that need kelvin's RBAC (ServiceAccounts, roles) depend on it too.
+    With the fake nodes: the documented `rollout status` waits for the operator's pods to be placed and Ready."""
     present = [name for name in KOPF_CRDS if cluster.api.get_or_none(f"{CRD_PATH}/{name}") is not None]
     assert not present, f"not a fresh cluster: {present} exist before the install"
     return run_documented(cluster, documented_manifest_install())
@@ -135,7 +135,7 @@ def manifests_install(cluster: LoopbackCluster) -> list[Step]:
 def kelvin_installed(manifests_install: list[Step]) -> None:
     failed = [s for s in manifests_install if s.returncode != 0]
     if failed:
-        pytest.fail(f"kelvin's documented install failed: {shlex.join(failed[0].argv)}: {failed[0].output}")
+        pytest.fail(f"kelvin's documented install failed: {failed[0].command}: {failed[0].output}")
 
 
 @pytest.fixture(scope="session")

@@ -3,7 +3,7 @@ chart renders applied server-side with strict field validation."""
 
 from __future__ import annotations
 
-import re
+import os
 import shlex
 import subprocess
 from collections.abc import Sequence
@@ -19,54 +19,56 @@ KOPF_CRDS = ("clusterkopfpeerings.kopf.dev", "kopfpeerings.kopf.dev")
 ALL_OPTIONS_VALUES = Path(__file__).with_name("all-options-values.yaml")
 
 
-def documented_manifest_install(doc: Path = INSTALL_DOC) -> list[list[str]]:
-    """The kubectl commands of docs/install.md's install without Helm, in order: the paragraph that starts with
-    "Without Helm" up to the next heading, from its fenced code lines and its inline code alike."""
+def documented_manifest_install(doc: Path = INSTALL_DOC) -> list[str]:
+    """The commands of docs/install.md's install without Helm, in order: the lines of the fenced code in the paragraph
+    that starts with "Without Helm", up to the next heading (trailing ``# comments`` dropped)."""
     text = doc.read_text()
     start = text.find("Without Helm")
     if start < 0:
         raise AssertionError(f"{doc}: no 'Without Helm' install paragraph")
     end = text.find("\n#", start)
     section = text[start : end if end > 0 else len(text)]
-    commands: list[list[str]] = []
+    commands: list[str] = []
     in_fence = False
     for line in section.splitlines():
         if line.lstrip().startswith("```"):
             in_fence = not in_fence
             continue
-        if in_fence:
-            code = line.split(" #", 1)[0].strip()
-            if code.startswith("kubectl "):
-                commands.append(shlex.split(code))
-        else:
-            commands.extend(shlex.split(m) for m in re.findall(r"`(kubectl [^`]+)`", line))
+        code = line.split(" #", 1)[0].strip()
+        if in_fence and code and not code.startswith("#"):
+            commands.append(code)
     if not commands:
-        raise AssertionError(f"{doc}: the 'Without Helm' paragraph gives no kubectl command")
+        raise AssertionError(f"{doc}: the 'Without Helm' paragraph gives no command")
     return commands
 
 
 @dataclass(frozen=True)
 class Step:
-    argv: list[str]
+    command: str
     returncode: int
     output: str
 
+    @property
+    def argv(self) -> list[str]:
+        return shlex.split(self.command)
 
-def run_documented(cluster: LoopbackCluster, commands: list[list[str]]) -> list[Step]:
-    """Run each command as written (kubectl's default --validate=strict: the API server's fieldValidation=Strict),
-    from the repository root, against the admin kubeconfig; stop at the first failure, as a shell would."""
+
+def run_documented(cluster: LoopbackCluster, commands: list[str]) -> list[Step]:
+    """Run each command as written, with bash, from the repository root, against the admin kubeconfig, with the pinned
+    release's kubectl first on PATH (kubectl's default --validate=strict: the API server's fieldValidation=Strict);
+    stop at the first failure, as ``set -e`` would."""
+    env = {
+        **os.environ,
+        "KUBECONFIG": str(cluster.admin_kubeconfig),
+        "PATH": f"{cluster.bins.kubectl.parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        "KUBECTL": str(cluster.bins.kubectl),
+    }
     steps = []
-    for argv in commands:
-        assert argv[0] == "kubectl", argv
+    for command in commands:
         proc = subprocess.run(
-            [str(cluster.bins.kubectl), f"--kubeconfig={cluster.admin_kubeconfig}", *argv[1:]],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=180,
-            check=False,
+            ["bash", "-c", command], cwd=ROOT, env=env, capture_output=True, text=True, timeout=180, check=False
         )
-        steps.append(Step(argv, proc.returncode, proc.stdout + proc.stderr))
+        steps.append(Step(command, proc.returncode, proc.stdout + proc.stderr))
         if proc.returncode != 0:
             break
     return steps

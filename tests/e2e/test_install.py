@@ -3,7 +3,6 @@ applied server-side with strict field validation to the real API server, which m
 
 from __future__ import annotations
 
-import shlex
 from pathlib import Path
 
 import pytest
@@ -16,7 +15,9 @@ CHART_CRDS = ROOT / "helm" / "kelvin" / "crds"
 
 
 def _applied_files(steps: list[Step]) -> list[str]:
-    return [a[i + 1] for a in (s.argv for s in steps) if a[1] == "apply" for i, x in enumerate(a) if x == "-f"]
+    return [
+        a[i + 1] for a in (s.argv for s in steps) if a[:2] == ["kubectl", "apply"] for i, x in enumerate(a) if x == "-f"
+    ]
 
 
 def test_manifests_install_as_documented_on_a_fresh_cluster(
@@ -26,7 +27,7 @@ def test_manifests_install_as_documented_on_a_fresh_cluster(
     (`no matches for kind "ClusterKopfPeering" ... ensure CRDs are installed first`). The documented steps must
     install everything the first time."""
     for step in manifests_install:
-        assert step.returncode == 0, f"{shlex.join(step.argv)} exited {step.returncode}:\n{step.output}"
+        assert step.returncode == 0, f"{step.command} exited {step.returncode}:\n{step.output}"
     files = _applied_files(manifests_install)
     assert "manifests/kelvin.yaml" in files, files
     # every object of the applied files is on the server
@@ -36,6 +37,11 @@ def test_manifests_install_as_documented_on_a_fresh_cluster(
     assert peering["metadata"]["name"] == "kelvin-operator"
     for name in ("kelvin-scheduler", "kelvin-operator"):
         cluster.api.get(f"/apis/apps/v1/namespaces/kelvin-system/deployments/{name}")
+    # hack/webhook-cert.sh's work: the webhook Secret, and its CA in the webhooks' caBundle
+    secret = cluster.api.get("/api/v1/namespaces/kelvin-system/secrets/kelvin-webhook-tls")
+    assert {"tls.crt", "tls.key", "ca.crt"} <= set(secret["data"]), sorted(secret["data"])
+    hooks = cluster.api.get("/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/kelvin-webhook")
+    assert all(w["clientConfig"].get("caBundle") for w in hooks["webhooks"]), hooks["webhooks"]
 
 
 @pytest.mark.parametrize("render", ["defaults", "all-options"])

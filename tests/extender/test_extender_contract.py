@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,14 +17,12 @@ from scheduler_plugin.extender.app import create_app
 from scheduler_plugin.extender.wire import ExtenderArgs, ExtenderFilterResult, HostPriority
 from scheduler_plugin.model import parse_pod
 
-_SHARED = Path(os.environ.get("KELVIN_SHARED_DIR", Path(__file__).resolve().parents[3] / "shared"))
-CAPTURES = sorted((_SHARED / "fixtures" / "extender").glob("*.json"))
 FILTER_KEYS = {"Nodes", "NodeNames", "FailedNodes", "FailedAndUnresolvableNodes", "Error"}
 
 
 def test_captures_found(fixtures_dir: Path) -> None:
-    assert {p.name for p in fixtures_dir.glob("*.json")} == {p.name for p in CAPTURES}
-    assert len(CAPTURES) >= 40
+    """test_capture runs once per capture (its ``capture`` parameters come from tests/conftest.py)."""
+    assert len(list(fixtures_dir.glob("*.json"))) >= 40
 
 
 @pytest.fixture(scope="module")
@@ -45,9 +42,8 @@ def _pascal(keys: Any) -> bool:
     return all(isinstance(k, str) and k[:1].isupper() for k in keys)
 
 
-@pytest.mark.parametrize("path", CAPTURES, ids=[p.stem for p in CAPTURES])
-def test_capture(client: TestClient, path: Path) -> None:
-    cap = load_capture(path)
+def test_capture(client: TestClient, fixtures_dir: Path, capture: Path) -> None:
+    cap = load_capture(capture)
     request = cap["request"]
     ExtenderArgs.model_validate(request)  # the documented schema accepts what a real scheduler sends
     req = parse_pod(request["Pod"])
@@ -91,9 +87,9 @@ def test_capture(client: TestClient, path: Path) -> None:
 
 
 @pytest.mark.parametrize("mode", ["nodecache-false", "nodecache-true"])
-def test_rejection_in_both_modes(client: TestClient, mode: str) -> None:
+def test_rejection_in_both_modes(client: TestClient, fixtures_dir: Path, mode: str) -> None:
     """A 4-GPU pod: gpu-node-1 has 2 free GPUs (resolvable by preemption), gpu-node-2 has 7."""
-    cap = load_capture(next(p for p in CAPTURES if p.name == f"filter-{mode}-ok-001.json"))
+    cap = load_capture(fixtures_dir / f"filter-{mode}-ok-001.json")
     request = copy.deepcopy(cap["request"])
     for c in request["Pod"]["spec"]["containers"]:
         c["resources"] = {"limits": {"nvidia.com/gpu": "4"}, "requests": {"nvidia.com/gpu": "4"}}
@@ -108,8 +104,8 @@ def test_rejection_in_both_modes(client: TestClient, mode: str) -> None:
         assert body["NodeNames"] is None
 
 
-def test_unresolvable_when_no_node_can_ever_fit(client: TestClient) -> None:
-    cap = load_capture(next(p for p in CAPTURES if p.name == "filter-reject-nodecache-false-reject-001.json"))
+def test_unresolvable_when_no_node_can_ever_fit(client: TestClient, fixtures_dir: Path) -> None:
+    cap = load_capture(fixtures_dir / "filter-reject-nodecache-false-reject-001.json")
     request = copy.deepcopy(cap["request"])
     request["Pod"]["metadata"].setdefault("annotations", {})["kelvin.dev/gpu-models"] = "A100-SXM4-80GB"
     body = client.post("/scheduler/filter", content=json.dumps(request)).json()
@@ -118,7 +114,9 @@ def test_unresolvable_when_no_node_can_ever_fit(client: TestClient) -> None:
     assert "A100-SXM4-80GB" in body["FailedAndUnresolvableNodes"]["gpu-node-1"]
 
 
-def test_scores_are_mapped_to_their_hosts(client: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_scores_are_mapped_to_their_hosts(
+    client: TestClient, fixtures_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Whatever the policies say, host i gets the score of its own snapshot row (order of the request kept)."""
     ext = client.app.state.extender  # type: ignore[attr-defined]
 
@@ -126,7 +124,7 @@ def test_scores_are_mapped_to_their_hosts(client: TestClient, monkeypatch: pytes
         return np.asarray(rows, dtype=np.int64) * 3 + 1, np.zeros(len(rows))
 
     monkeypatch.setattr(ext.framework, "prioritize", by_row)
-    cap = load_capture(next(p for p in CAPTURES if p.name == "prioritize-nodecache-true-ok-002.json"))
+    cap = load_capture(fixtures_dir / "prioritize-nodecache-true-ok-002.json")
     request = copy.deepcopy(cap["request"])
     request["NodeNames"] = ["gpu-node-2", "unknown-node", "gpu-node-1"]
     body = client.post("/scheduler/prioritize", content=json.dumps(request)).json()

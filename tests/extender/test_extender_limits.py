@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +21,7 @@ from scheduler_plugin.extender import routes, wire
 from scheduler_plugin.extender.app import create_app
 from scheduler_plugin.extender.server import ServerThread
 
-# The shared captures, where the other contract tests find them (KELVIN_SHARED_DIR overrides ../shared).
-FIXTURES = Path(os.environ.get("KELVIN_SHARED_DIR", Path(__file__).resolve().parents[2].parent / "shared"))
-NODES_CAPTURE = FIXTURES / "fixtures" / "extender" / "filter-nodecache-false-ok-001.json"
+NodesBody = Callable[[list[str]], bytes]
 
 
 def client_for(**settings: Any) -> TestClient:
@@ -37,11 +34,16 @@ def small() -> Iterator[TestClient]:
         yield c
 
 
-def nodes_body(names: list[str]) -> bytes:
-    capture = load_capture(NODES_CAPTURE)["request"]
-    node = capture["Nodes"]["items"][0]
-    items = [{**node, "metadata": {**node["metadata"], "name": n}} for n in names]
-    return json.dumps({"Pod": pod("p1"), "Nodes": {"metadata": {}, "items": items}, "NodeNames": None}).encode()
+@pytest.fixture
+def nodes_body(fixtures_dir: Path) -> NodesBody:
+    """A filter body of Node objects named ``names``, each the real capture's Node (skipped without ../shared)."""
+    node = load_capture(fixtures_dir / "filter-nodecache-false-ok-001.json")["request"]["Nodes"]["items"][0]
+
+    def body(names: list[str]) -> bytes:
+        items = [{**node, "metadata": {**node["metadata"], "name": n}} for n in names]
+        return json.dumps({"Pod": pod("p1"), "Nodes": {"metadata": {}, "items": items}, "NodeNames": None}).encode()
+
+    return body
 
 
 # -- body size -------------------------------------------------------------------------------------------------------
@@ -109,7 +111,7 @@ def test_more_node_names_than_max_node_names_is_413(verb: str) -> None:
 
 
 @pytest.mark.parametrize("verb", ["filter", "prioritize"])
-def test_more_node_objects_than_max_node_names_is_413(verb: str) -> None:
+def test_more_node_objects_than_max_node_names_is_413(nodes_body: NodesBody, verb: str) -> None:
     with client_for(max_node_names=1) as c:
         resp = c.post(f"/{verb}", content=nodes_body(["gpu-node-1", "gpu-node-2"]))
         assert resp.status_code == 413
@@ -127,12 +129,15 @@ def test_limits_default_and_validation() -> None:
     s = Settings()
     assert s.max_body_bytes == DEFAULT_MAX_BODY_BYTES == 64 * 1024 * 1024
     assert s.max_node_names == DEFAULT_MAX_NODE_NAMES == 100_000
-    # 5,000 nodes of the real capture's Node object fit the default body limit many times over
-    assert len(nodes_body([f"gpu-node-{i}" for i in range(5000)])) < DEFAULT_MAX_BODY_BYTES / 4
     with pytest.raises(ValueError, match="max_body_bytes"):
         Settings(max_body_bytes=10)
     with pytest.raises(ValueError, match="max_node_names"):
         Settings(max_node_names=0)
+
+
+def test_the_default_body_limit_holds_5000_real_nodes(nodes_body: NodesBody) -> None:
+    """5,000 nodes of the real capture's Node object fit the default body limit many times over."""
+    assert len(nodes_body([f"gpu-node-{i}" for i in range(5000)])) < DEFAULT_MAX_BODY_BYTES / 4
 
 
 # -- duplicates ------------------------------------------------------------------------------------------------------
@@ -147,7 +152,7 @@ def test_duplicate_node_names_are_dropped_keeping_the_order() -> None:
         assert f["NodeNames"] == ["gpu-node-2", "gpu-node-1"]
 
 
-def test_duplicate_node_objects_are_dropped_and_the_rest_echoed_verbatim() -> None:
+def test_duplicate_node_objects_are_dropped_and_the_rest_echoed_verbatim(nodes_body: NodesBody) -> None:
     body = nodes_body(["gpu-node-1", "gpu-node-2", "gpu-node-1"])
     sent = json.loads(body)["Nodes"]["items"]
     with client_for() as c:
@@ -158,7 +163,7 @@ def test_duplicate_node_objects_are_dropped_and_the_rest_echoed_verbatim() -> No
         assert [h["Host"] for h in prio] == ["gpu-node-1", "gpu-node-2"]
 
 
-def test_node_objects_are_kept_undecoded() -> None:
+def test_node_objects_are_kept_undecoded(nodes_body: NodesBody) -> None:
     parsed = wire.parse_args(nodes_body(["gpu-node-1", "gpu-node-2"]))
     assert parsed.names == ["gpu-node-1", "gpu-node-2"] and not parsed.node_cache_capable
     assert parsed.node_objects is not None

@@ -7,6 +7,7 @@ import asyncio
 import base64
 import contextlib
 import json
+import logging
 import socket
 import ssl
 import time
@@ -27,6 +28,7 @@ from kelvin_operator.tls import self_signed
 from kopf._core.engines.peering import Identity  # kopf.operator(identity=...) takes this NewType
 from opkit import gpu, node, node_obj, pod, proc
 from opkube import NODES, PODS, evictions_succeed
+from prometheus_client import generate_latest
 
 from scheduler_plugin.kube import KubeConfig
 from scheduler_plugin.model import annotations as ann
@@ -245,6 +247,197 @@ async def test_pool_only_pod_gets_a_shared_gpu_slot(kmock: km.KubernetesEmulator
         assert not r["response"]["allowed"] and "did not run" in r["response"]["status"]["message"]
 
 
+def webhook_cfg(cert: tuple[Path, Path], port: int) -> OperatorConfig:
+    return OperatorConfig(
+        standalone=True,
+        metrics_port=0,
+        interval_s=3600,
+        webhook={"addr": "127.0.0.1", "port": port, "host": "localhost", "certfile": cert[0], "pkeyfile": cert[1]},
+    )
+
+
+async def test_malformed_reviews_get_400_naming_the_field(
+    kmock: km.KubernetesEmulator, cert: tuple[Path, Path]
+) -> None:
+    """Bodies that are not an AdmissionReview kelvin can judge: HTTP 400 with a Status naming the field, on both
+    webhooks, never a 500 nor an admission decision (the full table is test_operator_review.py's)."""
+    from test_operator_review import MALFORMED, mutations
+
+    port = free_port()
+    ctx = ssl.create_default_context(cafile=str(cert[0]))
+    fleet = [node("n1", gpu(0, total_gib=80), mps=True)]
+    async with running(kmock, webhook_cfg(cert, port), fleet), httpx.AsyncClient(verify=ctx, timeout=10) as http:
+        url = f"https://localhost:{port}"
+        await webhook_up(http, url)
+        for path in ("/gpu-memory", "/gpu-env"):
+            for what, body, says in MALFORMED:
+                r = await http.post(f"{url}{path}", content=body, headers={"Content-Type": "application/json"})
+                assert r.status_code == 400, (path, what, r.status_code, r.text[:300])
+                status = r.json()
+                assert status["kind"] == "Status" and status["code"] == 400, (path, what)
+                assert says in status["message"] and path[1:] in status["message"], (path, what, status["message"])
+        # 300 reviews with one field replaced by random JSON: a decision or a 400 with a message, never a 500
+        answers: dict[int, int] = {}
+        for i, body in enumerate(mutations(300)):
+            path = ("/gpu-memory", "/gpu-env")[i % 2]
+            r = await http.post(f"{url}{path}", content=body, headers={"Content-Type": "application/json"})
+            answers[r.status_code] = answers.get(r.status_code, 0) + 1
+            assert r.status_code in (200, 400), (path, body[:300], r.status_code, r.text[:300])
+            if r.status_code == 400:
+                assert r.json()["message"], body[:300]
+            else:
+                assert isinstance(r.json()["response"]["allowed"], bool)
+        assert answers.get(200, 0) > 30 and answers.get(400, 0) > 30, answers  # both kinds were exercised
+        # a path that names no webhook (a mistyped clientConfig.path) is a 404, not an admission with no handler run
+        r = await http.post(f"{url}/gpu-memroy", json=review(pod("p", annotations={ann.GPU_MEMORY: "lots"}, gpus=1)))
+        assert r.status_code == 404, r.text
+        assert r.json()["message"] == "no kelvin admission webhook at /gpu-memroy; served: /gpu-memory, /gpu-env"
+        # the server is still answering real reviews
+        r = await http.post(f"{url}/gpu-memory", json=review(pod("ok", gpus=1)))
+        assert r.status_code == 200 and r.json()["response"]["allowed"] is True
+
+
+async def test_only_create_is_judged(kmock: km.KubernetesEmulator, cert: tuple[Path, Path]) -> None:
+    """The chart registers pods CREATE only; kopf runs the handlers for every operation, so a DELETE of an old pod
+    with a bad annotation was denied, and an UPDATE got the environment patched into its (immutable) containers."""
+    port = free_port()
+    ctx = ssl.create_default_context(cafile=str(cert[0]))
+    async with running(kmock, webhook_cfg(cert, port), [node("n1", gpu(0, total_gib=80), mps=True)]) as rts:
+        async with httpx.AsyncClient(verify=ctx, timeout=10) as http:
+            url = f"https://localhost:{port}"
+            await webhook_up(http, url)
+            bad = pod("old", annotations={ann.GPU_MEMORY: "twenty gigs"}, gpus=1)
+            pool = pod("pool", annotations={ann.GPU_MEMORY: "20Gi"}, gpus=1)
+            create = (await http.post(f"{url}/gpu-memory", json=review(bad, "c1"))).json()["response"]
+            assert create["allowed"] is False  # CREATE is judged
+            for operation in ("UPDATE", "DELETE", "CONNECT"):
+                for path, obj in (("/gpu-memory", bad), ("/gpu-env", pool)):
+                    body = review(obj, f"{operation}-{path}")
+                    req = body["request"]
+                    req["operation"] = operation
+                    if operation == "UPDATE":
+                        req["oldObject"] = obj
+                    if operation == "DELETE":
+                        req["oldObject"], req["object"] = obj, None
+                    if operation == "CONNECT":
+                        req["subResource"], req["object"] = "exec", {"kind": "PodExecOptions", "command": ["sh"]}
+                    r = await http.post(f"{url}{path}", json=body)
+                    assert r.status_code == 200, (operation, path, r.text)
+                    answer = r.json()["response"]
+                    assert answer["uid"] == req["uid"] and answer["allowed"] is True, (operation, path, answer)
+                    assert "patch" not in answer and "status" not in answer, (operation, path, answer)
+        text = generate_latest(rts[0].metrics.registry).decode()
+        assert 'kelvin_operator_webhook_requests_total{result="error",webhook="validate"} 0.0' in text
+
+
+async def test_a_failing_handler_is_the_webhook_failing_not_a_denial(
+    kmock: km.KubernetesEmulator,
+    cert: tuple[Path, Path],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An exception in a handler (here: the decisions made to raise) is answered HTTP 500, so the API server applies
+    the webhook's failurePolicy (Ignore: the pod is admitted unchecked), with the traceback logged at ERROR. kopf
+    answered ``allowed: false`` with the exception's text, a denial failurePolicy Ignore cannot undo."""
+    from kelvin_operator import webhooks
+
+    def broken(*_: Any, **__: Any) -> None:
+        raise AttributeError("'str' object has no attribute 'get'")
+
+    port = free_port()
+    ctx = ssl.create_default_context(cafile=str(cert[0]))
+    async with running(kmock, webhook_cfg(cert, port), [node("n1", gpu(0, total_gib=80))]) as rts:
+        async with httpx.AsyncClient(verify=ctx, timeout=10) as http:
+            url = f"https://localhost:{port}"
+            await webhook_up(http, url)
+            monkeypatch.setattr(webhooks, "validate", broken)
+            monkeypatch.setattr(webhooks, "mutate", broken)
+            p = pod("p", annotations={ann.GPU_MEMORY: "20Gi"}, gpus=1)
+            with caplog.at_level(logging.ERROR):
+                for path in ("/gpu-memory", "/gpu-env"):
+                    r = await http.post(f"{url}{path}", json=review(p))
+                    assert r.status_code == 500, (path, r.text)
+                    status = r.json()
+                    assert status["kind"] == "Status" and "has no attribute 'get'" in status["message"], status
+                    assert "response" not in status
+            tracebacks = [rec for rec in caplog.records if rec.levelno == logging.ERROR and rec.exc_info]
+            assert len(tracebacks) >= 2, [rec.getMessage() for rec in caplog.records]
+            # a denial of the validation itself is still a 200 with allowed: false
+            monkeypatch.undo()
+            bad = pod("bad", annotations={ann.GPU_MEMORY: "twenty gigs"}, gpus=1)
+            r = await http.post(f"{url}/gpu-memory", json=review(bad))
+            assert r.status_code == 200 and r.json()["response"]["allowed"] is False
+            assert r.json()["response"]["status"]["code"] == 400
+        text = generate_latest(rts[0].metrics.registry).decode()
+        assert 'kelvin_operator_webhook_requests_total{result="error",webhook="validate"} 1.0' in text
+        assert 'kelvin_operator_webhook_requests_total{result="error",webhook="mutate"} 1.0' in text
+
+
+async def test_webhook_port_in_use_stops_the_operator_with_one_message(
+    kmock: km.KubernetesEmulator, cert: tuple[Path, Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The webhook server's start (after the startup handler, when kopf starts it) finds its port taken: the
+    operator is told once, naming the port and the settings, and stops; no traceback of a failed root task."""
+    declare(kmock, peering=False)
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = int(holder.getsockname()[1])
+        cfg = webhook_cfg(cert, port)
+        kube_config = KubeConfig(server=str(kmock.url))
+        stop = asyncio.Event()
+        failures: list[str] = []
+
+        def failed(message: str) -> None:
+            failures.append(message)
+            stop.set()
+
+        async def start(c: OperatorConfig) -> Runtime:
+            return await Runtime.start(c, kube_config, FixedSource([node("n1", gpu(0))]), refresh_interval_s=0.2)
+
+        registry = build_registry(cfg, start, kube_config, on_failure=failed)
+        await asyncio.wait_for(
+            kopf.operator(registry=registry, clusterwide=True, standalone=True, stop_flag=stop), timeout=30
+        )
+    assert len(failures) == 1
+    assert not [r.getMessage() for r in caplog.records if r.exc_info], "a traceback was logged"
+    assert f"cannot listen on 127.0.0.1:{port}: the port {port} is in use" in failures[0]
+    assert "KELVIN_OPERATOR_WEBHOOK__PORT" in failures[0] and "--webhook-port" in failures[0]
+
+
+async def test_an_unusable_webhook_certificate_is_one_message(tmp_path: Path, cert: tuple[Path, Path]) -> None:
+    """A certificate that is not PEM, or a key file that does not exist: one message naming the settings and the
+    file, reported to ``on_failure`` (or raised as WebhookStartError without one)."""
+    from kelvin_operator.webhook_server import AdmissionServer, WebhookStartError
+
+    async def never(*_: Any, **__: Any) -> Any:
+        raise AssertionError("no review expected")
+
+    garbage = tmp_path / "garbage.crt"
+    garbage.write_text("not a certificate\n")
+    cases = [
+        (str(garbage), str(cert[1]), "cannot load"),
+        (str(cert[0]), str(tmp_path / "missing.key"), f"{tmp_path / 'missing.key'} is not a file"),
+        (str(cert[1]), str(cert[0]), "cannot load"),  # the two swapped
+    ]
+    for certfile, pkeyfile, says in cases:
+        failures: list[str] = []
+        server = AdmissionServer(
+            on_failure=failures.append, addr="127.0.0.1", port=free_port(), certfile=certfile, pkeyfile=pkeyfile
+        )
+        task = asyncio.ensure_future(anext(aiter(server(never))))
+        await wait_for(lambda f=failures: bool(f), 10)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        assert len(failures) == 1 and says in failures[0], failures
+        assert "KELVIN_OPERATOR_WEBHOOK__CERTFILE" in failures[0], failures
+        with pytest.raises(WebhookStartError, match=says):
+            await anext(
+                aiter(AdmissionServer(addr="127.0.0.1", port=free_port(), certfile=certfile, pkeyfile=pkeyfile)(never))
+            )
+
+
 async def test_timer_taints_and_evicts_through_the_index(kmock: km.KubernetesEmulator) -> None:
     evictions_succeed(kmock)
     kmock.objects[NODES, None, "n1"] = node_obj("n1")
@@ -359,6 +552,58 @@ async def test_cli_runs_the_operator(kmock: km.KubernetesEmulator) -> None:
             proc_.send_signal(signal.SIGTERM)
         out, _ = await asyncio.wait_for(proc_.communicate(), 30)
     assert proc_.returncode == 0, out.decode()[-3000:]
+
+
+@pytest.mark.parametrize(
+    ("taken", "setting"),
+    [
+        ("webhook", "KELVIN_OPERATOR_WEBHOOK__PORT"),
+        ("metrics", "KELVIN_OPERATOR_METRICS_PORT"),
+        ("liveness", "--liveness"),
+    ],
+)
+def test_cli_port_in_use_is_one_error_line(kmock: km.KubernetesEmulator, taken: str, setting: str) -> None:
+    """``kelvin operator`` whose webhook (or /metrics, or liveness) port is taken: exit status 3 (as the extender's
+    failed startup) and one ``error:`` line naming the address, the port and the setting, no traceback (it was 182
+    lines and no error line)."""
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(root), str(root / "operator"), os.environ.get("PYTHONPATH", "")]),
+        "KELVIN_SOURCE": "simulated",
+        "KELVIN_FLEET_NODES": "1",
+        "KELVIN_OPERATOR_WEBHOOK__ADDR": "127.0.0.1",
+        "KELVIN_OPERATOR_METRICS_ADDR": "127.0.0.1",
+    }
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = int(holder.getsockname()[1])
+        ports = {"webhook": free_port(), "metrics": free_port(), "liveness": free_port(), taken: port}
+        args = [
+            *("operator", "--standalone", "--kube-server", str(kmock.url).rstrip("/")),
+            *("--webhook-port", str(ports["webhook"]), "--metrics-port", str(ports["metrics"])),
+            *("--liveness", f"http://127.0.0.1:{ports['liveness']}/healthz"),
+        ]
+        done = subprocess.run(
+            [sys.executable, "-c", "from scheduler_plugin.cli import app; app()", *args],
+            env=env,
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    out = done.stdout + done.stderr
+    assert done.returncode == 3, out
+    errors = [line for line in out.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "Traceback" not in out, out
+    assert f"cannot listen on 127.0.0.1:{port}: the port {port} is in use" in errors[0], errors
+    assert setting in errors[0], errors
+    assert len(out.splitlines()) == 1, out
 
 
 def test_only_gpu_or_tainted_nodes_get_a_timer() -> None:

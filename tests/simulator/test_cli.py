@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import csv
 import json
+import shutil
+import subprocess
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from scheduler_plugin.cli import app
+from scheduler_plugin.simulator.engine import prepare, run
+from scheduler_plugin.simulator.policies import build_policy
+from scheduler_plugin.simulator.trace import load_trace
 
 runner = CliRunner()
 
@@ -84,3 +90,36 @@ def test_simulate_learned_workload_is_reported(small_trace: tuple[Path, Path], t
     assert "target workload: learned from the arrivals" in res.stderr
     res = runner.invoke(app, args)
     assert json.loads(res.stdout)["workload"] == "trace"
+
+
+def test_progress_counts_the_arrived_workload_not_pods(small_trace: tuple[Path, Path], tmp_path: Path) -> None:
+    """Before: "491/491" (arrivals, known in advance) for a "1900 pods" workload. The bar counts what the protocol
+    stops on, the arrived % of GPU capacity, and the table says how many pods arrived."""
+    nodes, pods = small_trace
+    args = ["simulate", "--nodes", str(nodes), "--pods", str(pods), "--out", str(tmp_path)]
+    res = runner.invoke(app, args, env={"COLUMNS": "240"})
+    assert res.exit_code == 0, res.output
+    assert "7 pods" in res.stderr
+    assert "130/130 % of GPU capacity arrived" in res.stderr
+    r = run(prepare(load_trace(nodes, pods)), build_policy("kelvin", 42), 42)
+    header, row = (ln for ln in res.stdout.splitlines() if "policy" in ln or "kelvin" in ln)
+    cells = dict(zip((c.strip() for c in header.split("┃")), (c.strip() for c in row.split("│")), strict=True))
+    assert cells["arrivals"] == str(len(r.arrived_pct)) != "7"
+
+
+def test_default_out_is_simulate_out_in_the_current_directory_and_git_ignores_it(
+    small_trace: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    nodes, pods = small_trace
+    monkeypatch.chdir(tmp_path)
+    res = runner.invoke(app, ["simulate", "--nodes", str(nodes), "--pods", str(pods), "--no-progress"])
+    assert res.exit_code == 0, res.output
+    out = tmp_path / "simulate-out"
+    assert (out / "curve.csv").is_file() and (out / "curve.png").is_file()
+    assert str(out / "curve.csv") in res.stdout.replace("\n", "")  # where it went, as an absolute path
+    root = Path(__file__).parents[2]
+    if shutil.which("git") is None or not (root / ".git").exists():
+        pytest.skip("not a git checkout")
+    check = subprocess.run(["git", "check-ignore", "-q", "simulate-out/curve.csv"], cwd=root, check=False)
+    assert check.returncode == 0, ".gitignore does not cover simulate-out/"
+    assert "default `simulate-out/` in the current directory" in (root / "docs" / "simulator.md").read_text()

@@ -10,8 +10,9 @@ import pytest
 
 from scheduler_plugin.policies.config import PolicyConfig
 from scheduler_plugin.policies.registry import PolicyConfigError
-from scheduler_plugin.simulator.engine import SimPolicy, prepare, run
+from scheduler_plugin.simulator.engine import RunResult, SimPolicy, prepare, run
 from scheduler_plugin.simulator.policies import POLICIES, build_policy, kelvin_policy
+from scheduler_plugin.simulator.report import CURVE_POINTS
 from scheduler_plugin.simulator.trace import Trace, TraceNode, TracePod, load_trace
 
 GIB = 2**30
@@ -65,7 +66,7 @@ def test_shared_pods_stack_on_one_gpu_and_curve_is_reported() -> None:
 
 
 def test_best_fit_packs_and_random_spreads_are_different_policies() -> None:
-    nodes = [TraceNode(f"n{i}", 64000, 64 * GIB, 4, "G") for i in range(8)]
+    nodes = [TraceNode(f"n{i}", 64000, 64 * GIB, 4, "G", 32 * GIB) for i in range(8)]  # "G": memory given
     pods = [TracePod(f"p{i}", 1000, GIB, 1, 1000) for i in range(8)]
     prep = prepare(trace(nodes, pods))
     bf = run(prep, build_policy("best-fit"), 5, target=0.25)
@@ -167,3 +168,52 @@ def test_memory_pools_are_charged_by_the_gpu_they_land_on() -> None:
     assert f is not None
     assert not r.failed[:4].any()
     assert f.assigned_milli[f.index["big"], 0] == 1000  # four pools of 250 on the one 80 GiB GPU
+
+
+def doc_example(tmp_path: Path) -> Path:
+    """The YAML example of docs/simulator.md, as a user would copy it."""
+    doc = (Path(__file__).parents[2] / "docs" / "simulator.md").read_text()
+    block = doc.split("```yaml\n", 1)[1].split("```", 1)[0]
+    assert "gpu_model: L4" in block and "gpu_memory: 20Gi" in block
+    f = tmp_path / "cluster.yaml"
+    f.write_text(block)
+    return f
+
+
+def assert_never_above_arrived(r: RunResult) -> None:
+    assert np.all(r.alloc_pct <= r.arrived_pct + 1e-9)  # after every arrival
+    curve = r.curve(CURVE_POINTS)
+    assert all(a <= x + 1e-9 for x, a in zip(CURVE_POINTS, curve, strict=True)), max(
+        a - x for x, a in zip(CURVE_POINTS, curve, strict=True)
+    )  # the curve never rises above the ideal line
+
+
+@pytest.mark.parametrize("policy", ["kelvin", "best-fit", "random"])
+def test_the_curve_of_the_docs_example_never_exceeds_the_arrived_workload(tmp_path: Path, policy: str) -> None:
+    """Before: 79.5 % allocated at 60 % arrived (pools counted on the median GPU, charged by the L4 they got)."""
+    f = doc_example(tmp_path)
+    prep = prepare(load_trace(f, f))
+    assert sorted({int(m) for m in prep.fleet.mem_total[prep.fleet.gpu_present]}) == [24 * GIB, 80 * GIB]
+    r = run(prep, build_policy(policy, 42), 42)
+    assert_never_above_arrived(r)
+    assert r.arrived_pct[-1] >= 130.0 and r.arrived_pct[-2] < 130.0
+
+
+def test_pools_are_counted_as_charged_where_they_land(small_trace: tuple[Path, Path]) -> None:
+    # 8 GPUs: four 16 GiB T4 and four 32 GiB V100M32; 12 GiB pools take 750 on a T4, 375 on a V100
+    nodes = load_trace(*small_trace).nodes
+    pods = [TracePod(f"pool{i}", 1000, GIB, 1, 1000, None, 12 * GIB) for i in range(6)]
+    pods += [TracePod(f"whole{i}", 1000, GIB, 1, 1000) for i in range(2)]
+    prep = prepare(trace(list(nodes), pods))
+    for seed in (1, 2, 3):
+        r = run(prep, build_policy("random", seed), seed)
+        assert_never_above_arrived(r)
+        f = r.fleet
+        assert f is not None
+        placed = int(f.assigned_milli.sum())
+        assert 100.0 * placed / 8000 == pytest.approx(r.alloc_pct[-1])
+        # arrived = what the placed pods took + what the failed ones would take (pools: on the median GPU, 24 GiB)
+        demand = {p.name: p.gpu_demand_milli for p in prep.trace.pods}
+        assert demand["pool0"] == 500 and demand["whole0"] == 1000
+        want = placed + sum(demand[n] for n, bad in zip(r.pod_names, r.failed, strict=True) if bad)
+        assert 100.0 * want / 8000 == pytest.approx(r.arrived_pct[-1])

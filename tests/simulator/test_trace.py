@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from scheduler_plugin.model import GIB, MIB
+from scheduler_plugin.simulator.fleet import build_fleet
 from scheduler_plugin.simulator.trace import TraceError, load_nodes, load_pods, load_trace
 
 HEADER = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\n"
@@ -134,3 +135,54 @@ def test_a_trace_that_is_not_utf8_is_named(tmp_path: Path) -> None:
     f.write_bytes(f"{MULTIGPU_HEADER}\nn\xe9,1,1,1,1000,LS,Running,0,1,0\n".encode("latin-1"))
     with pytest.raises(TraceError, match=r"trace file .*pods.csv: not UTF-8 text \(byte 0xe9 at offset 102\)"):
         load_pods(f)
+
+
+def test_known_gpu_models_get_their_memory_and_l4_has_24_gib(tmp_path: Path) -> None:
+    f = tmp_path / "c.yaml"
+    f.write_text(
+        "nodes:\n"
+        "  - {name: l4, count: 2, cpu: 32, memory: 256Gi, gpus: 4, gpu_model: L4}\n"
+        "  - {name: nv, cpu: 32, memory: 256Gi, gpus: 1, gpu_model: NVIDIA L4}\n"
+        "  - {name: a40, cpu: 32, memory: 256Gi, gpus: 1, gpu_model: A100-SXM4-40GB}\n"
+    )
+    nodes = build_fleet(load_nodes(f))
+    assert nodes.mem_total[nodes.gpu_present].tolist() == [24 * GIB] * 9 + [40 * GIB]
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "where"),
+    [
+        (
+            "c.yaml",
+            "nodes:\n  - {name: ok, cpu: 8, memory: 8Gi, gpus: 1, gpu_model: T4}\n"
+            "  - {name: x, cpu: 8, memory: 8Gi, gpus: 2, gpu_model: X9}\n",
+            "nodes[1], column 'gpu_model'",
+        ),
+        ("c.csv", "name,count,cpu,memory,gpus,gpu_model\nx,1,8,8Gi,2,X9\n", "row 2, column 'gpu_model'"),
+        ("n.csv", "sn,cpu_milli,memory_mib,gpu,model\nok,8000,8192,1,T4\nx,8000,8192,2,X9\n", "row 3, column 'model'"),
+    ],
+)
+def test_a_gpu_model_of_unknown_memory_is_refused(tmp_path: Path, name: str, text: str, where: str) -> None:
+    """Before: silently 32 GiB per GPU. Now the file must say (``gpu_memory``), and with it the model is accepted."""
+    f = tmp_path / name
+    f.write_text(text)
+    with pytest.raises(TraceError) as exc:
+        load_nodes(f)
+    msg = str(exc.value)
+    assert msg.startswith(f"{f}: {where}: GPU model 'X9' is not one kelvin knows the memory of")
+    assert "'gpu_memory'" in msg
+    given = text.replace("gpu_model: X9}", "gpu_model: X9, gpu_memory: 48Gi}")
+    given = given.replace("gpu_model\nx,1,8,8Gi,2,X9", "gpu_model,gpu_memory\nx,1,8,8Gi,2,X9,48Gi")
+    given = given.replace(
+        "model\nok,8000,8192,1,T4\nx,8000,8192,2,X9", "model,gpu_memory\nok,8000,8192,1,T4,\nx,8000,8192,2,X9,48Gi"
+    )
+    f.write_text(given)
+    assert load_nodes(f)[-1].gpu_memory_bytes == 48 * GIB
+
+
+def test_gpu_less_nodes_need_no_model(tmp_path: Path) -> None:
+    f = tmp_path / "c.yaml"
+    f.write_text(
+        "nodes:\n  - {name: cpu, cpu: 8, memory: 8Gi}\n  - {name: g, cpu: 8, memory: 8Gi, gpus: 1, gpu_model: T4}\n"
+    )
+    assert build_fleet(load_nodes(f)).gpu_count.tolist() == [0, 1]

@@ -117,6 +117,34 @@ async def test_trend_from_history(setup: tuple) -> None:  # type: ignore[type-ar
     assert cache.snapshot.arrays.trend[cache.snapshot.arrays.index["a"], 0] == pytest.approx(11 / (65 / 60))
 
 
+async def test_the_first_snapshot_with_nodes_after_empty_ones_refreshes(setup: tuple) -> None:  # type: ignore[type-arg]
+    """A fresh install: empty snapshots for a while, then nodes. The empty snapshot stayed the trend's base for the
+    whole trend window and every refresh failed (IndexError) until it aged out, 300 s later."""
+    cache, src, clock, _ = setup
+    for _ in range(3):
+        assert await cache.refresh_once() and cache.snapshot.nodes == ()
+        clock.t += 10
+    src.nodes = [node("a", [40, 50])]
+    assert await cache.refresh_once(), cache.last_error
+    assert (cache.snapshot.arrays.trend == 0).all()  # no history of these GPUs yet
+    clock.t += 60
+    src.nodes = [node("a", [46, 50])]
+    assert await cache.refresh_once(), cache.last_error
+    assert cache.snapshot.arrays.trend[0, 0] == pytest.approx(6.0)  # trend from the first snapshot with the GPU
+
+
+async def test_a_value_that_does_not_fit_the_snapshot_is_named(setup: tuple) -> None:  # type: ignore[type-arg]
+    """A source that lets 10**30 bytes through (the sources' own checks drop it): the refresh fails naming the
+    node, the GPU, the field and the value, not a bare OverflowError."""
+    cache, src, _, _ = setup
+    bad = replace(node("b", [40, 41]).gpus[1], memory_total_bytes=10**30)
+    src.nodes = [node("a", [40]), GpuNode(name="b", gpus=(node("b", [40]).gpus[0], bad))]
+    assert not await cache.refresh_once()
+    assert cache.last_error == (
+        "ValueError: node b GPU 1: memory_total_bytes 1000000000000000000000000000000 does not fit the snapshot (int64)"
+    )
+
+
 async def test_failure_keeps_the_last_good_snapshot(setup: tuple) -> None:  # type: ignore[type-arg]
     cache, src, clock, reg = setup
     src.nodes = [node("a", [40])]

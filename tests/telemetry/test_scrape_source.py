@@ -3,6 +3,7 @@ on the fake NVML backend."""
 
 from __future__ import annotations
 
+import asyncio
 import http.server
 import json
 import socket
@@ -197,3 +198,114 @@ async def test_a_gpu_the_exporter_could_not_read_is_logged_by_name(
         await source.close()
     assert [g.index for g in node.gpus] == [0, 1, 3]
     assert any("node gpu-1" in r.getMessage() and "gpu 2: GPU is lost" in r.getMessage() for r in caplog.records)
+
+
+class FakeExporter:
+    """Serves one ``/v1/node`` document, optionally one byte every ``trickle_s``."""
+
+    def __init__(self, doc: dict[str, Any], trickle_s: float = 0.0) -> None:
+        body = json.dumps(doc).encode()
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                try:
+                    for i in range(0, len(body), 1 if trickle_s else len(body)):
+                        self.wfile.write(body[i : i + (1 if trickle_s else len(body))])
+                        self.wfile.flush()
+                        time.sleep(trickle_s)
+                except OSError:
+                    pass
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.port = self.server.server_port
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def node_doc(name: str, observed_at: float, totals: tuple[int, ...] = (80 << 30, 80 << 30)) -> dict[str, Any]:
+    from scheduler_plugin.model import GpuInfo, GpuNode
+    from scheduler_plugin.model.serde import node_to_json
+
+    gpus = tuple(
+        GpuInfo(index=i, uuid=f"GPU-{name}-{i}", model="NVIDIA H100 80GB HBM3", memory_total_bytes=80 << 30)
+        for i in range(len(totals))
+    )
+    doc: dict[str, Any] = json.loads(node_to_json(GpuNode(name=name, gpus=gpus, observed_at=observed_at)))
+    for gpu, total in zip(doc["gpus"], totals, strict=True):
+        gpu["memory_total_bytes"] = total  # JSON integers: 10**30 is a valid one
+    return doc
+
+
+async def test_an_implausible_gpu_is_left_out_and_the_fleet_keeps_refreshing(
+    api: FakeApi, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A memory total of 10**30 bytes used to pass validation and fail every refresh in the cache (OverflowError in
+    the int64 columns, naming nothing); now that GPU is left out, named once, and counted."""
+    from prometheus_client import CollectorRegistry
+
+    from scheduler_plugin.telemetry.cache import SnapshotCache, TelemetryMetrics
+
+    now = time.time()
+    fakes = [FakeExporter(node_doc("bad", now, (10**30, 80 << 30))), FakeExporter(node_doc("good", now))]
+    api.slices = [endpoint_slice(f"s{i}", f.port, [endpoint("127.0.0.1", f"n{i}")]) for i, f in enumerate(fakes)]
+    source = source_for(api)
+    registry = CollectorRegistry()
+    cache = SnapshotCache(source, metrics=TelemetryMetrics(registry, "scrape"))
+    try:
+        with caplog.at_level("WARNING", logger="scheduler_plugin.telemetry.scrape"):
+            assert await cache.refresh_once(), cache.last_error
+            assert await cache.refresh_once(), cache.last_error
+    finally:
+        await source.close()
+        for f in fakes:
+            f.stop()
+    nodes = {n.name: n for n in cache.snapshot.nodes}
+    assert [g.index for g in nodes["bad"].gpus] == [1] and len(nodes["good"].gpus) == 2
+    warned = [r.getMessage() for r in caplog.records if "is left out" in r.getMessage()]
+    assert len(warned) == 1 and f"memory_total_bytes {10**30}" in warned[0] and "(node bad) GPU 0" in warned[0]
+    assert (
+        registry.get_sample_value("kelvin_telemetry_bad_samples_total", {"source": "scrape", "reason": "out_of_range"})
+        == 2
+    )
+
+
+async def test_a_trickling_exporter_is_cut_off_at_the_timeout(api: FakeApi) -> None:
+    now = time.time()
+    fakes = [FakeExporter(node_doc("slow", now), trickle_s=0.5), FakeExporter(node_doc("good", now))]
+    api.slices = [endpoint_slice(f"s{i}", f.port, [endpoint("127.0.0.1", f"n{i}")]) for i, f in enumerate(fakes)]
+    source = source_for(api)  # timeout 2 s
+    try:
+        started = time.perf_counter()
+        nodes = await asyncio.wait_for(source.fetch(), 15)
+        took = time.perf_counter() - started
+    finally:
+        await source.close()
+        for f in fakes:
+            f.stop()
+    assert [n.name for n in nodes] == ["good"] and took < 2.0 + 1.0
+    assert len(source.failed_targets) == 1 and "no whole answer within 2 s" in source.failed_targets[0]
+
+
+async def test_an_exporter_clock_ahead_is_clamped(api: FakeApi) -> None:
+    fake = FakeExporter(node_doc("ahead", time.time() + 86400))
+    api.slices = [endpoint_slice("s", fake.port, [endpoint("127.0.0.1", "ahead")])]
+    source = source_for(api)
+    try:
+        before = time.time()
+        (node,) = await source.fetch()
+    finally:
+        await source.close()
+        fake.stop()
+    assert node.observed_at is not None and before <= node.observed_at <= time.time()
+    assert source.bad_samples["future_timestamp"] == 1

@@ -313,3 +313,37 @@ def test_whole_gpu_pods_take_the_first_eligible_gpus(count: int) -> None:
     assert np.array_equal(pl.pos, fits)
     assert np.array_equal(pl.taken, take[fits])
     assert np.array_equal(pl.gpu_left, fleet.free_milli[fits].sum(axis=1) - count * 1000)
+
+
+@pytest.mark.parametrize(
+    "extreme",
+    [
+        {"host_memory_bytes": 2**64},
+        {"cpu_milli": 2**64},
+        {"cpu_milli": 2**63 - 1, "host_memory_bytes": 2**63 - 1},
+        {"cpu_milli": -(2**64), "host_memory_bytes": -1},
+        {"count": 10**30},
+    ],
+)
+def test_no_request_can_store_a_value_that_breaks_the_learned_workload(extreme: dict[str, int]) -> None:
+    """The estimator's state is shared by every later request: whatever it is fed (even requests no parser would
+    produce), the workload it learns stays in int64 and scoring a normal pod still works."""
+    fleet = build_arrays([node("a", [0, 500]), node("b", [1000, 0])])
+    plugin = build("score", "fragmentation", {"prior_weight": 1}, "t")
+    for i in range(30):
+        bad = GpuRequest(**{"count": 1, "milli": 1000, **extreme}, pod_key=f"ns/bad-{i}")  # type: ignore[arg-type]
+        plugin.estimator.observe(bad)  # what score() learns from before it scores the pod itself
+    w = plugin.estimator.workload()
+    assert w.cpu_milli.dtype == np.int64 and w.host_memory is not None and w.host_memory.dtype == np.int64
+    assert (w.cpu_milli >= 0).all() and (w.host_memory >= 0).all() and (w.count <= 1024).all()
+    normal = GpuRequest(count=1, milli=500, cpu_milli=1000, pod_key="ns/normal")
+    raw = plugin.score(normal, fleet, np.array([0, 1]), CycleContext(now=0.0))
+    assert np.isfinite(raw).all()
+
+
+def test_a_clamped_request_still_fits_nowhere() -> None:
+    """Clamping keeps what the shape means: more CPU than any node has."""
+    est = WorkloadEstimator(prior={WHOLE: 1.0}, prior_weight=1.0, coverage=1.0)
+    est.observe(GpuRequest(count=1, cpu_milli=2**70, pod_key="ns/huge"))
+    big = [s for s, _ in est.workload().shapes() if s.cpu_milli > 10**12]
+    assert big and all(s.cpu_milli > 64 * 10**9 for s in big)

@@ -242,3 +242,64 @@ def test_shared_gpu_resource_errors_name_it(
         parse_pod(shared_slot_pod(slots, annotations, gpus))
     assert exc.value.field == ann.SHARED_GPU_RESOURCE and problem in exc.value.problem
     assert ann.SHARED_GPU_RESOURCE in str(exc.value)
+
+
+@pytest.mark.parametrize("text", ["２０Gi", "٥", "१००", "1_000", "５00m", "1e٣", "٣e3"])
+def test_quantities_are_ascii_only(text: str) -> None:
+    """Kubernetes quantities are ASCII: other Unicode digits (which ``\\d`` and Decimal() accept) are not numbers."""
+    with pytest.raises(QuantityError):
+        parse_quantity(text)
+
+
+@pytest.mark.parametrize(
+    ("annotation", "value"),
+    [
+        (ann.GPU_SHARE, "٥٠٠"),
+        (ann.GPU_SHARE, "5_00"),
+        (ann.GPU_SHARE, "१००"),
+        (ann.GPU_SHARE, "５００"),
+        (ann.GPU_MEMORY, "２０Gi"),
+        (ann.GPU_MEMORY, "2_0Gi"),
+        (ann.MAX_TEMPERATURE, "٧٨"),
+        (ann.MAX_TEMPERATURE, "7_8"),
+        (ann.MAX_TEMPERATURE, "７８C"),
+        (ann.MAX_TEMPERATURE, "inf"),
+        (ann.MAX_TEMPERATURE, "nan"),
+    ],
+)
+def test_annotation_numbers_are_ascii_only(annotation: str, value: str) -> None:
+    """The parser the extender and the operator's webhook share refuses what int()/float() would read."""
+    with pytest.raises(RequestError) as e:
+        parse_pod(pod({annotation: value}, gpus=1))
+    assert e.value.field == annotation
+
+
+@pytest.mark.parametrize(
+    ("annotation", "value", "attr", "want"),
+    [
+        (ann.GPU_SHARE, "500", "milli", 500),
+        (ann.GPU_SHARE, " 0460 ", "milli", 460),
+        (ann.GPU_MEMORY, "20Gi", "memory_bytes", 20 * GIB),
+        (ann.MAX_TEMPERATURE, "77.5", "max_temperature", 77.5),
+        (ann.MAX_TEMPERATURE, "78°C", "max_temperature", 78.0),
+    ],
+)
+def test_ascii_annotation_numbers_still_parse(annotation: str, value: str, attr: str, want: object) -> None:
+    assert getattr(parse_pod(pod({annotation: value}, gpus=1)), attr) == want
+
+
+def test_a_gpu_share_of_many_digits_is_out_of_range_not_a_crash() -> None:
+    with pytest.raises(RequestError, match="between 1 and 1000"):
+        parse_pod(pod({ann.GPU_SHARE: "9" * 5000}, gpus=1))
+
+
+@pytest.mark.parametrize(
+    ("resource", "value", "n"),
+    [("memory", "7Ei", 2), ("cpu", "9223372036854775", 2), ("nvidia.com/gpu", "600", 2), ("memory", "1Ei", 9)],
+)
+def test_sums_over_containers_are_bounded_like_single_values(resource: str, value: str, n: int) -> None:
+    containers = [{"name": f"c{i}", "resources": {"requests": {resource: value}}} for i in range(n)]
+    parse_pod({**pod(), "spec": {"containers": containers[:1]}})  # one alone is in range
+    with pytest.raises(RequestError) as e:
+        parse_pod({**pod(), "spec": {"containers": containers}})
+    assert e.value.field == f"resource {resource}" and "effective request" in e.value.problem

@@ -164,7 +164,7 @@ def test_a_key_in_both_spellings_is_refused() -> None:
 
 
 def test_hotness_cross_field_error_speaks_camel_case() -> None:
-    with pytest.raises(PolicyConfigError, match=r"hotness: Value error, coolCelsius \(85.0\) must be below hotCelsius"):
+    with pytest.raises(PolicyConfigError, match=r"hotness: coolCelsius \(85.0\) must be below hotCelsius"):
         PolicyConfig.from_mapping({"hotness": {"hotCelsius": 80, "coolCelsius": 85}})
 
 

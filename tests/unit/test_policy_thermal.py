@@ -7,7 +7,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from scheduler_plugin.model import GpuNode, GpuRequest, ThrottleReason
+from scheduler_plugin.model import FleetArrays, GpuNode, GpuRequest, ThrottleReason
 from scheduler_plugin.policies.base import CycleContext
 from scheduler_plugin.policies.thermal import (
     ThermalArgs,
@@ -17,6 +17,7 @@ from scheduler_plugin.policies.thermal import (
     predicted_hot,
     predicted_temp,
 )
+from scheduler_plugin.telemetry.cooling import CoolingEstimator
 from tests.unit.fleet_helpers import NOW, fleet, gpu, node, request
 
 SCORE = ThermalScore(ThermalArgs())
@@ -154,6 +155,36 @@ def test_load_power_percentile_and_headroom_args() -> None:
 def test_explain_shows_the_prediction_under_load() -> None:
     f = fleet(cooled("a", r=0.06), BUSY)
     (line,) = SCORE.explain(request(1), f, 0, CycleContext(now=NOW))
-    assert "under load 77.8 °C (cooling 0.060 °C/W, 9.2 °C below slowdown)" in line
+    assert "under load 77.8 °C (cooling 0.060 °C/W reported by telemetry, 9.2 °C below slowdown)" in line
     (plain,) = SCORE.explain(request(1), fleet(one(temp=50)), 0, CycleContext(now=NOW))
     assert "under load" not in plain
+
+
+def test_explain_says_above_slowdown_when_past_it() -> None:
+    # 90 °C now with slowdown at 87: 3.0 °C above; idle at 40 °C with r = 0.09 settles at 96.7 °C under load
+    (hot,) = SCORE.explain(request(1), fleet(one(temp=90)), 0, CycleContext(now=NOW))
+    assert "3.0 °C above slowdown 87 °C" in hot and "below" not in hot
+    (line,) = SCORE.explain(request(1), fleet(cooled("a", r=0.09), BUSY), 0, CycleContext(now=NOW))
+    assert "47.0 °C below slowdown 87 °C" in line
+    assert "under load 96.7 °C (cooling 0.090 °C/W reported by telemetry, 9.7 °C above slowdown)" in line
+    assert "-" not in line.split("under load")[1]
+
+
+def learning_fleet(at: float) -> FleetArrays:
+    """An idle GPU never loaded and a settled busy one of the same model, read at ``at``."""
+    idle = cooled("idle", r=None)
+    busy = replace(BUSY, gpus=(replace(BUSY.gpus[0], thermal_resistance_c_per_w=None),), observed_at=at)
+    return fleet(replace(idle, observed_at=at), busy)
+
+
+def test_explain_says_whether_the_cooling_figure_is_learned_or_assumed() -> None:
+    est = CoolingEstimator()
+    for at in (NOW - 60, NOW):  # two readings a minute apart
+        f = learning_fleet(at)
+        est.fill(f)
+    assert f.cooling_samples.tolist() == [[0], [2]]
+    ctx = CycleContext(now=NOW)
+    (idle,) = SCORE.explain(request(1), f, 0, ctx)
+    assert "(cooling 0.048 °C/W assumed (the worst learned for its model" in idle
+    (busy,) = SCORE.explain(request(1), f, 1, ctx)
+    assert "(cooling 0.048 °C/W learned from 2 readings under load since 60 s ago" in busy

@@ -211,3 +211,13 @@ def test_nodes_wider_than_the_tables_are_enumerated() -> None:
     fit = FitFilter(FilterPolicy())
     got = fit.filter(request(3, topology="nvlink-required"), f, np.arange(2), CycleContext(now=NOW))
     assert got.tolist() == [True, False]
+
+
+def test_an_empty_fleet_has_no_patterns_and_scores_nothing() -> None:
+    """No telemetry yet (a fresh install): warming the tables of an empty snapshot used to raise ValueError."""
+    from scheduler_plugin.model import build_arrays
+
+    empty = build_arrays([])
+    assert SCORE.tables.for_fleet(empty).patterns == []
+    assert SCORE.score(request(1), empty, np.arange(0), CycleContext(now=NOW)).shape == (0,)
+    assert SCORE.score(request(4), empty, np.arange(0), CycleContext(now=NOW)).shape == (0,)

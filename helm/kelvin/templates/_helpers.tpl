@@ -156,6 +156,16 @@ webhook configurations through the top-level context; returns YAML with caCert, 
 {{- toYaml (get $ "kelvinWebhookTLS") }}
 {{- end }}
 
+{{/* "true" when Helm generates the webhook's CA and key (neither cert-manager nor an external Secret); else "".
+     Both set at once is refused. */}}
+{{- define "kelvin.webhookTLSByHelm" -}}
+{{- $tls := .Values.operator.webhook.tls }}
+{{- if and $tls.external $tls.certManager.enabled }}
+{{- fail "operator.webhook.tls.external and operator.webhook.tls.certManager.enabled are both set: choose one source of the webhook certificate" }}
+{{- end }}
+{{- if not (or $tls.external $tls.certManager.enabled) }}true{{ end }}
+{{- end }}
+
 {{/* Annotations or caBundle a webhook configuration needs for its CA. */}}
 {{- define "kelvin.webhookCAAnnotations" -}}
 {{- if .Values.operator.webhook.tls.certManager.enabled }}
