@@ -10,6 +10,7 @@ Errors are one line on stderr, ``error: <what went wrong>`` (:func:`fail`).
 from __future__ import annotations
 
 import enum
+import logging
 import sys
 from typing import Annotated, Literal, NoReturn
 
@@ -82,3 +83,16 @@ LogLevelOption = Annotated[
     ),
 ]
 """The one ``--log-level`` option of every long-running command: ``log_level: LogLevelOption = LogLevel.info``."""
+
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+#: Libraries that log every request at INFO: httpx writes one line per Prometheus query, exporter scrape and API
+#: call (``HTTP Request: GET http://prometheus:9090/api/v1/query?... "HTTP/1.1 200 OK"``). Held at WARNING; kelvin
+#: logs its own per-query lines at DEBUG.
+QUIET_LOGGERS = ("httpx", "httpcore")
+
+
+def setup_logging(level: LogLevel) -> None:
+    """The logging of every long-running command: ``level`` for kelvin, WARNING for :data:`QUIET_LOGGERS`."""
+    logging.basicConfig(level=level.value.upper(), format=LOG_FORMAT)
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(max(logging.WARNING, logging.getLevelNamesMapping()[level.value.upper()]))

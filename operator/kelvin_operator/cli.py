@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
-from scheduler_plugin.console import LogLevel, LogLevelOption, fail
+from scheduler_plugin.console import LogLevel, LogLevelOption, fail, setup_logging
 from scheduler_plugin.extender.cli import STARTUP_FAILURE
 from scheduler_plugin.textfile import decode_problem, first_undecodable
 
@@ -87,7 +87,6 @@ def operator(
     """Run the operator: taint and drain hot nodes, act on noisy neighbours, enforce GPU memory pools, serve the
     admission webhooks."""
     import asyncio
-    import logging
     import random
 
     import kopf
@@ -137,7 +136,7 @@ def operator(
     async def start(c: OperatorConfig) -> Runtime:
         return await Runtime.start(c, kube_config, telemetry, refresh_interval_s=settings.refresh_interval_s)
 
-    logging.basicConfig(level=log_level.value.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    setup_logging(log_level)
     # kopf waits for the peering resource whenever a peering name is given, even when standalone
     priority = cfg.peering_priority or random.SystemRandom().randint(1, 2**31 - 1)
     peer_args: dict[str, Any] = {} if cfg.standalone else {"peering_name": cfg.peering, "priority": priority}

@@ -19,6 +19,7 @@ from scheduler_plugin.model import annotations as ann
 
 from . import webhooks
 from .config import OperatorConfig
+from .logs import demote_kopf_success
 from .runtime import Runtime, webhook_cert
 from .webhook_server import AdmissionServer
 
@@ -80,6 +81,7 @@ def build_registry(
         settings.peering.name = cfg.peering
         settings.peering.standalone = cfg.standalone
         settings.posting.level = logging.WARNING
+        demote_kopf_success()  # "Timer 'node_cycle' succeeded." once per node per cycle: DEBUG, not INFO
         settings.scanning.disabled = True  # no CRDs of our own: no need to watch CustomResourceDefinitions
         settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="operator.kelvin.dev")
         settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix="operator.kelvin.dev")

@@ -61,6 +61,9 @@ class Reconciler:
         self.evictor = Evictor(kube, cfg, self.metrics, self.budget)
         self.states: dict[str, hotness.NodeHotness] = {}
         self.pool_over_since: dict[str, dict[str, float]] = {}
+        #: Per node, the (pod, eviction reason) pairs kept last cycle because the pod is protected: each is logged at
+        #: INFO once per episode (while it stays a protected candidate), at DEBUG on the cycles after.
+        self.protected_seen: dict[str, set[tuple[str, str]]] = {}
 
     def _state(self, name: str, node_obj: Mapping[str, Any], now: float) -> hotness.NodeHotness:
         st = self.states.get(name)
@@ -116,11 +119,34 @@ class Reconciler:
             log.exception("node %s: the memory-pool strategy failed; skipped this cycle", name)
         ranked, protected = plan(candidates, now, self.cfg.protection)
         result.candidates, result.protected = ranked, protected
-        for p in protected:
-            log.debug("protected %s from %s eviction: %s", p.candidate.pod.key, p.candidate.reason.value, p.why)
+        self._report_protected(name, protected)
         self.budget.new_cycle(name)
         result.outcomes = await self.evictor.act(name, ranked, now)
         return result
+
+    def _report_protected(self, name: str, protected: list[Protected]) -> None:
+        """A pod kelvin would evict but must not: INFO with the reason when it starts being kept, DEBUG after."""
+        before = self.protected_seen.get(name, set())
+        now_kept: set[tuple[str, str]] = set()
+        for p in protected:
+            pod, reason = p.candidate.pod, p.candidate.reason.value
+            key = (pod.uid or pod.key, reason)
+            now_kept.add(key)
+            if key in before:
+                log.debug("protected %s from %s eviction: %s", pod.key, reason, p.why)
+            else:
+                log.info(
+                    "keeping %s on node %s: it would be evicted (%s: %s) but is protected: %s",
+                    pod.key,
+                    name,
+                    reason,
+                    p.candidate.detail,
+                    p.why,
+                )
+        if now_kept:
+            self.protected_seen[name] = now_kept
+        else:
+            self.protected_seen.pop(name, None)
 
     async def _sync_taint(
         self, name: str, node_obj: Mapping[str, Any], st: hotness.NodeHotness, transition: hotness.Transition | None

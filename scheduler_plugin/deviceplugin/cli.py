@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from ..console import LogLevel, LogLevelOption, fail
+from ..console import LogLevel, LogLevelOption, fail, setup_logging
 from .devices import RESOURCES
 from .plugin import DEFAULT_SLOTS, DEFAULT_SOCKET_DIR
 
@@ -81,7 +81,7 @@ def device_plugin(
     from .plugin import DevicePluginRunner, PluginConfig
     from .pods import NodePods
 
-    logging.basicConfig(level=log_level.value.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    setup_logging(log_level)
     if device_list_strategy not in _STRATEGIES:
         raise typer.BadParameter(
             f"{device_list_strategy!r} is not one of {', '.join(_STRATEGIES)}", param_hint="--device-list-strategy"

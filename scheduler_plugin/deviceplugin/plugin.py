@@ -4,7 +4,9 @@ every kubelet restart.
 The kubelet serves ``kubelet.sock`` in its device-plugins folder and, when it restarts, recreates that socket and
 deletes the plugins' sockets. The runner polls both (every ``poll_s``): a new ``kubelet.sock`` (another inode or
 change time) or a missing own socket restarts the servers and registers again. A failed registration (kubelet not up
-yet) is retried at the next poll.
+yet) is retried at the next poll. While there is no ``kubelet.sock`` (the kubelet is not running, or the plugin's
+folder is not the kubelet's device-plugins folder) the plugin says so: one INFO line when it starts waiting, naming
+the socket, a WARNING every ``wait_warn_s`` (5 minutes) while it still waits, and INFO once registered.
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ API_VERSION = "v1beta1"
 KUBELET_SOCKET = "kubelet.sock"
 DEFAULT_SOCKET_DIR = Path("/var/lib/kubelet/device-plugins")
 DEFAULT_SLOTS = 16
+#: While no kubelet socket appears, a WARNING this often (seconds).
+DEFAULT_WAIT_WARN_S = 300.0
 
 
 def endpoint_name(resource: str) -> str:
@@ -51,6 +55,7 @@ class PluginConfig:
     poll_s: float = 1.0
     health_s: float = 2.0
     register_timeout_s: float = 5.0
+    wait_warn_s: float = DEFAULT_WAIT_WARN_S
 
     def __post_init__(self) -> None:
         if not self.node:
@@ -64,6 +69,8 @@ class PluginConfig:
             raise ValueError("resources: a resource is listed twice")
         if not 1 <= self.slots <= 128:
             raise ValueError(f"shared slots per GPU must be 1..128, got {self.slots}")
+        if not self.wait_warn_s > 0:
+            raise ValueError(f"wait_warn_s: must be > 0 seconds, got {self.wait_warn_s!r}")
 
 
 def _socket_id(path: Path) -> tuple[int, int] | None:
@@ -123,6 +130,9 @@ class DevicePluginRunner:
         kubelet = cfg.socket_dir / KUBELET_SOCKET
         registered_with: tuple[int, int] | None = None
         lock = asyncio.Lock()
+        loop = asyncio.get_running_loop()
+        waiting_since: float | None = None  # loop time the wait for kubelet.sock began
+        warned_at = 0.0
         while not stop.is_set():
             current = _socket_id(kubelet)
             own = all((cfg.socket_dir / endpoint_name(r)).exists() for r in cfg.resources)
@@ -139,11 +149,33 @@ class DevicePluginRunner:
                 else:
                     registered_with = current
                     self.registrations += 1
+                    if waiting_since is not None:
+                        log.info("the kubelet is up after %.0f s: registered", loop.time() - waiting_since)
+                        waiting_since = None
                     if ready is not None:
                         ready.set()
-            elif current is None and registered_with is not None:
-                log.info("kubelet socket %s is gone: waiting for the kubelet", kubelet)
-                registered_with = None
+            elif current is None:
+                now = loop.time()
+                if registered_with is not None:
+                    log.info("kubelet socket %s is gone: waiting for the kubelet", kubelet)
+                    registered_with = None
+                    waiting_since = warned_at = now
+                elif waiting_since is None:
+                    log.info(
+                        "waiting for the kubelet: no %s yet (registration starts when it appears; the plugin's "
+                        "--socket-dir must be the kubelet's device-plugins folder)",
+                        kubelet,
+                    )
+                    waiting_since = warned_at = now
+                elif now - warned_at >= cfg.wait_warn_s:
+                    log.warning(
+                        "still waiting for the kubelet: no %s after %.0f s; is the kubelet running, and is %s its "
+                        "device-plugins folder (mounted into this pod)?",
+                        kubelet,
+                        now - waiting_since,
+                        cfg.socket_dir,
+                    )
+                    warned_at = now
             self.polls += 1
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), cfg.poll_s)

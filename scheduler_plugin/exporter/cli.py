@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from ..console import LogLevel, LogLevelOption
+from ..console import LogLevel, LogLevelOption, setup_logging
 from .backend import NvmlApi, real_nvml
 from .limits import ServeLimits
 
@@ -78,7 +78,7 @@ def exporter(
     from .app import Exporter
     from .fake_nvml import FakeNvml, write_proc
 
-    logging.basicConfig(level=log_level.value.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    setup_logging(log_level)
     node = node_name or os.uname().nodename
     nvml: NvmlApi
     if fake:

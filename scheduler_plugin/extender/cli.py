@@ -14,7 +14,7 @@ from typing import Annotated, Any, NoReturn
 import typer
 
 from ..config import ConfigError, Settings, load_settings
-from ..console import LogLevel, LogLevelOption, console, fail
+from ..console import LogLevel, LogLevelOption, console, fail, setup_logging
 from ..textfile import TextFileError, decode_problem, first_undecodable, read_text
 
 #: Exit status of a server whose startup failed, as ``uvicorn.run`` uses.
@@ -97,7 +97,6 @@ def extender(
     log_level: LogLevelOption = LogLevel.info,
 ) -> None:
     """Run the scheduler extender (filter, prioritize, bind, explain, /metrics, /healthz, /readyz)."""
-    import logging
 
     from .app import StartupError, build_extender
     from .server import ExtenderServers
@@ -129,7 +128,7 @@ def extender(
     # the loop in slices that step aside for requests).
     ext.cache.freeze_gc = True
     sys.setswitchinterval(0.0005)
-    logging.basicConfig(level=log_level.value.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    setup_logging(log_level)
     try:
         servers.run()
     except StartupError as exc:

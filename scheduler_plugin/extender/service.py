@@ -6,6 +6,14 @@ policy's ``telemetry.onStale``: ``deny`` fails them (unresolvable, so preemption
 passes them with score 0. A pod whose kelvin annotations are malformed fails every node as unresolvable, with the
 annotation and value named: the scheduler shows that text on the pod, does not preempt for it, and (unlike an
 ``Error`` reply) does not skip the extender when it is ``ignorable``.
+
+A telemetry **outage** is different (:meth:`Extender.outage`): when, under ``deny``, kelvin's telemetry is stale as a
+whole (the last successful refresh is older than ``maxAgeSeconds``, there has been none yet, it reported no node, or
+no node of the snapshot has telemetry younger than that), a GPU pod's filter is answered with ``Error`` instead of
+failing every node. kube-scheduler puts a pod whose nodes all failed in its unschedulable queue, retried only on a
+cluster event or its 5-minute flush, but retries a scheduling error with backoff (``podMaxBackoffSeconds``, 10 s):
+the pod is placed within seconds of the telemetry recovering. A node stale on its own while others are fresh still
+fails the filter.
 """
 
 from __future__ import annotations
@@ -37,6 +45,8 @@ from .turns import LoopTurns
 log = logging.getLogger(__name__)
 
 UNKNOWN_NODE_REASON = "kelvin has no GPU telemetry for this node (not in the snapshot)"
+#: Appended to an outage's ``Error``: what kube-scheduler does with the pod.
+OUTAGE_RETRY = "the pod is retried with backoff"
 
 
 @runtime_checkable
@@ -126,6 +136,43 @@ class Extender:
     def deny_unknown(self) -> bool:
         return self.policy.telemetry.on_stale == "deny"
 
+    def outage(self, stale: np.ndarray[Any, np.dtype[np.bool_]] | None, now: float) -> str | None:
+        """Why kelvin's telemetry is stale as a whole, or None while it is not.
+
+        An outage: the last successful refresh (the snapshot's ``taken_at``) is older than ``maxAgeSeconds`` (the
+        source is failing); there has been no successful refresh yet; the snapshot has no node (the source answers
+        with nothing, e.g. a restarted Prometheus before its first scrape); or every node of it is stale (``stale``,
+        the cycle context's per-node mask over the whole fleet: the source answers but no exporter reaches it).
+        Judged on the whole snapshot, never on the candidates of one request: a pod whose only candidate is a stale
+        node among fresh ones is that node's problem, not an outage. Only under ``onStale: deny`` (under ``allow``
+        stale nodes are judged on their last data).
+        """
+        if not self.deny_unknown:
+            return None
+        snap = self.cache.snapshot
+        max_age = self.policy.telemetry.max_age_seconds
+        age = snap.age_seconds(now)
+        if not np.isfinite(age):
+            why = self.cache.last_error or "waiting for the source"
+            return f"kelvin has no GPU telemetry yet (no successful refresh from {snap.source}: {why}); {OUTAGE_RETRY}"
+        if age > max_age:
+            failing = f"; the source is failing: {self.cache.last_error}" if self.cache.last_error else ""
+            return (
+                f"kelvin's GPU telemetry is stale: last successful refresh {age:.0f} s ago (maxAgeSeconds "
+                f"{max_age:g}){failing}; {OUTAGE_RETRY}"
+            )
+        if not snap.nodes:
+            return (
+                f"kelvin's GPU telemetry is empty: {snap.source} answered {age:.0f} s ago but reported no GPU node "
+                f"(a restarted Prometheus before its first scrape, or no exporter scraped); {OUTAGE_RETRY}"
+            )
+        if stale is not None and stale.size and bool(stale.all()):
+            return (
+                f"kelvin's GPU telemetry is stale: no node of the {stale.size} in the snapshot has telemetry newer "
+                f"than maxAgeSeconds ({max_age:g} s), though the source answers; {OUTAGE_RETRY}"
+            )
+        return None
+
     # -- filter ------------------------------------------------------------------------------------------------
 
     def filter(self, body: bytes | wire.ParsedArgs) -> dict[str, Any]:
@@ -140,6 +187,9 @@ class Extender:
             self.metrics.decisions.labels("filter", "rejected").inc(len(names))
             return wire.filter_result(args, [], {}, dict.fromkeys(names, reason))
         self.memo.put(req)
+        # The one place a pod is learned (the target workload is the mix of arriving pods; see Framework.observe):
+        # filter is the verb every managed pod reaches, fitting or not, with or without a prioritize verb.
+        self.framework.observe(req)
         snap = self.cache.snapshot
         fleet = snap.arrays
         rows = self._rows(names)
@@ -150,7 +200,13 @@ class Extender:
         if not req.wants_gpu:
             passed_pos = list(range(len(names)))
         else:
-            ctx = self.framework.context(fleet, self.clock())
+            now = self.clock()
+            ctx = self.framework.context(fleet, now)
+            down = self.outage(ctx.stale, now)
+            if down is not None:  # a scheduling error: retried with backoff, not parked as unschedulable
+                self.metrics.rejections.labels("stale_telemetry").inc(len(names))
+                self.metrics.decisions.labels("filter", "rejected").inc(len(names))
+                return wire.filter_result(args, [], {}, {}, error=down)
             pos_known = np.nonzero(known)[0]
             outcome = self.framework.filter(req, fleet, rows[pos_known], ctx)
             ok = np.zeros(fleet.n_nodes, dtype=np.bool_)

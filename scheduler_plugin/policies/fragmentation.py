@@ -32,8 +32,9 @@ Two scorers share that maths:
 Everything is vectorised over candidate (node, GPU) placements: one call scores 5,000 nodes x 8 GPUs.
 
 The target workload comes from ``ctx.extras[WORKLOAD_KEY]`` when the caller supplies one (the simulator computes it
-from the trace); otherwise from the plugin's :class:`WorkloadEstimator`, a decayed histogram of the requests it has
-scored, seeded with a default mix until enough pods have been seen.
+from the trace); otherwise from the plugin's :class:`WorkloadEstimator`, a decayed histogram of the pods that
+arrived, seeded with a default mix until enough pods have been seen. Scoring, picking and explaining only read the
+estimator; it learns in one explicit step, :func:`learn` (called by ``Framework.observe``, once per arriving pod).
 """
 
 from __future__ import annotations
@@ -691,12 +692,12 @@ class _Base:
     def memory_aware(self) -> bool:
         return self.args.memory_aware
 
-    def workload(self, req: GpuRequest, ctx: CycleContext, *, learn: bool) -> Workload:
+    def workload(self, ctx: CycleContext) -> Workload:
+        """The cycle's target workload: the caller's (``ctx.extras[WORKLOAD_KEY]``), else the one learned so far.
+        Only reads the estimator (it learns in :func:`learn`)."""
         given = ctx.extras.get(WORKLOAD_KEY)
         if isinstance(given, Workload):
             return given
-        if learn:
-            self.estimator.observe(req)
         w = self.estimator.workload()
         ctx.extras[WORKLOAD_KEY] = w
         return w
@@ -707,7 +708,7 @@ class _Base:
         raise NotImplementedError
 
     def score(self, req: GpuRequest, fleet: FleetArrays, idx: IntA, ctx: CycleContext) -> FloatA:
-        w = self.workload(req, ctx, learn=True)
+        w = self.workload(ctx)
         pl = placements(req, fleet, idx, w, ctx, memory_aware=self.memory_aware)
         best, _ = best_per_row(self._values(req, fleet, pl, w), pl.pos, len(idx))
         return best
@@ -716,7 +717,7 @@ class _Base:
         return minmax(raw)
 
     def pick(self, req: GpuRequest, fleet: FleetArrays, row: int, ctx: CycleContext) -> tuple[int, ...] | None:
-        w = self.workload(req, ctx, learn=False)
+        w = self.workload(ctx)
         rows = np.array([row], dtype=np.int64)
         pl = placements(req, fleet, rows, w, ctx, memory_aware=self.memory_aware)
         _, which = best_per_row(self._values(req, fleet, pl, w, True), pl.pos, 1)
@@ -725,7 +726,7 @@ class _Base:
         return tuple(int(fleet.gpu_index[row, c]) for c in pl.slots(int(which[0])))
 
     def explain(self, req: GpuRequest, fleet: FleetArrays, row: int, ctx: CycleContext) -> list[str]:
-        w = self.workload(req, ctx, learn=False)
+        w = self.workload(ctx)
         rows = np.array([row], dtype=np.int64)
         acc = _accessible(w, fleet, rows)
         mem = fleet.mem_free_host[rows] if self.memory_aware else None
@@ -746,6 +747,16 @@ class _Base:
 
 FragmentationBase = _Base
 """The common base of the fragmentation plugins (for callers that share their workload estimator)."""
+
+
+def learn(plugins: Iterable[object], req: GpuRequest) -> None:
+    """Count one arriving pod in the workload estimators of ``plugins`` (each distinct estimator once; plugins
+    without one are skipped). The one place the learned workload changes: scoring only reads it."""
+    seen: set[int] = set()
+    for p in plugins:
+        if isinstance(p, _Base) and id(p.estimator) not in seen:
+            seen.add(id(p.estimator))
+            p.estimator.observe(req)
 
 
 class FragmentationPolicy(_Base):

@@ -28,7 +28,7 @@ from .burst import PLACEMENTS_KEY
 from .config import PolicyConfig, TelemetryPolicy
 from .eligibility import LIMITS_KEY
 from .fit import FitFilter, TelemetryFilter
-from .fragmentation import FragmentationBase, FragmentationPolicy
+from .fragmentation import FragmentationBase, FragmentationPolicy, learn
 from .hot import HotNodeFilter
 from .topology import TopologyTables
 
@@ -167,9 +167,8 @@ class Framework:
                 p.tables = tables[0]
 
     def _share_workload(self) -> None:
-        """Let the picker judge by the workload the scorers learn. A fragmentation picker has an estimator of its own
-        that never observes a pod (scoring does; picking at bind must not count the pod twice): without this it would
-        pick GPUs against the default mix forever. Shared only when both learn alike (same estimator settings)."""
+        """Let the picker judge by the workload the scorers learn: one estimator, one histogram, fed once per pod by
+        :meth:`observe`. Shared only when both learn alike (same estimator settings); otherwise each learns apart."""
         source = next((ws.plugin for ws in self.scorers if isinstance(ws.plugin, FragmentationBase)), None)
         picker = self.picker
         if source is None or not isinstance(picker, FragmentationBase) or picker is source:
@@ -223,6 +222,16 @@ class Framework:
         self._overlay = fleet.with_assumed(entries)
         self._overlay_key = key
         return self._overlay
+
+    # --- learning -------------------------------------------------------------------------------------------------
+
+    def observe(self, req: GpuRequest) -> None:
+        """Learn one arriving pod: count its shape in the target workload of the fragmentation plugins (scorers and
+        picker, each estimator once). The only step that changes the learned workload: filter, prioritize, pick and
+        explain only read it. The extender calls it from its filter verb, which sees every pod kelvin manages,
+        whether it then fits one node, many or none; a pod the scheduler retries (same UID) counts once (the
+        estimator remembers the last 20,000 pods it counted). O(1) per pod."""
+        learn((*(ws.plugin for ws in self.scorers), self.picker), req)
 
     # --- the extender verbs ---------------------------------------------------------------------------------------
 

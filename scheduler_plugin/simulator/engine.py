@@ -13,7 +13,7 @@ import numpy.typing as npt
 from ..model import MILLI_PER_GPU, FleetArrays, GpuRequest
 from ..model.claim import charge_milli
 from ..policies.base import CycleContext, FilterPlugin, GpuPicker, ScorePlugin
-from ..policies.fragmentation import DEFAULT_REFERENCE_GPU_MEMORY, WORKLOAD_KEY, Workload, workload_of
+from ..policies.fragmentation import DEFAULT_REFERENCE_GPU_MEMORY, WORKLOAD_KEY, Workload, learn, workload_of
 from .fleet import apply_placement, build_fleet, gpu_memory_bytes
 from .protocol import DEFAULT_TARGET, arrivals
 from .trace import Trace, TracePod
@@ -41,6 +41,16 @@ class SimPolicy:
     rank_fn: Callable[[GpuRequest, FleetArrays, IntA, CycleContext], FloatA] | None = None
     context_fn: Callable[[FleetArrays, float], CycleContext] | None = None
     """Builds each cycle's context (the framework's: staleness, limits, ledger); default: a bare one."""
+    observe_fn: Callable[[GpuRequest], None] | None = None
+    """Learns an arriving pod (the framework's :meth:`~scheduler_plugin.policies.framework.Framework.observe`);
+    default: the workload estimators of the score plugins and the picker."""
+
+    def observe(self, req: GpuRequest) -> None:
+        """Learn one arriving pod into the policy's target workload (the extender does it at filter)."""
+        if self.observe_fn is not None:
+            self.observe_fn(req)
+        else:
+            learn((*(p for p, _ in self.scorers), self.picker), req)
 
     def context(self, fleet: FleetArrays, now: float) -> CycleContext:
         return self.context_fn(fleet, now) if self.context_fn is not None else CycleContext(now=now)
@@ -187,8 +197,9 @@ def run(
 
     Ties between equally ranked nodes go to a node order drawn at random per seed (as in the paper's simulator).
     The fragmentation policies get the trace's target workload (``workload``, default ``prep.workload``: the paper's
-    M), or with ``learn_workload`` none at all: they learn it from the pods they score, as the extender does in a
-    cluster (a decayed histogram seeded with a default mix).
+    M), or with ``learn_workload`` none at all: they learn it from the arriving pods (:meth:`SimPolicy.observe` on
+    each arrival, before it is scored, fitting or not), as the extender does at filter in a cluster (a decayed
+    histogram seeded with a default mix).
     """
     if target <= 0:
         raise ValueError(f"target must be positive, got {target}")
@@ -211,6 +222,8 @@ def run(
         req = prep.requests[p]
         pod = prep.trace.pods[p]
         names.append(pod.name)
+        if learn_workload:
+            policy.observe(req)
         ctx = policy.context(fleet, 0.0)
         if not learn_workload:
             ctx.extras[WORKLOAD_KEY] = w

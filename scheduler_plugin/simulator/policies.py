@@ -86,6 +86,7 @@ def kelvin_policy(config: PolicyConfig | None = None, name: str = "kelvin") -> S
         scorers=[(ws.plugin, ws.weight) for ws in fw.scorers],
         picker=FrameworkPicker(fw),
         rank_fn=rank,
+        observe_fn=fw.observe,
     )
 
 

@@ -317,6 +317,7 @@ class PrometheusSource:
             ) from None
         before = self.issues.total
         samples = _samples(doc, query, rng, self.issues)
+        log.debug("prometheus query %s: HTTP %d, %d samples", query, resp.status_code, len(samples))
         if self.issues.total > before:
             self._dropped.add(query)
         return samples

@@ -353,3 +353,47 @@ async def test_pods_bound_close_together_in_another_creation_order_are_logged(
     assert resp.container_responses[0].envs["NVIDIA_VISIBLE_DEVICES"] == uuid(fake, 1)  # bound first: served
     warned = [r.getMessage() for r in caplog.records if "bound less than 2 s apart" in r.getMessage()]
     assert len(warned) == 1 and "ml/b1" in warned[0] and "ml/b2" in warned[0]
+
+
+async def test_waiting_for_the_kubelet_is_said_then_warned_then_registered(
+    kmock: km.KubernetesEmulator, fake: FakeNvml, socket_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    client = KubeClient(KubeConfig(server=str(kmock.url)), timeout_s=5.0)
+    config = PluginConfig(node=NODE, socket_dir=socket_dir, poll_s=0.02, wait_warn_s=0.2)
+    runner = DevicePluginRunner(config, fake, NodePods(client, NODE))
+    stop, ready = asyncio.Event(), asyncio.Event()
+    kubelet = FakeKubelet(socket_dir)
+    sock = str(socket_dir / "kubelet.sock")
+
+    def said(level: int, text: str) -> list[str]:
+        return [
+            r.getMessage()
+            for r in caplog.records
+            if r.name == "scheduler_plugin.deviceplugin.plugin" and r.levelno == level and text in r.getMessage()
+        ]
+
+    with caplog.at_level(logging.INFO, logger="scheduler_plugin.deviceplugin.plugin"):
+        task = asyncio.create_task(runner.run(stop, ready))
+        try:
+            await until(lambda: len(said(logging.WARNING, "still waiting")) >= 2)
+            waiting = said(logging.INFO, "waiting for the kubelet")
+            assert len(waiting) == 1 and f"no {sock} yet" in waiting[0]  # once, naming the socket
+            warned = said(logging.WARNING, "still waiting")
+            assert f"no {sock} after" in warned[0] and str(socket_dir) in warned[0]
+            assert runner.polls >= 10 and len(warned) <= runner.polls // 5  # every wait_warn_s, not every poll
+            await kubelet.start()
+            await asyncio.wait_for(ready.wait(), 10)
+            assert said(logging.INFO, "the kubelet is up after") and said(logging.INFO, "registered nvidia.com/gpu")
+            n_warned = len(said(logging.WARNING, "still waiting"))
+            await until(lambda: runner.polls >= 30)
+            assert len(said(logging.WARNING, "still waiting")) == n_warned  # registered: no more warnings
+        finally:
+            stop.set()
+            await asyncio.wait_for(task, 10)
+            await kubelet.stop()
+            await client.close()
+
+
+def test_wait_warn_interval_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="wait_warn_s: must be > 0 seconds, got 0"):
+        PluginConfig(node=NODE, wait_warn_s=0)

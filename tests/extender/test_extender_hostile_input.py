@@ -5,6 +5,7 @@ requests share (the learned workload, the request memo)."""
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -107,6 +108,18 @@ def test_whole_gpus_summed_over_containers_are_bounded(client: TestClient) -> No
 # -- item 3: JSON nested past the decoder's depth ---------------------------------------------------------------------
 
 
+@pytest.fixture
+def default_recursion_limit() -> Iterator[None]:
+    """The interpreter's default recursion limit, as in production: msgspec's depth limit on Python 3.11 is the
+    recursion limit, and importing celpy (the chart tests' CEL evaluator) raises it to 2,500 for the process."""
+    before = sys.getrecursionlimit()
+    sys.setrecursionlimit(1000)
+    try:
+        yield
+    finally:
+        sys.setrecursionlimit(before)
+
+
 def _deep(levels: int) -> bytes:
     return b"[" * levels + b"]" * levels
 
@@ -123,6 +136,7 @@ def _deep(levels: int) -> bytes:
     ids=["pod", "inside-pod", "inside-node"],
 )
 @pytest.mark.parametrize("verb", ["filter", "prioritize", "explain"])
+@pytest.mark.usefixtures("default_recursion_limit")
 def test_json_nested_too_deep_is_400(client: TestClient, verb: str, body: bytes) -> None:
     r = client.post(f"/{verb}", content=body)
     assert r.status_code == 400, r.text

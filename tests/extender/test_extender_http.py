@@ -136,8 +136,9 @@ def test_stale_telemetry(on_stale: str) -> None:
         c.portal.call(ext.cache.refresh_once)  # type: ignore[union-attr]
         body = c.post("/filter", content=args(pod())).json()
         if on_stale == "deny":
-            assert body["NodeNames"] == []
-            assert "stale telemetry (older than 30 s" in body["FailedAndUnresolvableNodes"]["gpu-node-1"]
+            # every node stale: an outage, answered with Error (retried with backoff, see test_extender_outage.py)
+            assert body["NodeNames"] == [] and body["FailedAndUnresolvableNodes"] == {}
+            assert "kelvin's GPU telemetry is stale" in body["Error"]
         else:
             assert body["NodeNames"] == ["gpu-node-1", "gpu-node-2"]
         m = c.get("/metrics").text
@@ -170,8 +171,9 @@ def test_readyz_before_any_snapshot() -> None:
     with TestClient(create_app(ext)) as c:
         r = c.get("/readyz")
         assert r.status_code == 503 and "no telemetry snapshot yet" in r.json()["reason"]
-        body = c.post("/filter", content=args(pod())).json()  # no data at all: every node unknown -> denied
-        assert body["NodeNames"] == [] and len(body["FailedAndUnresolvableNodes"]) == 2
+        body = c.post("/filter", content=args(pod())).json()  # no data at all: an outage -> Error, retried
+        assert body["NodeNames"] == [] and body["FailedAndUnresolvableNodes"] == {}
+        assert body["Error"].startswith("kelvin has no GPU telemetry yet")
 
 
 # -- internal errors never become a 500 ------------------------------------------------------------------------------

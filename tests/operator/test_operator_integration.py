@@ -3,9 +3,11 @@ checkpoint handshake across an operator restart."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import kmock as km
+import pytest
 from kelvin_operator.config import OperatorConfig
 from kelvin_operator.k8s import OperatorKube
 from kelvin_operator.metrics import OperatorMetrics
@@ -261,3 +263,34 @@ async def test_taint_conflict_does_not_stop_evictions(kmock: km.KubernetesEmulat
     assert res.hot and not res.taint_changed
     assert metric(rec.metrics, "kelvin_operator_taint_transitions_total", transition="added") == 0
     assert [o.result for o in res.outcomes] == ["evicted"]
+
+
+async def test_a_protected_pod_on_a_hot_node_is_reported_at_info_once_per_episode(
+    kmock: km.KubernetesEmulator, kube: OperatorKube, caplog: pytest.LogCaptureFixture
+) -> None:
+    evictions_succeed(kmock)
+    keep = pod("keep", gpu_indices="0", owner=None, annotations={ann.EVICTABLE: "false"})
+    seed(kmock, [node_obj("n1")], [keep])
+    rec = Reconciler(CFG, kube)
+
+    def kept_lines(level: int) -> list[str]:
+        return [
+            r.getMessage()
+            for r in caplog.records
+            if r.name == "kelvin.operator" and r.levelno == level and "ml/keep" in r.getMessage()
+        ]
+
+    with caplog.at_level(logging.DEBUG, logger="kelvin.operator"):
+        for t in (T0, T0 + 30, T0 + 60):  # three cycles of one episode: one INFO line, then DEBUG
+            res = await cycle(rec, kube, hot_node(t), t)
+            assert res.outcomes == [] and [p.candidate.pod.key for p in res.protected] == ["ml/keep"]
+        info = kept_lines(logging.INFO)
+        assert len(info) == 1, info
+        assert "keeping ml/keep on node n1" in info[0] and "thermal" in info[0]
+        assert 'protected: annotated kelvin.dev/evictable: "false"' in info[0]
+        assert len(kept_lines(logging.DEBUG)) == 2
+        # the pod stops being a candidate (here: it is gone from the node's pods), then comes back: a new episode
+        node_json = await kube.client.get("/api/v1/nodes/n1")
+        await rec.reconcile_node(node_json, hot_node(T0 + 90), [], T0 + 90)
+        await cycle(rec, kube, hot_node(T0 + 120), T0 + 120)
+        assert len(kept_lines(logging.INFO)) == 2

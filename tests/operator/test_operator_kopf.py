@@ -627,3 +627,33 @@ def test_shared_gpu_pods_and_nodes_are_watched() -> None:
     assert indexed("initContainers", {"limits": {"nvidia.com/gpu": "1"}})
     assert not indexed("containers", {"requests": {"cpu": "1"}})
     assert _gpu_node(kopf.Body({"status": {"capacity": {"kelvin.dev/shared-gpu": "16"}}}))
+
+
+async def test_timer_success_is_logged_at_debug_and_decisions_at_info(
+    kmock: km.KubernetesEmulator, caplog: pytest.LogCaptureFixture
+) -> None:
+    evictions_succeed(kmock)
+    kmock.objects[NODES, None, "n1"] = node_obj("n1")
+    kmock.objects[PODS, "ml", "hot"] = pod("hot", gpu_indices="0", now=time.time())
+    cfg = OperatorConfig(
+        standalone=True, metrics_port=0, interval_s=0.2, webhook={"enabled": False}, protection={"min_pod_age_s": 0}
+    )
+    fleet = [node("n1", gpu(0, 91.0, procs=(proc("hot", 10),)))]
+
+    def lines(text: str) -> list[logging.LogRecord]:
+        return [r for r in caplog.records if text in r.getMessage()]
+
+    with caplog.at_level(logging.DEBUG):
+        async with running(kmock, cfg, fleet):
+            await wait_for(lambda: len(lines("Timer 'node_cycle' succeeded.")) >= 3)
+            await wait_for(lambda: bool(lines("evicted ml/hot")))
+    success = lines("Timer 'node_cycle' succeeded.")
+    assert {r.levelname for r in success} == {"DEBUG"}, [(r.levelname, r.getMessage()) for r in success]
+    assert {r.levelno for r in lines("evicted ml/hot")} == {logging.INFO}  # the decision stays at INFO
+    caplog.clear()
+    with caplog.at_level(logging.INFO):  # at the default level the per-cycle line is not emitted at all
+        async with running(kmock, cfg, fleet):
+            await asyncio.sleep(1.0)
+    assert not lines("Timer 'node_cycle' succeeded.")
+    assert lines("Activity 'build_registry.<locals>.startup' succeeded.")  # once per run: kept at INFO
+    assert lines("kelvin operator started")  # kelvin's own INFO lines still come through

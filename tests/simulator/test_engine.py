@@ -152,6 +152,22 @@ def test_learned_workload_mode_leaves_m_to_the_policys_estimator(small_trace: tu
     assert shapes & {(int(m), int(c)) for m, c in zip(learned_w.milli, learned_w.count, strict=True)}
 
 
+@pytest.mark.parametrize("name", ["kelvin", "fgd"])
+def test_learned_workload_mode_learns_every_arrival_even_one_that_fits_nowhere(name: str) -> None:
+    """Issue 15: learning was a side effect of scoring, so an arrival with no feasible node was never learned. Now
+    every arrival is observed once (``SimPolicy.observe``, the framework's ``observe`` for kelvin), as the extender
+    does at filter."""
+    nodes = [TraceNode("n", 64000, 64 * GIB, 2, "A100-SXM-80GB", 80 * GIB)]
+    pods = [TracePod("eight", 1000, GIB, 8, 1000), TracePod("one", 1000, GIB, 1, 1000)]
+    prep = prepare(trace(nodes, pods))
+    policy = build_policy(name)
+    r = run(prep, policy, 0, target=10.0, learn_workload=True)  # past the trace: both pods arrive, and again
+    assert len(r.failed) > 2 and r.failed.any() and not r.failed.all()
+    frag = policy.scorers[0][0]
+    assert frag.estimator.observed == 2  # type: ignore[attr-defined]  # before: 1 (only the pod that was scored)
+    assert 8 in frag.estimator.workload().count.tolist()  # type: ignore[attr-defined]
+
+
 def test_memory_pools_are_charged_by_the_gpu_they_land_on() -> None:
     """A 20 GiB pool on an 80 GiB GPU takes 250 thousandths in the simulator too, as bind and the listing charge it
     (before: the fleet's median GPU, here 40 GiB, made it 500, so only two fitted instead of four)."""

@@ -17,6 +17,7 @@ from scheduler_plugin.policies.fragmentation import (
     WorkloadEstimator,
     best_per_row,
     fgd_value,
+    learn,
     node_fragmentation,
     placements,
     shape_of,
@@ -145,11 +146,16 @@ def test_shape_of_memory_pool_uses_the_reference_gpu() -> None:
 
 
 def test_learned_workload_is_used_without_a_trace() -> None:
+    """Scoring reads the estimator's workload and does not learn the pod it scores (``learn`` does that)."""
     fleet = build_arrays([node("n", [0, 0])])
     plugin = build("score", "fragmentation", {"prior_weight": 1}, "t")
+    req = GpuRequest(count=1, milli=300, pod_key="a/b")
+    learn([plugin, plugin], req)
+    assert plugin.estimator.observed == 1  # one estimator, counted once
     ctx = CycleContext(now=0.0)
-    plugin.score(GpuRequest(count=1, milli=300, pod_key="a/b"), fleet, np.array([0]), ctx)
-    assert isinstance(ctx.extras[WORKLOAD_KEY], Workload)
+    plugin.score(req, fleet, np.array([0]), ctx)
+    w = ctx.extras[WORKLOAD_KEY]
+    assert isinstance(w, Workload) and w is plugin.estimator.workload() and 300 in w.milli.tolist()
     assert plugin.estimator.observed == 1
 
 
@@ -332,7 +338,7 @@ def test_no_request_can_store_a_value_that_breaks_the_learned_workload(extreme: 
     plugin = build("score", "fragmentation", {"prior_weight": 1}, "t")
     for i in range(30):
         bad = GpuRequest(**{"count": 1, "milli": 1000, **extreme}, pod_key=f"ns/bad-{i}")  # type: ignore[arg-type]
-        plugin.estimator.observe(bad)  # what score() learns from before it scores the pod itself
+        plugin.estimator.observe(bad)  # what Framework.observe feeds it at filter, before any score
     w = plugin.estimator.workload()
     assert w.cpu_milli.dtype == np.int64 and w.host_memory is not None and w.host_memory.dtype == np.int64
     assert (w.cpu_milli >= 0).all() and (w.host_memory >= 0).all() and (w.count <= 1024).all()

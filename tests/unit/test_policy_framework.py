@@ -169,7 +169,7 @@ def test_the_picker_judges_by_the_workload_the_scorer_learns() -> None:
     scorer = next(ws.plugin for ws in fw.scorers if ws.name == "fragmentation")
     assert isinstance(scorer, FragmentationPolicy) and isinstance(fw.picker, FragmentationPolicy)
     assert fw.picker.estimator is scorer.estimator
-    # the picker never observes (bind must not count a pod twice); what the scorer learned is what it picks by
+    # picking never learns; what the shared estimator learned (Framework.observe, at filter) is what it picks by
     before = fw.picker.estimator.observed
     for i in range(300):  # outweigh the default mix's 200 pseudo-pods
         scorer.estimator.observe(GpuRequest(count=1, milli=470, cpu_milli=8000, pod_key=f"ns/p{i}"))
@@ -199,3 +199,38 @@ def test_warm_solves_the_packing_plan_off_the_request_path() -> None:
         scorer.estimator.observe(GpuRequest(count=1, milli=470, cpu_milli=8000, pod_key=f"ns/p{i}"))
     fw.warm(f)
     assert scorer.plans.solves == solved + 1
+
+
+def test_scoring_picking_and_explaining_only_read_the_learned_workload() -> None:
+    """Issue 15: the fragmentation score learned each pod it scored, so one ``explain`` changed production state."""
+    from scheduler_plugin.policies.fragmentation import FragmentationPolicy
+
+    fw = Framework.from_config(PolicyConfig())
+    scorer = next(ws.plugin for ws in fw.scorers if ws.name == "fragmentation")
+    assert isinstance(scorer, FragmentationPolicy)
+    f = fleet(dgx("n1"), dgx("n2"))
+    req = GpuRequest(count=1, milli=470, cpu_milli=8000, pod_key="ns/p", pod_uid="u-p")
+    ctx = fw.context(f, NOW)
+    ex = fw.explain(req, f, 0, ctx, candidates=all_rows(f))
+    assert ex.fits and any(s.policy == "fragmentation" and s.reasons for s in ex.scores)
+    fw.filter(req, f, all_rows(f), ctx)
+    fw.prioritize(req, f, all_rows(f), ctx)
+    assert fw.pick(req, f, 0, ctx) is not None
+    assert scorer.estimator.observed == 0  # before: 1 after the explain
+    fw.observe(req)
+    assert scorer.estimator.observed == 1
+
+
+def test_observe_learns_a_pod_once_in_every_estimator() -> None:
+    """Two fragmentation scores and a picker that learns apart: each estimator counts the pod once, retries too."""
+    from scheduler_plugin.policies.fragmentation import FragmentationBase
+
+    cfg = {"scoring": {"fragmentation": {}, "fgd": {}}, "pickerArgs": {"halfLifePods": 50}}
+    fw = Framework.from_config(PolicyConfig.from_mapping(cfg))
+    plugins = [*(ws.plugin for ws in fw.scorers), fw.picker]
+    estimators = {id(p.estimator): p.estimator for p in plugins if isinstance(p, FragmentationBase)}
+    assert len(estimators) == 3
+    for _ in range(5):  # the scheduler retrying the pod: filtered five times
+        fw.observe(GpuRequest(count=2, cpu_milli=16000, pod_key="ns/p", pod_uid="u-p"))
+    assert [e.observed for e in estimators.values()] == [1, 1, 1]
+    assert all(2 in e.workload().count.tolist() for e in estimators.values())
