@@ -132,7 +132,12 @@ class OperatorConfig(BaseSettings):
         "exactly one (the higher) acts; kopf pauses all replicas of equal priority",
     )
     standalone: bool = Field(False, description="no peering: only for a single replica or tests")
-    events_namespace: str = Field("default", description="namespace of Events about Nodes")
+    events_namespace: Literal["default"] = Field(
+        "default",
+        description="namespace of Events about Nodes: only 'default', the one the API server accepts for Events "
+        "about cluster-scoped objects (another is refused, 422 'involvedObject.namespace ... does not match "
+        "event.namespace'); kept so that policy files spelling it out still load",
+    )
 
     @classmethod
     def settings_customise_sources(

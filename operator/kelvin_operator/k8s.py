@@ -56,10 +56,15 @@ class Kube(Protocol):
     async def event(self, ref: ObjectRef, reason: str, message: str, *, warning: bool = False) -> None: ...
 
 
+#: Where Events about cluster-scoped objects (Nodes) go: the API server accepts only "default" for a core/v1 Event
+#: whose involvedObject has no namespace (as kubelet and kube-controller-manager record Node events); any other is
+#: refused with 422 "involvedObject.namespace ... does not match event.namespace" (issue 20, defect 7).
+CLUSTER_SCOPED_EVENTS_NAMESPACE = "default"
+
+
 class OperatorKube:
-    def __init__(self, client: KubeClient, events_namespace: str = "default") -> None:
+    def __init__(self, client: KubeClient) -> None:
         self.client = client
-        self.events_namespace = events_namespace
         self.instance = os.environ.get("HOSTNAME", "kelvin-operator")
 
     async def evict(self, namespace: str, name: str) -> EvictOutcome:
@@ -111,7 +116,7 @@ class OperatorKube:
 
     async def event(self, ref: ObjectRef, reason: str, message: str, *, warning: bool = False) -> None:
         """Post a core/v1 Event; failures are logged, never raised (an Event is not worth a failed cycle)."""
-        ns = ref.namespace or self.events_namespace
+        ns = ref.namespace or CLUSTER_SCOPED_EVENTS_NAMESPACE
         now = format_time_s()
         body = {
             "apiVersion": "v1",

@@ -25,6 +25,11 @@ from .tls import self_signed
 log = logging.getLogger("kelvin.operator")
 
 
+def operator_kube(cfg: OperatorConfig, client: KubeClient) -> OperatorKube:
+    """The operator's API edge, as the running operator builds it."""
+    return OperatorKube(client)
+
+
 @dataclass
 class Runtime:
     cfg: OperatorConfig
@@ -52,7 +57,7 @@ class Runtime:
             metrics=TelemetryMetrics(metrics.registry, source.name),
         )
         await cache.start()
-        rt = cls(cfg, client, cache, metrics, Reconciler(cfg, OperatorKube(client, cfg.events_namespace), metrics))
+        rt = cls(cfg, client, cache, metrics, Reconciler(cfg, operator_kube(cfg, client), metrics))
         if cfg.metrics_port:
             server, _thread = start_http_server(cfg.metrics_port, addr=cfg.metrics_addr, registry=metrics.registry)
             rt.servers.append(server)

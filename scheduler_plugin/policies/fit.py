@@ -83,21 +83,30 @@ class TelemetryFilter:
         return np.asarray(~ctx.stale[idx], dtype=np.bool_)
 
     def reasons(self, req: GpuRequest, fleet: FleetArrays, rows: IntA, ctx: CycleContext) -> list[Rejection]:
-        age = ctx.now - fleet.observed_at[rows]
-        keys = np.where(np.isfinite(age), np.floor(np.nan_to_num(age, nan=0.0)), -1).astype(np.int64)[:, None]
-        limit = f"limit {self.max_age_s:g} s"
-
-        def word(k: tuple[int, ...]) -> Rejection:
-            if k[0] < 0:
-                return Rejection(
-                    f"no telemetry from this node yet ({limit})", unresolvable=True, code="stale_telemetry"
-                )
-            return Rejection(f"telemetry is {k[0]} s old ({limit})", unresolvable=True, code="stale_telemetry")
-
-        return _worded(keys, word)
+        """One reason per cause, never per age: kube-scheduler groups nodes by their reason text, so a reason that
+        named each node's age would split one outage into a group per second (issue 20, defect 9). The age is in
+        :meth:`explain`."""
+        missing = ~np.isfinite(ctx.now - fleet.observed_at[rows])
+        never, stale = self._missing(), self._stale()
+        return [never if m else stale for m in missing.tolist()]
 
     def explain(self, req: GpuRequest, fleet: FleetArrays, row: int, ctx: CycleContext) -> Rejection:
-        return self.reasons(req, fleet, np.array([row], dtype=np.int64), ctx)[0]
+        age = float(ctx.now - fleet.observed_at[row])
+        if not np.isfinite(age):
+            return self._missing()
+        return self._stale(f"{int(age)} s old, ")
+
+    def _missing(self) -> Rejection:
+        return Rejection(
+            f"no telemetry from this node yet (limit {self.max_age_s:g} s)", unresolvable=True, code="stale_telemetry"
+        )
+
+    def _stale(self, age: str = "") -> Rejection:
+        return Rejection(
+            f"stale telemetry ({age}older than {self.max_age_s:g} s: telemetry.maxAgeSeconds)",
+            unresolvable=True,
+            code="stale_telemetry",
+        )
 
 
 class FitFilter:

@@ -59,6 +59,15 @@ def test_errors_name_every_field(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
         load_operator_config(None)
 
 
+def test_events_namespace_other_than_default_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The API server refuses an Event about a Node outside "default" (422; issue 20 defect 7): such a setting would
+    lose every Node Event, so it stops startup naming the field instead."""
+    assert load_operator_config(write(tmp_path, "operator: {eventsNamespace: default}\n")).events_namespace == "default"
+    monkeypatch.setenv("KELVIN_OPERATOR_EVENTS_NAMESPACE", "kelvin-system")
+    with pytest.raises(ConfigError, match=r"operator.eventsNamespace \(KELVIN_OPERATOR_EVENTS_NAMESPACE\)"):
+        load_operator_config(None)
+
+
 def test_unreadable_policy_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot read"):
         load_operator_config(tmp_path / "missing.yaml")

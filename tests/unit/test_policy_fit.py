@@ -186,7 +186,7 @@ def test_slowdown_margin() -> None:
 @pytest.mark.parametrize(
     ("mode", "observed", "passes", "reason"),
     [
-        ("deny", NOW - 95, False, "telemetry is 95 s old (limit 30 s)"),
+        ("deny", NOW - 95, False, "stale telemetry (95 s old, older than 30 s: telemetry.maxAgeSeconds)"),
         ("deny", None, False, "no telemetry from this node yet (limit 30 s)"),
         ("deny", NOW - 5, True, None),
         ("allow", NOW - 95, True, None),
@@ -204,6 +204,18 @@ def test_telemetry_filter(mode: str, observed: float | None, passes: bool, reaso
         assert rej.reason == reason
         assert rej.unresolvable
         assert rej.code == "stale_telemetry"
+
+
+def test_stale_nodes_share_one_reason_whatever_their_age() -> None:
+    """kube-scheduler groups the nodes of its message by reason text: a reason naming each node's age split one
+    telemetry outage into a group per second ("12 telemetry is 56 s old ..., 14 ... 60 s old ...", issue 20 defect 9).
+    One cause, one reason; the age stays in ``explain``."""
+    f = fleet(*(node(n, [gpu(0)], observed_at=NOW - age) for n, age in (("a", 56), ("b", 60), ("c", 95.5))))
+    ctx = CycleContext(now=NOW, stale=np.asarray(~(NOW - f.observed_at <= 30.0)))
+    flt = TelemetryFilter(30.0, "deny")
+    reasons = flt.reasons(request(1), f, np.array([0, 1, 2]), ctx)
+    assert {r.reason for r in reasons} == {"stale telemetry (older than 30 s: telemetry.maxAgeSeconds)"}
+    assert all(r.unresolvable and r.code == "stale_telemetry" for r in reasons)
 
 
 def test_pods_without_gpus_pass_everything() -> None:

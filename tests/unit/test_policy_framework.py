@@ -36,7 +36,7 @@ def test_filter_outcome_names_each_rejected_row() -> None:
     ctx = fw.context(f, NOW)
     out = fw.filter(request(1, models="A100"), f, all_rows(f), ctx)
     assert out.passed.tolist() == [0]
-    assert out.rejected[1].reason == "telemetry is 100 s old (limit 30 s)"
+    assert out.rejected[1].reason == "stale telemetry (older than 30 s: telemetry.maxAgeSeconds)"
     assert out.rejected[2].reason == "0 of 8 usable GPUs are free; the pod needs 1 whole GPU"
     assert not out.rejected[2].unresolvable
     assert out.rejected[3].reason == "needs 1 GPU of model A100; node has 1 T4"

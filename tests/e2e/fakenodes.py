@@ -1,0 +1,299 @@
+"""Fake GPU nodes: the API side of a kubelet, for many nodes, without containers.
+
+For each node: the Node object with capacity (``nvidia.com/gpu``, cpu, memory, pods) and a Ready condition, and a
+Lease in ``kube-node-lease`` renewed every few seconds (kube-controller-manager's node lifecycle controller marks a
+node unreachable and taints it when the lease lapses, as for a real node). For each pod bound to one of them: the
+status a kubelet reports once its containers run (phase Running, Ready, container states). A pod being deleted
+gracefully (``deletionTimestamp`` set, e.g. by an eviction) is deleted for good with ``gracePeriodSeconds: 0`` and
+its UID as precondition, as a kubelet does once the containers stopped: evictions and PodDisruptionBudgets behave as
+on a real cluster.
+
+Run as its own process (one per cluster):
+
+    python -m tests.e2e.fakenodes --server https://127.0.0.1:PORT --ca ca.crt --cert admin.crt --key admin.key \
+        --nodes e2e-nvs-1,e2e-nvs-2,e2e-pcie-1 --gpus 8
+
+It prints ``ready`` on stdout once every Node and Lease exists and every node is Ready. Pods get the node's address
+(127.0.0.1, a loopback node) as their IP: nothing can reach them, and the endpoint controllers leave them out of
+Services (loopback addresses are refused there), so an admission webhook whose Service points at such a pod fails
+fast instead of timing out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import signal
+import ssl
+import sys
+import threading
+import time
+from typing import Any
+
+import httpx
+import orjson
+
+LEASE_DURATION_S = 40
+RENEW_INTERVAL_S = 10.0
+NODE_ADDRESS = "127.0.0.1"
+
+
+def now_rfc3339(micro: bool = False) -> str:
+    t = datetime.datetime.now(datetime.UTC)
+    return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ") if micro else t.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def node_object(name: str, gpus: int, labels: dict[str, str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": {
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+                "kelvin.dev/e2e-fake-node": "true",
+                **labels,
+            },
+        },
+        "spec": {},
+    }
+
+
+def node_status(gpus: int, version: str) -> dict[str, Any]:
+    now = now_rfc3339()
+    resources = {"cpu": "128", "memory": "2Ti", "pods": "110", "ephemeral-storage": "1Ti", "nvidia.com/gpu": str(gpus)}
+
+    def condition(kind: str, status: str, reason: str, message: str) -> dict[str, str]:
+        return {
+            "type": kind,
+            "status": status,
+            "reason": reason,
+            "message": message,
+            "lastHeartbeatTime": now,
+            "lastTransitionTime": now,
+        }
+
+    return {
+        "capacity": resources,
+        "allocatable": resources,
+        "conditions": [
+            condition("MemoryPressure", "False", "KubeletHasSufficientMemory", "fake node"),
+            condition("DiskPressure", "False", "KubeletHasNoDiskPressure", "fake node"),
+            condition("PIDPressure", "False", "KubeletHasSufficientPID", "fake node"),
+            condition("Ready", "True", "KubeletReady", "fake node (tests/e2e/fakenodes.py)"),
+        ],
+        "addresses": [{"type": "InternalIP", "address": NODE_ADDRESS}],
+        "nodeInfo": {
+            "machineID": "",
+            "systemUUID": "",
+            "bootID": "",
+            "kernelVersion": "",
+            "osImage": "kelvin e2e fake node",
+            "containerRuntimeVersion": "fake://0",
+            "kubeletVersion": version,
+            "kubeProxyVersion": "",
+            "operatingSystem": "linux",
+            "architecture": "amd64",
+        },
+    }
+
+
+def running_status(pod: dict[str, Any]) -> dict[str, Any]:
+    """What a kubelet reports for a pod whose containers all started and are ready."""
+    now = now_rfc3339()
+    spec = pod["spec"]
+
+    def running(c: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "name": c["name"],
+            "image": c.get("image", ""),
+            "imageID": "",
+            "ready": True,
+            "started": True,
+            "restartCount": 0,
+            "state": {"running": {"startedAt": now}},
+        }
+
+    def completed(c: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "name": c["name"],
+            "image": c.get("image", ""),
+            "imageID": "",
+            "ready": True,
+            "restartCount": 0,
+            "state": {"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": now, "finishedAt": now}},
+        }
+
+    conditions = [
+        {"type": kind, "status": "True", "lastTransitionTime": now}
+        for kind in ("PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady", "PodScheduled")
+    ]
+    status: dict[str, Any] = {
+        "phase": "Running",
+        "conditions": conditions,
+        "hostIP": NODE_ADDRESS,
+        "hostIPs": [{"ip": NODE_ADDRESS}],
+        "podIP": NODE_ADDRESS,
+        "podIPs": [{"ip": NODE_ADDRESS}],
+        "startTime": now,
+        "containerStatuses": [running(c) for c in spec.get("containers", [])],
+    }
+    if spec.get("initContainers"):
+        status["initContainerStatuses"] = [completed(c) for c in spec["initContainers"]]
+    return status
+
+
+class Agent:
+    def __init__(self, client: httpx.Client, names: list[str], gpus: int, version: str) -> None:
+        self.client = client
+        self.names = names
+        self.node_set = set(names)
+        self.gpus = gpus
+        self.version = version
+        self.stopping = threading.Event()
+
+    # ---- nodes ---------------------------------------------------------------------------------------------------
+    def register(self) -> None:
+        for name in self.names:
+            # with its status, as a kubelet registers: the node lifecycle controller sees it Ready at once
+            body = {**node_object(name, self.gpus, {}), "status": node_status(self.gpus, self.version)}
+            r = self.client.post("/api/v1/nodes", json=body)
+            if r.status_code not in (201, 409):
+                raise RuntimeError(f"create Node {name}: {r.status_code} {r.text}")
+            self.patch_node_status(name)
+            self.renew(name)
+
+    def patch_node_status(self, name: str) -> None:
+        r = self.client.patch(
+            f"/api/v1/nodes/{name}/status",
+            json={"status": node_status(self.gpus, self.version)},
+            headers={"Content-Type": "application/merge-patch+json"},
+        )
+        r.raise_for_status()
+
+    def renew(self, name: str) -> None:
+        path = f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{name}"
+        spec = {"holderIdentity": name, "leaseDurationSeconds": LEASE_DURATION_S, "renewTime": now_rfc3339(True)}
+        r = self.client.patch(path, json={"spec": spec}, headers={"Content-Type": "application/merge-patch+json"})
+        if r.status_code == 404:
+            body = {
+                "apiVersion": "coordination.k8s.io/v1",
+                "kind": "Lease",
+                "metadata": {"name": name, "namespace": "kube-node-lease"},
+                "spec": spec,
+            }
+            r = self.client.post("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases", json=body)
+        r.raise_for_status()
+
+    def heartbeat_loop(self) -> None:
+        while not self.stopping.wait(RENEW_INTERVAL_S):
+            for name in self.names:
+                try:
+                    self.renew(name)
+                except httpx.HTTPError as exc:
+                    print(f"fakenodes: lease {name}: {exc}", file=sys.stderr, flush=True)
+
+    # ---- pods ----------------------------------------------------------------------------------------------------
+    def handle(self, pod: dict[str, Any]) -> None:
+        spec, meta = pod.get("spec") or {}, pod["metadata"]
+        if spec.get("nodeName") not in self.node_set:
+            return
+        path = f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}"
+        if meta.get("deletionTimestamp"):
+            # the containers "stopped": finish the graceful deletion as a kubelet does
+            body = {"gracePeriodSeconds": 0, "preconditions": {"uid": meta["uid"]}}
+            r = self.client.request("DELETE", path, json=body)
+            if r.status_code not in (200, 404, 409):
+                print(f"fakenodes: delete {path}: {r.status_code} {r.text}", file=sys.stderr, flush=True)
+            return
+        status = pod.get("status") or {}
+        ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions", []))
+        if status.get("phase") == "Running" and ready:
+            return
+        if status.get("phase") in ("Succeeded", "Failed"):
+            return
+        r = self.client.patch(
+            f"{path}/status",
+            json={"metadata": {"uid": meta["uid"]}, "status": running_status(pod)},
+            headers={"Content-Type": "application/merge-patch+json"},
+        )
+        if r.status_code not in (200, 404, 409):
+            print(f"fakenodes: status {path}: {r.status_code} {r.text}", file=sys.stderr, flush=True)
+
+    def watch_loop(self) -> None:
+        resource_version = ""
+        while not self.stopping.is_set():
+            try:
+                if not resource_version:
+                    listing = self.client.get("/api/v1/pods", params={"fieldSelector": "spec.nodeName!="})
+                    listing.raise_for_status()
+                    body = listing.json()
+                    for pod in body["items"]:
+                        self.handle(pod)
+                    resource_version = body["metadata"]["resourceVersion"]
+                params = {
+                    "watch": "1",
+                    "fieldSelector": "spec.nodeName!=",
+                    "resourceVersion": resource_version,
+                    "allowWatchBookmarks": "true",
+                    "timeoutSeconds": "60",
+                }
+                with self.client.stream("GET", "/api/v1/pods", params=params, timeout=90) as stream:
+                    stream.raise_for_status()
+                    for line in stream.iter_lines():
+                        if not line:
+                            continue
+                        event = orjson.loads(line)
+                        kind, obj = event["type"], event["object"]
+                        if kind == "ERROR":
+                            resource_version = ""  # 410 Gone: list again
+                            break
+                        resource_version = obj["metadata"].get("resourceVersion", resource_version)
+                        if kind in ("ADDED", "MODIFIED"):
+                            self.handle(obj)
+            except httpx.HTTPError as exc:
+                if self.stopping.is_set():
+                    return
+                print(f"fakenodes: pod watch: {exc}", file=sys.stderr, flush=True)
+                resource_version = ""
+                time.sleep(1)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--server", required=True)
+    parser.add_argument("--ca", required=True)
+    parser.add_argument("--cert", required=True)
+    parser.add_argument("--key", required=True)
+    parser.add_argument("--nodes", required=True, help="comma-separated node names")
+    parser.add_argument("--gpus", type=int, default=8)
+    parser.add_argument("--kubelet-version", default="v0.0.0-fake")
+    args = parser.parse_args(argv)
+    names = [n for n in args.nodes.split(",") if n]
+    if not names or not 1 <= args.gpus <= 16:
+        parser.error("--nodes must name at least one node and --gpus be 1..16")
+    context = ssl.create_default_context(cafile=args.ca)
+    context.load_cert_chain(args.cert, args.key)
+    client = httpx.Client(base_url=args.server, verify=context, timeout=30)
+    agent = Agent(client, names, args.gpus, args.kubelet_version)
+    signal.signal(signal.SIGTERM, lambda *_: agent.stopping.set())
+    agent.register()
+    threads = [
+        threading.Thread(target=agent.heartbeat_loop, name="leases", daemon=True),
+        threading.Thread(target=agent.watch_loop, name="pods", daemon=True),
+    ]
+    for thread in threads:
+        thread.start()
+    print("ready", flush=True)
+    while not agent.stopping.wait(1):
+        if not all(t.is_alive() for t in threads):
+            print("fakenodes: a worker thread died", file=sys.stderr, flush=True)
+            return 1
+    client.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,170 @@
+"""kelvin-scheduler on the loopback cluster, as the chart deploys it but as local processes: the real kube-scheduler
+with the KubeSchedulerConfiguration the install put in the ConfigMap ``kelvin-system/kelvin-scheduler``, and
+``kelvin extender`` with the installed policy (ConfigMap ``kelvin-policy``) and the chart's settings, except that
+telemetry comes from a simulated fleet whose node names are the fake nodes'. Both authenticate with a token of the
+ServiceAccount ``kelvin-system/kelvin-scheduler``: they have exactly the rights the chart gives that pod."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+from tests.e2e.api import wait_for
+from tests.e2e.cluster import LoopbackCluster, Process, free_port, spawn
+from tests.e2e.fleet import fleet_file
+
+NAMESPACE = "kelvin-system"
+SERVICE_ACCOUNT = "kelvin-scheduler"
+SCHEDULER_NAME = "kelvin-scheduler"
+
+
+@dataclass
+class KelvinScheduler:
+    extender: Process
+    scheduler: Process
+    extender_port: int
+    extender_metrics_port: int
+    workdir: Path
+    extender_env: dict[str, str]
+    logs: Path
+    scheduler_argv: list[str]
+    scheduler_restarts: int = 0
+
+    def stop(self) -> None:
+        self.scheduler.stop()
+        self.extender.stop()
+
+    def restart_extender(self, while_down: Callable[[], None] | None = None) -> None:
+        """Kill the extender (SIGTERM to its process group), run ``while_down``, start it again on the same ports."""
+        self.extender.stop()
+        if while_down is not None:
+            while_down()
+        self.extender = start_extender(self.extender_env, self.logs)
+
+    def supervise(self) -> None:
+        """Restart kube-scheduler if it exited, as the kubelet restarts the container: kube-scheduler exits by design
+        when it loses its leader Lease (e.g. the API server was away longer than renewDeadline)."""
+        if not self.scheduler.alive():
+            self.scheduler.stop()
+            self.scheduler = spawn("kelvin-kube-scheduler", self.scheduler_argv, self.logs)
+            self.scheduler_restarts += 1
+        self.check_alive()
+
+    def check_alive(self) -> None:
+        for proc in (self.extender, self.scheduler):
+            if not proc.alive():
+                raise RuntimeError(f"{proc.name} exited ({proc.popen.returncode}):\n{proc.tail()}")
+
+
+def _configmap(cluster: LoopbackCluster, name: str, key: str) -> str:
+    cm = cluster.api.get(f"/api/v1/namespaces/{NAMESPACE}/configmaps/{name}")
+    return str(cm["data"][key])
+
+
+def scheduler_config(installed: str, extender_port: int, kubeconfig: Path) -> dict[str, Any]:
+    """The installed KubeSchedulerConfiguration with its two out-of-pod differences: the extender on this port
+    (in the pod: the sidecar's port on 127.0.0.1) and the ServiceAccount's kubeconfig (in the pod: in-cluster)."""
+    config = yaml.safe_load(installed)
+    (extender,) = config["extenders"]
+    assert extender["urlPrefix"].startswith("http://127.0.0.1:"), extender["urlPrefix"]
+    extender["urlPrefix"] = f"http://127.0.0.1:{extender_port}"
+    config["clientConnection"] = {"kubeconfig": str(kubeconfig)}
+    return dict(config)
+
+
+def _kelvin() -> str:
+    found = shutil.which("kelvin", path=str(Path(sys.executable).parent)) or shutil.which("kelvin")
+    if found is None:
+        raise RuntimeError("the kelvin command is not installed (pip install -e .)")
+    return found
+
+
+def start_extender(env: dict[str, str], logs: Path) -> Process:
+    """``kelvin extender`` with these settings, once its /readyz answers 200 (a snapshot is in)."""
+    extender = spawn("kelvin-extender", [_kelvin(), "extender"], logs, env=env)
+    metrics_port = env["KELVIN_METRICS_PORT"]
+
+    def ready() -> bool:
+        if not extender.alive():
+            raise RuntimeError(f"kelvin extender exited ({extender.popen.returncode}):\n{extender.tail()}")
+        return httpx.get(f"http://127.0.0.1:{metrics_port}/readyz", timeout=5).status_code == 200
+
+    try:
+        wait_for("kelvin extender /readyz", ready, 90, 0.5)
+    except BaseException:
+        extender.stop()
+        raise
+    return extender
+
+
+def start(cluster: LoopbackCluster, workdir: Path) -> KelvinScheduler:
+    workdir.mkdir(parents=True, exist_ok=True)
+    kubeconfig = cluster.token_kubeconfig(NAMESPACE, SERVICE_ACCOUNT)
+    policy = workdir / "policy.yaml"
+    policy.write_text(_configmap(cluster, "kelvin-policy", "policy.yaml"))
+    fleet = workdir / "fleet.yaml"
+    fleet.write_text(yaml.safe_dump(fleet_file()))
+    port, metrics_port = free_port(), free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KELVIN_") and k not in ("KUBECONFIG",)}
+    env.update(
+        {
+            # as the chart's extender container (helm/kelvin/templates/scheduler/deployment.yaml)
+            "KELVIN_HOST": "127.0.0.1",
+            "KELVIN_PORT": str(port),
+            "KELVIN_METRICS_HOST": "127.0.0.1",
+            "KELVIN_METRICS_PORT": str(metrics_port),
+            "KELVIN_POLICY_FILE": str(policy),
+            "KELVIN_REFRESH_INTERVAL_S": "1",
+            "KELVIN_BIND_ENABLED": "true",
+            "KELVIN_BIND_TIMEOUT_S": "4",
+            # telemetry: the simulated fleet of the fake nodes instead of the exporters
+            "KELVIN_SOURCE": "simulated",
+            "KELVIN_FLEET_FILE": str(fleet),
+            "KELVIN_KUBECONFIG": str(kubeconfig),
+        }
+    )
+    extender = start_extender(env, cluster.logs)
+    scheduler: Process | None = None
+    try:
+        config = workdir / "scheduler-config.yaml"
+        config.write_text(
+            yaml.safe_dump(scheduler_config(_configmap(cluster, SCHEDULER_NAME, "scheduler-config.yaml"), port,
+                                            kubeconfig))
+        )  # fmt: skip
+        healthz = free_port()
+        scheduler_argv = [
+            str(cluster.bins["kube-scheduler"]),
+            f"--config={config}",
+            # in the pod these come from the in-cluster config; the chart grants the delegated authn/authz reads
+            f"--authentication-kubeconfig={kubeconfig}",
+            f"--authorization-kubeconfig={kubeconfig}",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={healthz}",
+            f"--cert-dir={workdir / 'scheduler-certs'}",
+            "--v=2",
+        ]
+        scheduler = spawn("kelvin-kube-scheduler", scheduler_argv, cluster.logs)
+        running = KelvinScheduler(extender, scheduler, port, metrics_port, workdir, env, cluster.logs, scheduler_argv)
+
+        def leader() -> bool:
+            running.check_alive()
+            lease = cluster.api.get_or_none(
+                f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases/{SCHEDULER_NAME}"
+            )
+            return bool(lease and lease["spec"].get("holderIdentity"))
+
+        wait_for("kelvin-scheduler leader Lease", leader, 90, 0.5)
+        return running
+    except BaseException:
+        if scheduler is not None:
+            scheduler.stop()
+        extender.stop()
+        raise
