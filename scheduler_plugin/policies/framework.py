@@ -13,7 +13,7 @@ protocol carries.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
@@ -364,8 +364,3 @@ class Framework:
             gpu_details=details,
             candidates=int(cand.size),
         )
-
-
-def scorer_names(fw: Framework) -> Mapping[str, float]:
-    """Policy name -> weight of the active scores (for logs and /readyz details)."""
-    return {ws.name: ws.weight for ws in fw.scorers}

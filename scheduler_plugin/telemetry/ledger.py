@@ -37,12 +37,6 @@ class AssumedLedger:
         self._lock = threading.Lock()
         self._assumed: dict[str, _Entry] = {}  # pod_key -> entry (a pod is bound once)
         self._history: list[_Entry] = []  # placements in time order, pruned after the TTL
-        self._version = 0
-
-    @property
-    def version(self) -> int:
-        """Increases on every change of the assumed entries (lets callers cache overlays)."""
-        return self._version
 
     def assume(self, node: str, assignment: GpuAssignment, now: float) -> None:
         """Record that ``assignment`` was bound to ``node`` at ``now``. Re-assuming a pod replaces its entry."""
@@ -51,15 +45,12 @@ class AssumedLedger:
             self._assumed[assignment.pod_key] = e
             self._history = [h for h in self._history if h.assignment.pod_key != assignment.pod_key]
             self._history.append(e)
-            self._version += 1
 
     def _expire(self, now: float) -> None:
         cutoff = now - self.ttl_s
         dead = [k for k, e in self._assumed.items() if e.at <= cutoff]
         for k in dead:
             del self._assumed[k]
-        if dead:
-            self._version += 1
         if self._history and self._history[0].at <= cutoff:
             self._history = [h for h in self._history if h.at > cutoff]
 
@@ -95,10 +86,7 @@ class AssumedLedger:
             known = self._assumed.pop(pod_key, None) is not None
             before = len(self._history)
             self._history = [h for h in self._history if h.assignment.pod_key != pod_key]
-            if known or len(self._history) != before:
-                self._version += 1
-                return True
-            return False
+            return known or len(self._history) != before
 
     def reconcile(self, snapshot: Snapshot) -> int:
         """Drop entries the snapshot already shows: the pod's assignment is in ``node.assignments`` (by pod key or
@@ -116,8 +104,6 @@ class AssumedLedger:
                     seen.append(key)
             for key in seen:
                 del self._assumed[key]
-            if seen:
-                self._version += 1
             return len(seen)
 
     def __len__(self) -> int:
