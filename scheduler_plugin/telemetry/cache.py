@@ -213,6 +213,15 @@ class RequestGate:
 
 
 class SnapshotCache:
+    """Turns a :class:`TelemetrySource` into the current immutable :class:`Snapshot` (:attr:`snapshot`).
+
+    Owns the source's refresh task (:meth:`start` / :meth:`stop`, or one :meth:`refresh_once` at a time in tests and
+    the simulator), the kept samples the temperature trend is computed from, the cooling estimator, the request gate
+    the build takes turns through and the telemetry metrics. On each successful refresh it reconciles the ledger it is
+    given (drops entries the new snapshot shows) and calls ``on_publish`` before replacing :attr:`snapshot` with one
+    assignment. Used from one event loop: readers on that loop (or any thread) only read :attr:`snapshot`, which is
+    never mutated, so they need no lock."""
+
     def __init__(
         self,
         source: TelemetrySource,

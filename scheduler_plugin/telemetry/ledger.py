@@ -30,6 +30,13 @@ class _Entry:
 
 
 class AssumedLedger:
+    """Placements kelvin made that telemetry does not show yet (see the module's docstring).
+
+    Owns the assumed entries (one per pod key) and the placement history of the last ``ttl_s`` seconds. One per
+    extender, built by ``build_extender`` and shared by the framework (which assumes binds and reads the overlay) and
+    the snapshot cache (which reconciles it on each publish); it lives as long as the process. Thread-safe: every
+    method takes the ledger's lock."""
+
     def __init__(self, ttl_s: float = 30.0) -> None:
         if not ttl_s > 0:
             raise ValueError(f"ledger ttl_s must be > 0, got {ttl_s!r}")
