@@ -44,7 +44,7 @@ from .extender.app import build_extender, create_app
 from .extender.binder import LocalBinder
 from .extender.server import ServerThread
 from .extender.service import Extender
-from .model import GIB, MILLI_PER_GPU, GpuAssignment, Snapshot
+from .model import GIB, MILLI_PER_GPU, THERMAL_THROTTLE_MASK, GpuAssignment, Snapshot
 from .model import annotations as ann
 from .policies import baselines as _baselines  # noqa: F401  (registers the comparison policies)
 from .policies.config import PolicyConfig
@@ -54,8 +54,6 @@ from .telemetry.simulated import FleetSpec, SimulatedFleetSource
 HOT_MARGIN_C = 5.0
 #: The smallest GPU memory any pod of the mix asks for; free capacity below it is stranded.
 SMALLEST_REQUEST_BYTES = 10 * GIB
-#: NVML's SW and HW thermal-slowdown clock-event reasons.
-THERMAL_THROTTLE_BITS = 0x60
 #: GPUs of each hot node busy at full power when the demo starts (a pre-existing job kelvin did not place).
 HOT_NODE_BUSY_GPUS = 6
 #: Where the demo's simulated clock starts (any fixed instant: only differences matter).
@@ -224,7 +222,7 @@ def fleet_state(snap: Snapshot) -> tuple[int, int, int, int]:
     partial = a.gpu_present & (a.free_milli > 0) & (a.free_milli < MILLI_PER_GPU)
     stranded = partial & (a.free_mem < SMALLEST_REQUEST_BYTES)
     whole = a.gpu_present & (a.free_milli >= MILLI_PER_GPU)
-    throttling = a.gpu_present & ((a.throttle & THERMAL_THROTTLE_BITS) != 0)
+    throttling = a.gpu_present & ((a.throttle & THERMAL_THROTTLE_MASK) != 0)
     return int(stranded.sum()), int(a.free_mem[stranded].sum()), int(whole.sum()), int(throttling.sum())
 
 
@@ -232,7 +230,7 @@ def throttled_gpus_of(snap: Snapshot, prefix: str = "") -> int:
     """GPUs thermally throttling that run a pod whose key starts with ``prefix`` (each GPU counted once)."""
     n = 0
     for nd in snap.nodes:
-        hot = {g.index for g in nd.gpus if g.throttle_reasons & THERMAL_THROTTLE_BITS}
+        hot = {g.index for g in nd.gpus if g.throttle_reasons & THERMAL_THROTTLE_MASK}
         if hot:
             used = {i for a in nd.assignments if a.pod_key.startswith(prefix) for i in a.gpu_indices}
             n += len(hot & used)
@@ -243,7 +241,7 @@ def pods_throttled(snap: Snapshot, prefix: str = "") -> int:
     """Pods (whose key starts with ``prefix``) with at least one GPU thermally throttling: jobs running slower now."""
     n = 0
     for nd in snap.nodes:
-        hot = {g.index for g in nd.gpus if g.throttle_reasons & THERMAL_THROTTLE_BITS}
+        hot = {g.index for g in nd.gpus if g.throttle_reasons & THERMAL_THROTTLE_MASK}
         if hot:
             n += sum(1 for a in nd.assignments if a.pod_key.startswith(prefix) and hot.intersection(a.gpu_indices))
     return n
@@ -384,7 +382,7 @@ class Demo:
                     row.temp = max(g.temperature_celsius for g in nd.gpus)
                     row.hot = any(
                         g.temperature_celsius >= g.slowdown_celsius - HOT_MARGIN_C
-                        or g.throttle_reasons & THERMAL_THROTTLE_BITS
+                        or g.throttle_reasons & THERMAL_THROTTLE_MASK
                         for g in nd.gpus
                     )
                 self.finish_at.append((n + spec.lifetime, f"demo/{name}"))

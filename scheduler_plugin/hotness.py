@@ -102,11 +102,6 @@ class Observation:
         return any(g.warm for g in self.gpus)
 
     @property
-    def hot_gpus(self) -> tuple[int, ...]:
-        """GPUs that meet an entry condition now."""
-        return tuple(g.index for g in self.gpus if g.reasons)
-
-    @property
     def warm_gpus(self) -> tuple[int, ...]:
         """GPUs whose pods should move off a hot node: triggering ones and those still at or above cool_celsius."""
         return tuple(g.index for g in self.gpus if g.warm or g.reasons)

@@ -37,6 +37,13 @@ def pod_ref(pod: PodView) -> ObjectRef:
 
 
 class Evictor:
+    """The only code that removes pods: works through the ranked candidates of one node (:meth:`act`).
+
+    Owns the acting, not the deciding: the eviction limits (through the :class:`EvictionBudget` it is given), the
+    checkpoint handshake, the policy/v1 Eviction API (a 429 from a PodDisruptionBudget means "later"), dry run, the
+    Events and the eviction metrics. Built by the :class:`~kelvin_operator.reconcile.Reconciler` and living as long as
+    it; stateless apart from the budget. Not thread-safe: called from the operator's event loop."""
+
     def __init__(self, kube: Kube, cfg: OperatorConfig, metrics: OperatorMetrics, budget: EvictionBudget) -> None:
         self.kube = kube
         self.cfg = cfg

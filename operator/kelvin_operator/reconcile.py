@@ -53,6 +53,14 @@ def active_pods(pods: Iterable[Mapping[str, Any]], node: str) -> list[PodView]:
 
 
 class Reconciler:
+    """One node's operator cycle (:meth:`reconcile_node`): hotness, the thermal taint, the strategies, the planner and
+    the one :class:`Evictor`.
+
+    Owns the operator's in-memory state: the hotness of each node, when each pool violation was first seen, which
+    protected pods were already reported, and the eviction budget shared with the evictor. Built once by
+    ``Runtime.start`` (kept in kopf's ``memo``) and kept for the operator's life; after a restart the hotness is
+    re-derived from the node's taint. Not thread-safe: kopf's timers call it from the operator's one event loop."""
+
     def __init__(self, cfg: OperatorConfig, kube: Kube, metrics: OperatorMetrics | None = None) -> None:
         self.cfg = cfg
         self.kube = kube

@@ -11,7 +11,6 @@ import os
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Any
 
 from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
@@ -26,7 +25,7 @@ from ..telemetry import factory
 from ..telemetry.assignments import AssignedSource
 from ..telemetry.cache import SnapshotCache, TelemetryMetrics
 from ..telemetry.ledger import AssumedLedger
-from ..telemetry.simulated import FleetSpec, FleetSpecError, SimulatedFleetSource
+from ..telemetry.simulated import FleetSpecError, SimulatedFleetSource
 from ..telemetry.source import TelemetrySource
 from .binder import Binder, KubeBinder, LocalBinder, NoApiBinder
 from .metrics import ExtenderMetrics
@@ -47,27 +46,13 @@ def load_policy(settings: Settings) -> PolicyConfig:
         raise StartupError(f"policy_file (KELVIN_POLICY_FILE): {exc}") from None
 
 
-def simulated_source(settings: Settings, **extra: Any) -> SimulatedFleetSource:
+def build_source(settings: Settings) -> TelemetrySource:
     try:
-        if settings.fleet_file is not None:
-            spec = FleetSpec.from_yaml(settings.fleet_file)
-        else:
-            spec = FleetSpec.uniform(
-                settings.fleet_nodes, settings.fleet_gpus_per_node, settings.fleet_model, settings.fleet_seed, **extra
-            )
+        return factory.build_source(settings)
     except FleetSpecError as exc:
         raise StartupError(f"fleet_file (KELVIN_FLEET_FILE): {exc}" if settings.fleet_file else str(exc)) from None
-    return SimulatedFleetSource(spec)
-
-
-def build_source(settings: Settings) -> TelemetrySource:
-    if settings.source == "simulated":
-        return simulated_source(settings)
-    try:
-        src: TelemetrySource = factory.build_source(settings)
     except (ConfigError, ValueError, KubeError) as exc:
         raise StartupError(f"source (KELVIN_SOURCE={settings.source}): {exc}") from None
-    return src
 
 
 def kube_client(settings: Settings) -> KubeClient | None:

@@ -103,6 +103,17 @@ def bind_refused(exc: BindError) -> bool:
 
 @dataclass
 class Extender:
+    """The extender's verbs (filter, prioritize, bind, explain) over the snapshot cache, without HTTP.
+
+    Owns what one extender process keeps between requests: the framework and its ledger, the snapshot cache and its
+    source, the binder (API server, local or none), the metrics, the parsed-request memo (bind's body carries no pod:
+    it uses what filter or prioritize parsed) and the bind records (a retried bind is answered alike). Built by
+    ``extender.app.build_extender`` from the settings; ``create_app``'s lifespan starts the cache's refresh task and
+    stops it on shutdown. Every verb runs on the event loop, one at a time (:attr:`turn`), and reads
+    ``cache.snapshot`` once, so a refresh published meanwhile never mixes two snapshots in one answer. Not
+    thread-safe: only the body parsing of large requests runs in a worker thread (``routes.py``), before a verb is
+    called."""
+
     settings: Settings
     policy: PolicyConfig
     framework: Framework

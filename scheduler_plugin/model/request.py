@@ -14,6 +14,7 @@ import numpy.typing as npt
 
 from . import annotations as ann
 from .claim import charge_milli_array
+from .deprecation import REMOVED_IN
 from .gpu import MIB, MILLI_PER_GPU
 from .quantity import MAX_INT64, QuantityError, parse_bytes, parse_cpu_milli, parse_quantity
 
@@ -209,16 +210,20 @@ def parse_pod(pod: Mapping[str, Any], *, lenient_gpu_memory: bool = False) -> Gp
 
 
 def parse_bound_pod(pod: Mapping[str, Any]) -> tuple[GpuRequest, str | None]:
-    """A pod already bound (listed back, seen by the operator): strict first; a pool written as bare bytes before
-    units were required (``"21474836480"``) is still read as that pool, with the strict error returned as a warning
-    for the caller to log. Any other problem raises :class:`RequestError`."""
+    """A pod already bound (listed back, seen by the operator): strict first; a pool written as bare bytes
+    (``"21474836480"``) is still read as that pool until kelvin :data:`~.deprecation.REMOVED_IN`, with the strict
+    error returned as a warning for the caller to log. Any other problem raises :class:`RequestError`."""
     try:
         return parse_pod(pod), None
     except RequestError as exc:
         try:
-            return parse_pod(pod, lenient_gpu_memory=True), f"{exc}; read as bytes (bound before the unit was required)"
+            lenient = parse_pod(pod, lenient_gpu_memory=True)
         except RequestError:
             raise exc from None
+        return lenient, (
+            f"{exc}; read as bytes for now (deprecated: from kelvin {REMOVED_IN} a bound pod's {ann.GPU_MEMORY} "
+            "needs a unit too)"
+        )
 
 
 def _check_shared_slot(slots: int, count: int, annotations: Mapping[str, Any]) -> None:
@@ -257,8 +262,8 @@ MIN_GPU_MEMORY = MIB
 def parse_gpu_memory(raw: object, *, lenient: bool = False) -> int:
     """The bytes of a ``kelvin.dev/gpu-memory`` value: a memory quantity with a unit, at least 1Mi.
 
-    ``lenient`` also accepts a bare number of bytes (at least 1Mi), as kelvin did before the unit was required: for
-    pods already bound (the listing of assignments), never at admission."""
+    ``lenient`` also accepts a bare number of bytes (at least 1Mi), a deprecated reading kept for pods already bound
+    (the listing of assignments, the operator) until kelvin :data:`~.deprecation.REMOVED_IN`; never at admission."""
     text = str(raw).strip()
     try:
         value = parse_bytes(text)

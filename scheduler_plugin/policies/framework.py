@@ -13,7 +13,7 @@ protocol carries.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
@@ -101,6 +101,16 @@ def _finite(x: float) -> float | None:
 
 
 class Framework:
+    """The scheduling framework: the filters (telemetry staleness, fit, optionally hot nodes), the weighted score
+    plugins, the GPU picker and the ledger they charge binds to.
+
+    Owns its plugins and the per-snapshot caches they keep (warmed by :meth:`warm` when a snapshot is published) and
+    the assumed-ledger overlay of the last fleet it saw (:meth:`view`). Built once at startup by :meth:`from_config`
+    (or by hand in tests and the simulator) and kept for the process's life; it holds no request state, each cycle's
+    state lives in the :class:`CycleContext` the caller makes with :meth:`context`. Not thread-safe: the extender
+    calls it from its event loop only (one verb at a time, :mod:`scheduler_plugin.extender.turns`); the ledger it
+    holds is thread-safe on its own."""
+
     def __init__(
         self,
         *,
@@ -364,8 +374,3 @@ class Framework:
             gpu_details=details,
             candidates=int(cand.size),
         )
-
-
-def scorer_names(fw: Framework) -> Mapping[str, float]:
-    """Policy name -> weight of the active scores (for logs and /readyz details)."""
-    return {ws.name: ws.weight for ws in fw.scorers}

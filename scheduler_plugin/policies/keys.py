@@ -2,10 +2,10 @@
 
 Each model field has one camelCase key, :func:`camel` of its Python name (``max_age_seconds`` -> ``maxAgeSeconds``;
 a trailing ``_s`` is spelled out: ``hold_s`` -> ``holdSeconds``). The old snake_case spelling (the Python name) is
-still accepted: :func:`normalise` finds it, renames it to the key the model validates and reports it, so that the
-loader warns once per key, naming the old and the new spelling. Setting a key in both spellings is an error. Keys that
-match no field are left as they are, for the model to refuse with their path. A section left empty (YAML null) is
-``{}``, at every depth.
+deprecated and still accepted until kelvin 0.3.0 (``REMOVED_IN``): :func:`normalise` finds it, renames it to the key
+the model validates and reports it, so that the loader warns once per key, naming the old and the new spelling and the
+removal version. Setting a key in both spellings is an error. Keys that match no field are left as they are, for the
+model to refuse with their path. A section left empty (YAML null) is ``{}``, at every depth.
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ from typing import Any
 
 from pydantic import BaseModel
 from pydantic.alias_generators import to_camel
+
+from ..model.deprecation import REMOVED_IN
 
 # Unit suffixes spelled out in the camelCase key (Kubernetes style: timeoutSeconds, periodSeconds).
 _SPELLED_OUT = (("_c_per_min", "_celsius_per_minute"), ("_s", "_seconds"))
@@ -40,7 +42,10 @@ class Renamed:
     new: str
 
     def warning(self, source: str) -> str:
-        return f"{source}: {self.old} is the old snake_case spelling, accepted for now; write {self.new}"
+        return (
+            f"{source}: {self.old} is the old snake_case spelling, deprecated and refused from kelvin {REMOVED_IN}; "
+            f"write {self.new}"
+        )
 
 
 @dataclass(slots=True)

@@ -31,8 +31,7 @@ it by ``throttlePenalty`` and by the clock ratio (SM clock / max). A node's raw 
 
 Normalised absolutely (``normalize.unit``): raw 1 is 10 points on every node, so a hot fleet scores low everywhere.
 
-The predicates below (:func:`headroom_c`, :func:`predicted_temp`, :func:`hot_now`, :func:`predicted_hot`) are pure and
-public so that the operator's hotness check uses the same definitions.
+The predicates below (:func:`headroom_c`, :func:`predicted_temp`) are pure functions on scalars and arrays alike.
 """
 
 from __future__ import annotations
@@ -44,7 +43,7 @@ from pydantic import Field
 
 from ..model import SLOWDOWN_MASK, THERMAL_THROTTLE_MASK, FleetArrays, GpuRequest, throttle_reason_names
 from ..model.snapshot import ColumnMemo
-from .base import BoolA, CycleContext, FloatA, IntA
+from .base import CycleContext, FloatA, IntA
 from .config import CamelModel
 from .eligibility import cycle_eligible
 from .normalize import unit
@@ -67,43 +66,6 @@ def predicted_temp(temp: FloatA, trend_c_per_min: FloatA, horizon_s: float) -> F
 def predicted_temp(temp: float | FloatA, trend_c_per_min: float | FloatA, horizon_s: float) -> float | FloatA:
     """Linear prediction of the temperature ``horizon_s`` seconds ahead from the trend (°C/min)."""
     return temp + trend_c_per_min * (horizon_s / 60.0)
-
-
-@overload
-def hot_now(temp: float, slowdown: float, throttle: int, margin_c: float = 0.0) -> bool: ...
-@overload
-def hot_now(temp: FloatA, slowdown: FloatA, throttle: IntA, margin_c: float = 0.0) -> BoolA: ...
-def hot_now(
-    temp: float | FloatA, slowdown: float | FloatA, throttle: int | IntA, margin_c: float = 0.0
-) -> bool | BoolA:
-    """At or above the slowdown threshold (less ``margin_c``), or thermal throttling active."""
-    out = (np.asarray(temp) >= np.asarray(slowdown) - margin_c) | ((np.asarray(throttle) & THERMAL_THROTTLE_MASK) != 0)
-    return bool(out) if out.ndim == 0 else np.asarray(out, dtype=np.bool_)
-
-
-@overload
-def predicted_hot(
-    temp: float, trend_c_per_min: float, slowdown: float, horizon_s: float, margin_c: float = 0.0
-) -> bool: ...
-@overload
-def predicted_hot(
-    temp: FloatA, trend_c_per_min: FloatA, slowdown: FloatA, horizon_s: float, margin_c: float = 0.0
-) -> BoolA: ...
-def predicted_hot(
-    temp: float | FloatA,
-    trend_c_per_min: float | FloatA,
-    slowdown: float | FloatA,
-    horizon_s: float,
-    margin_c: float = 0.0,
-) -> bool | BoolA:
-    """The predicted temperature ``horizon_s`` ahead reaches the slowdown threshold (less ``margin_c``)."""
-    out = (
-        np.asarray(
-            predicted_temp(np.asarray(temp, dtype=np.float64), np.asarray(trend_c_per_min, dtype=np.float64), horizon_s)
-        )
-        >= np.asarray(slowdown) - margin_c
-    )
-    return bool(out) if out.ndim == 0 else np.asarray(out, dtype=np.bool_)
 
 
 class ThermalArgs(CamelModel):

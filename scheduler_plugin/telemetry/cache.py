@@ -130,8 +130,9 @@ class RequestGate:
     ``poll_s``) for up to ``max_defer_s``. The next turn then lasts ``share / (1 - share)`` of the time it waited
     (at least ``min_turn_s``, at most ``max_turn_s``), so that background work gets at least ``share`` of the event
     loop however many requests arrive (as long as no single request holds the loop for more than ``max_turn_s * (1 -
-    share) / share``): a refresh is slowed down by load, never starved by it (issue 10: under two clients looping
-    ``/filter`` a 20,000-node refresh, deferred slice by slice, never finished and every node went stale). A request
+    share) / share``): a refresh is slowed down by load, never starved by it (deferred slice by slice without that
+    share, a 20,000-node refresh under two clients looping ``/filter`` would never finish, and every node would go
+    stale). A request
     waits for at most one turn. Without requests a turn is ``min_turn_s`` and the work runs at full speed. Single
     event loop: no locks.
 
@@ -213,6 +214,15 @@ class RequestGate:
 
 
 class SnapshotCache:
+    """Turns a :class:`TelemetrySource` into the current immutable :class:`Snapshot` (:attr:`snapshot`).
+
+    Owns the source's refresh task (:meth:`start` / :meth:`stop`, or one :meth:`refresh_once` at a time in tests and
+    the simulator), the kept samples the temperature trend is computed from, the cooling estimator, the request gate
+    the build takes turns through and the telemetry metrics. On each successful refresh it reconciles the ledger it is
+    given (drops entries the new snapshot shows) and calls ``on_publish`` before replacing :attr:`snapshot` with one
+    assignment. Used from one event loop: readers on that loop (or any thread) only read :attr:`snapshot`, which is
+    never mutated, so they need no lock."""
+
     def __init__(
         self,
         source: TelemetrySource,

@@ -10,16 +10,20 @@ from .simulated import FleetSpec, SimulatedFleetSource
 from .source import TelemetrySource
 
 
+def simulated_source(settings: Settings) -> SimulatedFleetSource:
+    """The simulated fleet of ``fleet_file``, or a uniform one from the ``fleet_*`` settings. Raises
+    :class:`~scheduler_plugin.telemetry.simulated.FleetSpecError` naming the field."""
+    if settings.fleet_file is not None:
+        return SimulatedFleetSource(FleetSpec.from_yaml(settings.fleet_file))
+    return SimulatedFleetSource(
+        FleetSpec.uniform(settings.fleet_nodes, settings.fleet_gpus_per_node, settings.fleet_model, settings.fleet_seed)
+    )
+
+
 def build_source(settings: Settings) -> TelemetrySource:
     """The configured source. Raises ``ValueError`` (or ``KubeError``) with the offending setting named."""
     if settings.source == "simulated":
-        if settings.fleet_file is not None:
-            spec = FleetSpec.from_yaml(settings.fleet_file)
-        else:
-            spec = FleetSpec.uniform(
-                settings.fleet_nodes, settings.fleet_gpus_per_node, settings.fleet_model, settings.fleet_seed
-            )
-        return SimulatedFleetSource(spec)
+        return simulated_source(settings)
     if settings.source == "prometheus":
         # forget a vanished node after 10 staleness windows (at least 10 minutes)
         return PrometheusSource(

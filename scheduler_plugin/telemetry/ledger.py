@@ -30,6 +30,13 @@ class _Entry:
 
 
 class AssumedLedger:
+    """Placements kelvin made that telemetry does not show yet (see the module's docstring).
+
+    Owns the assumed entries (one per pod key) and the placement history of the last ``ttl_s`` seconds. One per
+    extender, built by ``build_extender`` and shared by the framework (which assumes binds and reads the overlay) and
+    the snapshot cache (which reconciles it on each publish); it lives as long as the process. Thread-safe: every
+    method takes the ledger's lock."""
+
     def __init__(self, ttl_s: float = 30.0) -> None:
         if not ttl_s > 0:
             raise ValueError(f"ledger ttl_s must be > 0, got {ttl_s!r}")
@@ -37,12 +44,6 @@ class AssumedLedger:
         self._lock = threading.Lock()
         self._assumed: dict[str, _Entry] = {}  # pod_key -> entry (a pod is bound once)
         self._history: list[_Entry] = []  # placements in time order, pruned after the TTL
-        self._version = 0
-
-    @property
-    def version(self) -> int:
-        """Increases on every change of the assumed entries (lets callers cache overlays)."""
-        return self._version
 
     def assume(self, node: str, assignment: GpuAssignment, now: float) -> None:
         """Record that ``assignment`` was bound to ``node`` at ``now``. Re-assuming a pod replaces its entry."""
@@ -51,15 +52,12 @@ class AssumedLedger:
             self._assumed[assignment.pod_key] = e
             self._history = [h for h in self._history if h.assignment.pod_key != assignment.pod_key]
             self._history.append(e)
-            self._version += 1
 
     def _expire(self, now: float) -> None:
         cutoff = now - self.ttl_s
         dead = [k for k, e in self._assumed.items() if e.at <= cutoff]
         for k in dead:
             del self._assumed[k]
-        if dead:
-            self._version += 1
         if self._history and self._history[0].at <= cutoff:
             self._history = [h for h in self._history if h.at > cutoff]
 
@@ -95,10 +93,7 @@ class AssumedLedger:
             known = self._assumed.pop(pod_key, None) is not None
             before = len(self._history)
             self._history = [h for h in self._history if h.assignment.pod_key != pod_key]
-            if known or len(self._history) != before:
-                self._version += 1
-                return True
-            return False
+            return known or len(self._history) != before
 
     def reconcile(self, snapshot: Snapshot) -> int:
         """Drop entries the snapshot already shows: the pod's assignment is in ``node.assignments`` (by pod key or
@@ -116,8 +111,6 @@ class AssumedLedger:
                     seen.append(key)
             for key in seen:
                 del self._assumed[key]
-            if seen:
-                self._version += 1
             return len(seen)
 
     def __len__(self) -> int:

@@ -1,4 +1,4 @@
-"""What bind records equals what the listing of bound pods rebuilds (issue 10 item 3).
+"""What bind records equals what the listing of bound pods rebuilds.
 
 Bind goes through the real extender and the real :class:`KubeBinder`, against an in-memory pod that applies the
 binder's Binding (and any merge patch) as the API server would; the listing is :func:`assignments_from_pods` of that
@@ -161,8 +161,8 @@ def _bound(name: str, memory: str) -> dict[str, Any]:
 
 
 def test_a_pool_pod_bound_before_the_unit_was_required_keeps_its_pool(caplog: pytest.LogCaptureFixture) -> None:
-    """A pod admitted with bare bytes before the stricter rule is charged its pool, not a whole GPU, and warned about
-    once however often the pods are listed; admission stays strict."""
+    """A bound pod whose pool is bare bytes (the deprecated reading, kept until 0.3.0) is charged its pool, not a whole
+    GPU, and warned about once however often the pods are listed, naming the removal version; admission is strict."""
     old = _bound("old-pool", "21474836480")
     with caplog.at_level(logging.INFO, logger="scheduler_plugin.telemetry.assignments"):
         for _ in range(3):
@@ -171,7 +171,9 @@ def test_a_pool_pod_bound_before_the_unit_was_required_keeps_its_pool(caplog: py
             assert charged_milli(listed, 80 * GIB) == 250
     warnings = [r for r in caplog.records if r.levelname == "WARNING"]
     assert len(warnings) == 1 and "default/old-pool" in warnings[0].getMessage()
-    assert "read as bytes" in warnings[0].getMessage()
+    assert "read as bytes for now (deprecated: from kelvin 0.3.0 a bound pod's kelvin.dev/gpu-memory needs a unit" in (
+        warnings[0].getMessage()
+    )
     with pytest.raises(RequestError, match="has no memory unit"):
         parse_pod(old)  # filter / bind: still refused
     # below 1Mi (a typo, never a pool) or not a number: still counted whole

@@ -145,7 +145,7 @@ def test_old_spelling_is_accepted_with_one_warning_per_key(caplog: pytest.LogCap
     assert Framework.from_config(cfg).scorers[0].plugin.args.node_share == 0.5  # type: ignore[attr-defined]
     warned = sorted(r.getMessage() for r in caplog.records)
     assert warned == sorted(
-        f"policy.yaml: {old} is the old snake_case spelling, accepted for now; write {new}"
+        f"policy.yaml: {old} is the old snake_case spelling, deprecated and refused from kelvin 0.3.0; write {new}"
         for old, new in [
             ("telemetry.max_age_seconds", "telemetry.maxAgeSeconds"),
             ("hotness.hot_celsius", "hotness.hotCelsius"),

@@ -1,4 +1,4 @@
-"""Thermal score and the shared hotness predicates."""
+"""Thermal score and its temperature predicates."""
 
 from __future__ import annotations
 
@@ -13,8 +13,6 @@ from scheduler_plugin.policies.thermal import (
     ThermalArgs,
     ThermalScore,
     headroom_c,
-    hot_now,
-    predicted_hot,
     predicted_temp,
 )
 from scheduler_plugin.telemetry.cooling import CoolingEstimator
@@ -79,14 +77,7 @@ def test_args_change_the_scale() -> None:
 def test_predicates_on_scalars_and_arrays() -> None:
     assert headroom_c(80.0, 87.0) == 7.0
     assert predicted_temp(70.0, 2.0, 300) == 80.0
-    assert hot_now(87.0, 87.0, 0) is True
-    assert hot_now(80.0, 87.0, int(ThrottleReason.HW_THERMAL_SLOWDOWN)) is True
-    assert hot_now(80.0, 87.0, int(ThrottleReason.SW_POWER_CAP)) is False
-    assert hot_now(83.0, 87.0, 0, margin_c=5) is True
-    assert predicted_hot(80.0, 2.0, 87.0, 300) is True
-    assert predicted_hot(80.0, 1.0, 87.0, 300) is False
     temps = np.array([50.0, 90.0])
-    assert hot_now(temps, np.array([87.0, 87.0]), np.array([0, 0])).tolist() == [False, True]
     assert predicted_temp(temps, np.array([1.0, -1.0]), 60).tolist() == [51.0, 89.0]
 
 
