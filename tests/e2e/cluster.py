@@ -211,6 +211,9 @@ class LoopbackCluster:
                 "--allow-privileged=true",
                 # the Endpoints of the "kubernetes" Service may not hold a loopback address
                 "--endpoint-reconciler-type=none",
+                # webhooks with a service clientConfig are resolved to the Service's endpoints, not looked up in DNS
+                # (off-cluster the name is not ours: a resolver may answer it, and the call would leave loopback)
+                "--enable-aggregator-routing=true",
                 f"--cert-dir={self.workdir / 'apiserver-certs'}",
                 "--profiling=false",
                 "--v=1",
