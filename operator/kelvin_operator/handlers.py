@@ -141,6 +141,10 @@ def build_registry(
                 raise
             rt.metrics.webhook_requests.labels("validate", "denied" if message else "allowed").inc()
             if message:
+                meta = body.get("metadata") or {}
+                namespace = meta.get("namespace") or kwargs.get("namespace") or ""
+                name = meta.get("name") or meta.get("generateName") or ""  # a Deployment's pods: generateName only
+                log.info("refused pod %s/%s at admission: %s", namespace, name, message)
                 raise kopf.AdmissionError(message, code=400)
 
         @kopf.on.mutate("pods", id=MUTATING_ID, operations=list(JUDGED_OPERATIONS), registry=registry)

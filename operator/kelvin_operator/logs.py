@@ -4,6 +4,12 @@ kopf logs every successful handler run at INFO on its ``kopf.objects`` logger (`
 once per node per cycle: 600 lines a minute at 100 nodes and a 10 s interval; ``Validation 'gpu-memory'
 succeeded.`` once per pod admitted). :class:`DemoteHandlerSuccess` turns those records into DEBUG records; failures,
 retries and kopf's other messages keep their level.
+
+kopf also logs every admission *denial* at ERROR (``Webhook 'gpu-memory' failed permanently: <message>``:
+``kopf.AdmissionError`` is a ``PermanentError``), so a user's refused pod read as an operator failure.
+:class:`DemoteAdmissionDenial` lowers those to DEBUG; the validating handler logs its own INFO line for each refusal
+(the decision, with the pod's name). A webhook handler that fails with an exception is logged by kopf with another
+message and its traceback, at ERROR, untouched.
 """
 
 from __future__ import annotations
@@ -29,8 +35,29 @@ class DemoteHandlerSuccess(logging.Filter):
         return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
 
 
+class DemoteAdmissionDenial(logging.Filter):
+    """Lowers kopf's ``Webhook '<id>' failed permanently: <message>`` records (a denial, not a failure) to DEBUG.
+
+    kelvin's webhook handlers raise a ``PermanentError`` only as ``kopf.AdmissionError``, for a pod validation
+    refuses; the handler has logged the decision at INFO already."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        msg = str(record.msg)
+        if record.levelno != logging.ERROR or not (msg.startswith(WEBHOOK_PREFIX) and DENIAL_INFIX in msg):
+            return True
+        record.levelno, record.levelname = logging.DEBUG, logging.getLevelName(logging.DEBUG)
+        return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+
+
+#: How kopf words a webhook handler that raised a ``PermanentError`` (``f"{handler} failed permanently: {e}"``).
+WEBHOOK_PREFIX = "Webhook '"
+DENIAL_INFIX = " failed permanently: "
+
+
 def demote_kopf_success() -> None:
-    """Install :class:`DemoteHandlerSuccess` on kopf's objects logger (once, however often it is called)."""
+    """Install :class:`DemoteHandlerSuccess` and :class:`DemoteAdmissionDenial` on kopf's objects logger (once each,
+    however often it is called)."""
     logger = logging.getLogger(KOPF_OBJECTS_LOGGER)
-    if not any(isinstance(f, DemoteHandlerSuccess) for f in logger.filters):
-        logger.addFilter(DemoteHandlerSuccess())
+    for kind in (DemoteHandlerSuccess, DemoteAdmissionDenial):
+        if not any(isinstance(f, kind) for f in logger.filters):
+            logger.addFilter(kind())

@@ -149,6 +149,35 @@ async def webhook_up(http: httpx.AsyncClient, url: str, timeout: float = 15.0) -
                 await asyncio.sleep(0.05)
 
 
+async def test_a_denial_is_an_info_decision_not_an_operator_error(
+    kmock: km.KubernetesEmulator, cert: tuple[Path, Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    """kopf logs every admission denial at ERROR (``Webhook 'gpu-memory' failed permanently: ...``: AdmissionError is
+    a PermanentError), so a user's refused pod read as an operator failure; kelvin logs the decision at INFO."""
+    port = free_port()
+    cfg = OperatorConfig(
+        standalone=True,
+        metrics_port=0,
+        interval_s=3600,
+        webhook={"addr": "127.0.0.1", "port": port, "host": "localhost", "certfile": cert[0], "pkeyfile": cert[1]},
+    )
+    fleet = [node("n1", gpu(0, total_gib=80), mps=True)]
+    ctx = ssl.create_default_context(cafile=str(cert[0]))
+    with caplog.at_level(logging.INFO):
+        async with running(kmock, cfg, fleet), httpx.AsyncClient(verify=ctx, timeout=10) as http:
+            url = f"https://localhost:{port}"
+            await webhook_up(http, url)
+            bad = pod("bad", annotations={ann.GPU_MEMORY: "lots"}, gpus=1)
+            r = (await http.post(f"{url}/gpu-memory", json=review(bad, "d1"))).json()
+            assert r["response"]["allowed"] is False
+    errors = [rec.getMessage() for rec in caplog.records if rec.levelno >= logging.ERROR]
+    assert not errors, errors
+    decisions = [rec for rec in caplog.records if "refused pod" in rec.getMessage()]
+    assert len(decisions) == 1 and decisions[0].levelno == logging.INFO, [r.getMessage() for r in caplog.records]
+    assert "/bad at admission" in decisions[0].getMessage()
+    assert "kelvin.dev/gpu-memory='lots'" in decisions[0].getMessage()
+
+
 async def test_admission_over_https(kmock: km.KubernetesEmulator, cert: tuple[Path, Path]) -> None:
     port = free_port()
     cfg = OperatorConfig(
