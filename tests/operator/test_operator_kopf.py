@@ -155,12 +155,7 @@ async def test_a_denial_is_an_info_decision_not_an_operator_error(
     """kopf logs every admission denial at ERROR (``Webhook 'gpu-memory' failed permanently: ...``: AdmissionError is
     a PermanentError), so a user's refused pod read as an operator failure; kelvin logs the decision at INFO."""
     port = free_port()
-    cfg = OperatorConfig(
-        standalone=True,
-        metrics_port=0,
-        interval_s=3600,
-        webhook={"addr": "127.0.0.1", "port": port, "host": "localhost", "certfile": cert[0], "pkeyfile": cert[1]},
-    )
+    cfg = webhook_cfg(cert, port)
     fleet = [node("n1", gpu(0, total_gib=80), mps=True)]
     ctx = ssl.create_default_context(cafile=str(cert[0]))
     with caplog.at_level(logging.INFO):
@@ -180,12 +175,7 @@ async def test_a_denial_is_an_info_decision_not_an_operator_error(
 
 async def test_admission_over_https(kmock: km.KubernetesEmulator, cert: tuple[Path, Path]) -> None:
     port = free_port()
-    cfg = OperatorConfig(
-        standalone=True,
-        metrics_port=0,
-        interval_s=3600,
-        webhook={"addr": "127.0.0.1", "port": port, "host": "localhost", "certfile": cert[0], "pkeyfile": cert[1]},
-    )
+    cfg = webhook_cfg(cert, port)
     fleet = [node("n1", gpu(0, total_gib=80), mps=True)]
     ctx = ssl.create_default_context(cafile=str(cert[0]))
     async with running(kmock, cfg, fleet), httpx.AsyncClient(verify=ctx, timeout=10) as http:
