@@ -11,10 +11,12 @@ import os
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
 
+from .. import __version__
 from ..config import ConfigError, Settings
 from ..kube import KubeClient, KubeConfig, KubeError
 from ..policies import fragmentation as _fragmentation  # noqa: F401  (registers the default score policy)
@@ -143,34 +145,31 @@ def create_app(ext: Extender, *, metrics: bool = True) -> FastAPI:
             await ext.source.close()
             await ext.binder.close()
 
-    # No OpenAPI schema or docs pages, and no redirect of "/filter/" to "/filter" (a 307 that kube-scheduler would
-    # not follow with its body): kelvin serves exactly its routes, anything else is a 404.
-    app = FastAPI(
-        title="kelvin extender",
-        version="0.1.0",
-        lifespan=lifespan,
+    app = _bare_app("kelvin extender", lifespan=lifespan)
+    app.state.extender = ext
+    install_routes(app, ext, health=metrics)
+    return app
+
+
+def _bare_app(title: str, **kwargs: Any) -> FastAPI:
+    """A FastAPI app with no OpenAPI schema or docs pages, and no redirect of "/filter/" to "/filter" (a 307 that
+    kube-scheduler would not follow with its body): kelvin serves exactly its routes, anything else is a 404."""
+    return FastAPI(
+        title=title,
+        version=__version__,
         docs_url=None,
         redoc_url=None,
         openapi_url=None,
         redirect_slashes=False,
+        **kwargs,
     )
-    app.state.extender = ext
-    install_routes(app, ext, health=metrics)
-    return app
 
 
 def create_metrics_app(ext: Extender) -> FastAPI:
     """/healthz, /readyz and /metrics only, for the metrics listener (``metrics_host:metrics_port``): what probes
     and Prometheus reach, while the verbs stay on loopback. It shares ``ext`` and the event loop with the verbs app
     and has no lifespan of its own."""
-    app = FastAPI(
-        title="kelvin extender metrics",
-        version="0.1.0",
-        docs_url=None,
-        redoc_url=None,
-        openapi_url=None,
-        redirect_slashes=False,
-    )
+    app = _bare_app("kelvin extender metrics")
     app.state.extender = ext
     install_health_routes(app, ext)
     return app
