@@ -133,6 +133,9 @@ class LoopbackCluster:
         try:
             self._start_etcd()
             self._start_apiserver()
+            # the controller manager and the scheduler exit at once when the API server does not answer yet (on a
+            # loaded machine it can take longer to listen than they take to start): they start after /readyz
+            self._wait_apiserver_ready()
             self._start_controller_manager()
             self._start_scheduler()
             self._wait_ready()
@@ -250,7 +253,7 @@ class LoopbackCluster:
     def _start_scheduler(self) -> None:
         self._spawn("kube-scheduler", [self.bins["kube-scheduler"], *self._component_flags("kube-scheduler")])
 
-    def _wait_ready(self) -> None:
+    def _wait_apiserver_ready(self) -> None:
         api = self.api
 
         def ready() -> bool:
@@ -258,6 +261,10 @@ class LoopbackCluster:
             return api.request("GET", "/readyz").status_code == 200
 
         wait_for("kube-apiserver /readyz", ready, START_TIMEOUT_S, interval=0.5)
+
+    def _wait_ready(self) -> None:
+        api = self.api
+        self._wait_apiserver_ready()
 
         def default_sa() -> bool:
             self.check_alive()
