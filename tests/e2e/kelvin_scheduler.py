@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -105,13 +105,15 @@ def start_extender(env: dict[str, str], logs: Path) -> Process:
     return extender
 
 
-def start(cluster: LoopbackCluster, workdir: Path) -> KelvinScheduler:
+def start(cluster: LoopbackCluster, workdir: Path, fleet: Mapping[str, object] | None = None) -> KelvinScheduler:
+    """``fleet``: the extender's simulated fleet file (default: the e2e fleet, :func:`tests.e2e.fleet.fleet_file`);
+    its node names must be the fake nodes' names."""
     workdir.mkdir(parents=True, exist_ok=True)
     kubeconfig = cluster.token_kubeconfig(NAMESPACE, SERVICE_ACCOUNT)
     policy = workdir / "policy.yaml"
     policy.write_text(_configmap(cluster, "kelvin-policy", "policy.yaml"))
-    fleet = workdir / "fleet.yaml"
-    fleet.write_text(yaml.safe_dump(fleet_file()))
+    fleet_path = workdir / "fleet.yaml"
+    fleet_path.write_text(yaml.safe_dump(dict(fleet) if fleet is not None else fleet_file()))
     port, metrics_port = free_port(), free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("KELVIN_") and k not in ("KUBECONFIG",)}
     env.update(
@@ -127,7 +129,7 @@ def start(cluster: LoopbackCluster, workdir: Path) -> KelvinScheduler:
             "KELVIN_BIND_TIMEOUT_S": "4",
             # telemetry: the simulated fleet of the fake nodes instead of the exporters
             "KELVIN_SOURCE": "simulated",
-            "KELVIN_FLEET_FILE": str(fleet),
+            "KELVIN_FLEET_FILE": str(fleet_path),
             "KELVIN_KUBECONFIG": str(kubeconfig),
         }
     )
