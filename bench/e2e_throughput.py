@@ -32,12 +32,15 @@ import asyncio
 import contextlib
 import os
 import platform
+import shutil
+import signal
 import ssl
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -51,11 +54,12 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from tests.e2e.api import wait_for  # noqa: E402
-from tests.e2e.cluster import LoopbackCluster, Process, running, spawn  # noqa: E402
+from tests.e2e.cluster import LoopbackCluster, running  # noqa: E402
 from tests.e2e.install import documented_manifest_install, run_documented  # noqa: E402
 from tests.e2e.kelvin_scheduler import SCHEDULER_NAME, KelvinScheduler  # noqa: E402
 from tests.e2e.kelvin_scheduler import start as start_kelvin_scheduler  # noqa: E402
 from tests.e2e.kubebin import MissingBinaries, find  # noqa: E402
+from tests.e2e.nodeagent import fake_nodes  # noqa: E402
 from tests.e2e.pods import gpu_pod  # noqa: E402
 
 DEFAULT_SCHEDULER = "default-scheduler"
@@ -88,6 +92,13 @@ def bench_fleet(count: int) -> dict[str, object]:
              "namePrefix": NODE_PREFIX},
         ],
     }  # fmt: skip
+
+
+def _py_spy() -> str:
+    found = shutil.which("py-spy", path=str(Path(sys.executable).parent)) or shutil.which("py-spy")
+    if found is None:
+        raise SystemExit("error: --py-spy: py-spy is not installed (pip install py-spy)")
+    return found
 
 
 def cpu_model() -> str:
@@ -263,11 +274,9 @@ async def _burst(cluster: LoopbackCluster, rnd: Round, namespace: str, concurren
 
 
 def _delete_pods(cluster: LoopbackCluster, namespace: str, timeout_s: float) -> None:
-    cluster.api.call(
-        "DELETE",
-        f"/api/v1/namespaces/{namespace}/pods",
-        json={"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0},
-    )
+    body = {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0}
+    # one DeleteCollection of the whole burst: on a loaded machine it takes longer than the client's 30 s default
+    cluster.api.call("DELETE", f"/api/v1/namespaces/{namespace}/pods", json=body, timeout=timeout_s)
     wait_for(
         f"the pods of {namespace} deleted",
         lambda: not cluster.api.get(f"/api/v1/namespaces/{namespace}/pods", limit=1)["items"],
@@ -284,6 +293,7 @@ def run_round(
     rnd: Round,
     concurrency: int,
     timeout_s: float,
+    profile: Path | None = None,
 ) -> None:
     namespace = f"bench-{rnd.scheduler}-{rnd.index}"
     cluster.api.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
@@ -296,9 +306,23 @@ def run_round(
     rnd.load = load_line()
     before = scrapes.read(rnd.scheduler) if scrapes else {}
     cpu_before = {name: cpu_seconds(pid) for name, pid in processes.items()}
+    spy = None
+    if profile is not None:
+        profile.mkdir(parents=True, exist_ok=True)
+        out = profile / f"extender-round-{rnd.index}.txt"
+        argv = [_py_spy(), "record", "--pid", str(processes["kelvin extender"]), "--rate", "200", "--format", "raw",
+                "--nonblocking", "--output", str(out)]  # fmt: skip
+        spy = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         asyncio.run(_burst(cluster, rnd, namespace, concurrency, timeout_s))
     finally:
+        if spy is not None:
+            spy.send_signal(signal.SIGINT)  # py-spy writes its output on SIGINT
+            try:
+                spy.wait(30)
+            except subprocess.TimeoutExpired:
+                spy.kill()
+                spy.wait(5)
         rnd.cpu_s = {name: cpu_seconds(pid) - cpu_before[name] for name, pid in processes.items()}
         if scrapes:
             rnd.breakdown = delta(scrapes.read(rnd.scheduler), before)
@@ -351,33 +375,6 @@ def summary(rounds: list[Round], nodes: int, pods: int) -> None:
 # -- setup -----------------------------------------------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def fake_nodes(cluster: LoopbackCluster, names: list[str]) -> Iterator[Process]:
-    p = cluster.pki
-    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    argv = [sys.executable, "-m", "tests.e2e.fakenodes", f"--server={cluster.server}", f"--ca={p.ca.cert}",
-            f"--cert={p.admin.cert}", f"--key={p.admin.key}", f"--nodes={','.join(names)}",
-            f"--gpus={GPUS_PER_NODE}", f"--kubelet-version={cluster.bins.version}"]  # fmt: skip
-    agent = spawn("fakenodes", argv, cluster.logs, env=env)
-    try:
-
-        def all_ready() -> bool:
-            if not agent.alive():
-                raise RuntimeError(f"fakenodes exited ({agent.popen.returncode}):\n{agent.tail()}")
-            nodes = cluster.api.get("/api/v1/nodes", labelSelector="kelvin.dev/e2e-fake-node=true")["items"]
-            ready = 0
-            for node in nodes:
-                conditions = node.get("status", {}).get("conditions", [])
-                taints = [t for t in node["spec"].get("taints", []) if t["key"].startswith("node.kubernetes.io/")]
-                ready += any(c["type"] == "Ready" and c["status"] == "True" for c in conditions) and not taints
-            return ready >= len(names)
-
-        wait_for(f"{len(names)} fake GPU nodes Ready", all_ready, 120 + len(names) / 5, 1.0)
-        yield agent
-    finally:
-        agent.stop()
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nodes", type=int, default=100, help="fake 8-GPU nodes (default 100)")
@@ -386,8 +383,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--round-timeout-s", type=float, default=300.0, help="give up on a round after this long")
     parser.add_argument("--create-concurrency", type=int, default=16, help="pod creates in flight (default 16)")
     parser.add_argument("--no-breakdown", action="store_true", help="skip the schedulers' and extender's histograms")
+    parser.add_argument(
+        "--py-spy",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="record the extender with py-spy (on PATH or beside this Python) in each kelvin round: collapsed stacks "
+        "in DIR/extender-round-N.txt",
+    )
     parser.add_argument("--workdir", type=Path, default=None, help="where the cluster's files and logs go")
     args = parser.parse_args(argv)
+    if args.py_spy is not None:
+        _py_spy()
     args.pods = args.pods or 5 * args.nodes
     if not 1 <= args.nodes <= 5000:
         parser.error("--nodes must be 1..5000")
@@ -402,8 +409,25 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def installed_extender_settings(cluster: LoopbackCluster) -> dict[str, str]:
+    """The installed kelvin-scheduler Deployment's extender settings that the e2e suite changes for speed (its
+    telemetry refresh every 1 s): the benchmark runs the chart's."""
+    deploy = cluster.api.get("/apis/apps/v1/namespaces/kelvin-system/deployments/kelvin-scheduler")
+    (extender,) = (c for c in deploy["spec"]["template"]["spec"]["containers"] if c["name"] == "extender")
+    env = {e["name"]: e.get("value") for e in extender.get("env", [])}
+    return {k: str(env[k]) for k in ("KELVIN_REFRESH_INTERVAL_S",) if env.get(k) is not None}
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    try:
+        return run(args)
+    except (RuntimeError, TimeoutError, OSError, httpx.HTTPError) as exc:
+        print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+
+
+def run(args: argparse.Namespace) -> int:
     try:
         bins = find()
     except MissingBinaries as exc:
@@ -415,7 +439,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{args.rounds} round(s) each; logs in {workdir / 'logs'}", flush=True)  # fmt: skip
     rounds: list[Round] = []
     started = time.monotonic()
-    with running(bins, workdir) as cluster, fake_nodes(cluster, node_names(args.nodes)) as agent:
+    with running(bins, workdir) as cluster, fake_nodes(cluster, node_names(args.nodes), gpus=GPUS_PER_NODE) as agent:
         print(f"control plane up in {cluster.started_in_s:.1f} s; {args.nodes} fake nodes Ready", flush=True)
         steps = run_documented(cluster, documented_manifest_install())
         failed = [s for s in steps if s.returncode != 0]
@@ -424,9 +448,17 @@ def main(argv: list[str] | None = None) -> int:
                 f"error: kelvin's documented install failed: {failed[0].command}: {failed[0].output}", file=sys.stderr
             )
             return 1
-        kelvin = start_kelvin_scheduler(cluster, workdir / "kelvin-scheduler", fleet=bench_fleet(args.nodes))
+        settings = installed_extender_settings(cluster)
+        kelvin = start_kelvin_scheduler(
+            cluster, workdir / "kelvin-scheduler", fleet=bench_fleet(args.nodes), settings=settings
+        )
         try:
-            print(f"kelvin installed and kelvin-scheduler leading ({time.monotonic() - started:.0f} s)", flush=True)
+            shown = ", ".join(f"{k}={v}" for k, v in settings.items())
+            print(
+                f"kelvin installed, kelvin-scheduler leading ({time.monotonic() - started:.0f} s); "
+                f"extender settings as installed: {shown}",
+                flush=True,
+            )
             scrapes = None if args.no_breakdown else Scrapes(cluster, kelvin)
             for index in range(1, args.rounds + 1):
                 for scheduler in (SCHEDULER_NAME, DEFAULT_SCHEDULER):
@@ -443,7 +475,8 @@ def main(argv: list[str] | None = None) -> int:
                         "this bench": os.getpid(),
                     }
                     rnd = Round(scheduler, index, args.pods, args.nodes)
-                    run_round(cluster, scrapes, processes, rnd, args.create_concurrency, args.round_timeout_s)
+                    profile = args.py_spy if scheduler == SCHEDULER_NAME else None
+                    run_round(cluster, scrapes, processes, rnd, args.create_concurrency, args.round_timeout_s, profile)
                     kelvin.check_alive()
                     rounds.append(rnd)
                     print_round(rnd, not args.no_breakdown)

@@ -105,9 +105,15 @@ def start_extender(env: dict[str, str], logs: Path) -> Process:
     return extender
 
 
-def start(cluster: LoopbackCluster, workdir: Path, fleet: Mapping[str, object] | None = None) -> KelvinScheduler:
+def start(
+    cluster: LoopbackCluster,
+    workdir: Path,
+    fleet: Mapping[str, object] | None = None,
+    settings: Mapping[str, str] | None = None,
+) -> KelvinScheduler:
     """``fleet``: the extender's simulated fleet file (default: the e2e fleet, :func:`tests.e2e.fleet.fleet_file`);
-    its node names must be the fake nodes' names."""
+    its node names must be the fake nodes' names. ``settings``: ``KELVIN_*`` variables that replace the ones below
+    (e.g. the installed Deployment's refresh interval instead of the suite's 1 s)."""
     workdir.mkdir(parents=True, exist_ok=True)
     kubeconfig = cluster.token_kubeconfig(NAMESPACE, SERVICE_ACCOUNT)
     policy = workdir / "policy.yaml"
@@ -133,6 +139,7 @@ def start(cluster: LoopbackCluster, workdir: Path, fleet: Mapping[str, object] |
             "KELVIN_KUBECONFIG": str(kubeconfig),
         }
     )
+    env.update(settings or {})
     extender = start_extender(env, cluster.logs)
     scheduler: Process | None = None
     try:
