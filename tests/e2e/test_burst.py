@@ -110,5 +110,7 @@ def test_500_pod_burst_is_bound_with_no_gpu_assigned_twice(
         print(f"{BURST_PODS} pods bound in {elapsed:.1f} s ({BURST_PODS / elapsed:.1f} pods/s)")
     finally:
         # at once (gracePeriodSeconds 0): the burst nodes are deleted after this test, their pods must be gone first
-        cluster.api.call("DELETE", path, json={"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0})
+        # one DeleteCollection of 500 pods: longer than the client's 30 s default on a loaded machine
+        body = {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0}
+        cluster.api.call("DELETE", path, json=body, timeout=180)
         wait_for("burst pods deleted", lambda: not cluster.api.get(path, limit=1)["items"], 120, 0.5)
