@@ -59,6 +59,13 @@ class KelvinScheduler:
             self.scheduler_restarts += 1
         self.check_alive()
 
+    def explain(self, pod: dict[str, Any], node: str) -> dict[str, Any]:
+        """kelvin's own ``/explain`` of ``pod`` on ``node`` over its current snapshot (``fits``, each filter's
+        verdict): how a scenario knows the extender has seen a telemetry change before it creates pods."""
+        resp = httpx.post(f"http://127.0.0.1:{self.extender_port}/explain", json={"pod": pod, "node": node}, timeout=10)
+        resp.raise_for_status()
+        return dict(resp.json())
+
     def check_alive(self) -> None:
         for proc in (self.extender, self.scheduler):
             if not proc.alive():
