@@ -40,6 +40,7 @@ from tests.e2e.api import wait_for
 from tests.e2e.cluster import Process, free_port, spawn
 
 PROMETHEUS = "prometheus"
+PROMETHEUS_DEBIAN = "/usr/bin/prometheus"
 SCRAPE_INTERVAL_S = 1
 #: Every GPU idle: the fake's own start-up state runs a training pod on most GPUs.
 START_STATE: dict[str, Any] = {"all": {"busy": False}}
@@ -56,9 +57,6 @@ def prometheus_binary() -> str:
             "prometheus is not installed: `bash .ci/install-tools.sh` (Debian's prometheus package) or put it on PATH"
         )
     return found
-
-
-PROMETHEUS_DEBIAN = "/usr/bin/prometheus"
 
 
 def _kelvin() -> str:

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
 from tests.e2e.api import wait_for
 from tests.e2e.cluster import LoopbackCluster
 from tests.e2e.fleet import GPU_NODES
@@ -25,6 +28,23 @@ def _kelvin_sees(ks: KelvinScheduler, pod: dict[str, Any], node: str, *, fits: b
     """Until kelvin's snapshot judges ``pod`` on ``node`` as ``fits`` (its refresh after Prometheus' scrape)."""
     wait_for(f"kelvin: {pod['metadata']['name']} fits {node} is {fits}", lambda: ks.explain(pod, node)["fits"] is fits,
              60, 0.5)  # fmt: skip
+
+
+def test_extender_reads_every_fake_node_from_prometheus(
+    kelvin_scheduler: KelvinScheduler, fresh_telemetry: Telemetry
+) -> None:
+    """The extender's own metrics: its snapshot comes from source ``prometheus``, with every fake node fresh."""
+
+    def fresh_nodes() -> float | None:
+        text = httpx.get(f"http://127.0.0.1:{kelvin_scheduler.extender_metrics_port}/metrics", timeout=5).text
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == "kelvin_telemetry_nodes" and sample.labels == {"source": "prometheus",
+                                                                                  "state": "fresh"}:  # fmt: skip
+                    return sample.value if sample.value == len(GPU_NODES) else None
+        return None
+
+    assert wait_for("extender: every node fresh from prometheus", fresh_nodes, 30, 0.5) == len(GPU_NODES)
 
 
 def test_hot_node_is_avoided(
