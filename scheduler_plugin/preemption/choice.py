@@ -1,0 +1,194 @@
+"""The cheapest set of victims that frees a placement passing kelvin's filters (pure).
+
+Feasibility is the framework's own: every set of units considered becomes one variant row of the node with those
+units' GPUs released (:func:`.overlay.released_rows`), and :meth:`Framework.filter` judges all variants of a batch
+in one call: GPU count on one NVLink/PCIe group as the pod asks, memory share on one GPU, model, heat, staleness.
+
+Cost, compared in this order (kube-scheduler's rules first, then the work lost):
+
+1. never a pod of equal or higher priority, nor one with ``kelvin.dev/evictable: "false"`` (its unit is protected);
+2. fewest PodDisruptionBudget violations;
+3. fewest pods stopped (a gang counts all its members, on every node);
+4. least progress lost: GPU-seconds since each victim's last checkpoint (a fresh ``kelvin.dev/checkpoint-done`` costs
+   little), then the lowest highest-priority among the victims.
+
+Search: releasing more never makes a node fit less, so the first feasible set in cost order is the cheapest.
+With at most :data:`EXACT_MAX_UNITS` evictable units on the node (a node has 8-16 GPUs; whole-GPU pods and gangs
+stay under it) every subset is enumerated in cost order and judged in batches until one fits: exact. With more
+(many memory-pool shares), the exact search runs over the :data:`EXACT_MAX_UNITS` cheapest units, and a greedy one
+over all: the shortest cost-ordered prefix that fits, then units dropped, most expensive first, while it still fits;
+the cheaper answer of the two is kept (bounded: at most ``2**EXACT_MAX_UNITS + units**2`` variants).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..model import FleetArrays, GpuAssignment, GpuRequest
+from ..policies.base import BoolA
+from ..policies.framework import Framework
+from .overlay import released_rows
+from .victims import Candidate, GangCost, Unit, build_units
+
+EXACT_MAX_UNITS = 12
+"""Up to this many evictable units, every subset is considered (4,095 variants at most)."""
+
+BATCH = 512
+"""Variants judged per framework call."""
+
+Cost = tuple[int, int, float, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    """The victims chosen on one node."""
+
+    units: tuple[Unit, ...]
+    gpus: tuple[int, ...] | None
+    """The GPUs the preemptor would get once they are gone (the framework's picker)."""
+    exact: bool
+    """Every subset was considered (else the bounded search of the module docstring)."""
+    evaluated: int
+    """Variants judged."""
+
+    @property
+    def victims(self) -> tuple[Candidate, ...]:
+        return tuple(c for u in self.units for c in u.members)
+
+    @property
+    def cost(self) -> Cost:
+        return set_cost(self.units)
+
+    @property
+    def pdb_violations(self) -> int:
+        return sum(u.pdb_violations for u in self.units)
+
+
+def set_cost(units: Iterable[Unit]) -> Cost:
+    us = list(units)
+    return (
+        sum(u.pdb_violations for u in us),
+        sum(u.victims for u in us),
+        sum(u.lost_gpu_seconds for u in us),
+        max((u.max_priority for u in us), default=-(2**31)),
+    )
+
+
+class _Judge:
+    """Judges sets of units (indices into ``units``) on node ``row`` by the framework's filters."""
+
+    def __init__(
+        self, framework: Framework, fleet: FleetArrays, row: int, req: GpuRequest, units: Sequence[Unit], now: float
+    ) -> None:
+        self.framework, self.fleet, self.row, self.req, self.units, self.now = framework, fleet, row, req, units, now
+        self.evaluated = 0
+
+    def releases(self, chosen: Iterable[int]) -> list[GpuAssignment]:
+        return [m.assignment for u in chosen for m in self.units[u].members]
+
+    def fits(self, sets: Sequence[Sequence[int]]) -> BoolA:
+        ok = np.zeros(len(sets), dtype=np.bool_)
+        for lo in range(0, len(sets), BATCH):
+            part = sets[lo : lo + BATCH]
+            sub = released_rows(self.fleet, self.row, [self.releases(s) for s in part])
+            ctx = self.framework.context(sub, self.now)
+            passed = self.framework.filter(self.req, sub, np.arange(len(part), dtype=np.int64), ctx).passed
+            ok[lo + passed] = True
+            self.evaluated += len(part)
+        return ok
+
+    def first_fit(self, sets: Sequence[Sequence[int]]) -> int | None:
+        """Index of the first set (in the order given) that fits, judging batch by batch."""
+        for lo in range(0, len(sets), BATCH):
+            ok = self.fits(sets[lo : lo + BATCH])
+            hit = np.flatnonzero(ok)
+            if hit.size:
+                return lo + int(hit[0])
+        return None
+
+    def pick(self, chosen: Sequence[int]) -> tuple[int, ...] | None:
+        sub = released_rows(self.fleet, self.row, [self.releases(chosen)])
+        return self.framework.pick(self.req, sub, 0, self.framework.context(sub, self.now))
+
+
+def _exact(judge: _Judge, pool: Sequence[int]) -> list[int] | None:
+    """The cheapest subset of ``pool`` (unit indices) that fits, every subset considered in cost order."""
+    n = len(pool)
+    if n == 0:
+        return None
+    units = judge.units
+    masks = np.arange(1, 2**n, dtype=np.int64)
+    bits = ((masks[:, None] >> np.arange(n, dtype=np.int64)) & 1).astype(np.float64)  # (M, n)
+    pdb = bits @ np.array([units[u].pdb_violations for u in pool], dtype=np.float64)
+    victims = bits @ np.array([units[u].victims for u in pool], dtype=np.float64)
+    lost = bits @ np.array([units[u].lost_gpu_seconds for u in pool], dtype=np.float64)
+    prio = np.where(bits > 0, np.array([units[u].max_priority for u in pool], dtype=np.float64), -np.inf).max(axis=1)
+    order = np.lexsort((prio, lost, victims, pdb))
+    sets = [[pool[j] for j in range(n) if m >> j & 1] for m in masks[order].tolist()]
+    hit = judge.first_fit(sets)
+    return None if hit is None else sets[hit]
+
+
+def _greedy(judge: _Judge, pool: Sequence[int]) -> list[int] | None:
+    """The shortest cost-ordered prefix of ``pool`` that fits, then pruned: the most expensive unit whose removal
+    still fits is dropped, until none can be."""
+    if not pool:
+        return None
+    units = judge.units
+    order = sorted(pool, key=lambda u: units[u].cost())
+    prefixes = [order[: k + 1] for k in range(len(order))]
+    hit = judge.first_fit(prefixes)
+    if hit is None:
+        return None
+    chosen = list(prefixes[hit])
+    while len(chosen) > 1:
+        trials = [[u for u in chosen if u != drop] for drop in chosen]
+        ok = judge.fits(trials)
+        removable = [chosen[i] for i in np.flatnonzero(ok).tolist()]
+        if not removable:
+            break
+        drop = max(removable, key=lambda u: units[u].cost())
+        chosen.remove(drop)
+    return chosen
+
+
+def choose_victims(
+    framework: Framework,
+    fleet: FleetArrays,
+    row: int,
+    req: GpuRequest,
+    candidates: Iterable[Candidate],
+    now: float,
+    *,
+    gangs: Mapping[str, GangCost] | None = None,
+    exact_max: int = EXACT_MAX_UNITS,
+) -> Choice | None:
+    """The cheapest units to evict from node ``row`` so that ``req`` passes the framework's filters there, or None
+    when no set of evictable lower-priority units does.
+
+    ``fleet`` is the fleet as the cycle sees it (the caller applies the assumed-allocation ledger first);
+    ``candidates`` the pods on the node holding GPUs there (any priority: protected ones are never chosen);
+    ``gangs`` the fleet-wide cost of each gang (:func:`.victims.gang_costs`). A Choice with no units means the pod
+    fits without evicting anyone kelvin knows of."""
+    units = build_units(candidates, req.priority, gangs)
+    judge = _Judge(framework, fleet, row, req, units, now)
+    if judge.fits([[]])[0]:
+        return Choice(units=(), gpus=judge.pick([]), exact=True, evaluated=judge.evaluated)
+    pool = [i for i, u in enumerate(units) if not u.protected and any(m.assignment.gpu_indices for m in u.members)]
+    if len(pool) <= exact_max:
+        best = _exact(judge, pool)
+        exact = True
+    else:
+        cheapest = sorted(pool, key=lambda u: units[u].cost())[:exact_max]
+        found = [s for s in (_exact(judge, cheapest), _greedy(judge, pool)) if s is not None]
+        best = min(found, key=lambda s: set_cost(units[u] for u in s)) if found else None
+        exact = False
+    if best is None:
+        return None
+    chosen = sorted(best)
+    return Choice(
+        units=tuple(units[u] for u in chosen), gpus=judge.pick(chosen), exact=exact, evaluated=judge.evaluated
+    )
