@@ -94,7 +94,7 @@ class PreemptVerb:
             cands, keep = self._candidates(name, proposed, records, now)
             if gangs is None and any(c.gang for c in cands):
                 gangs = gang_costs(_all_records(snap.nodes, assumed), now)
-            choice = choose_victims(self.framework, view, row, req, cands, now, gangs=gangs)
+            choice = choose_victims(self.framework, view, row, req, cands, now, gangs=gangs, pick=False)
             if choice is None:
                 log.info(
                     "preempt: %s: no set of lower-priority pods on %s frees a placement; left out", req.pod_key, name
@@ -118,12 +118,11 @@ class PreemptVerb:
             m.decisions.labels("preempt", "passed").inc()
             m.preempt_victims.inc(len(uids))
             log.info(
-                "preempt: %s on %s: evict %s (kube-scheduler proposed %d; gpus %s; %s search, %d variants)",
+                "preempt: %s on %s: evict %s (kube-scheduler proposed %d; %s search, %d variants)",
                 req.pod_key,
                 name,
                 ", ".join(c.pod_key for c in choice.victims) or "its own victims",
                 len(proposed.uids),
-                ",".join(map(str, choice.gpus or ())) or "-",
                 "exact" if choice.exact else "bounded",
                 choice.evaluated,
             )

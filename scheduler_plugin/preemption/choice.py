@@ -17,7 +17,9 @@ With at most :data:`EXACT_MAX_UNITS` evictable units on the node (a node has 8-1
 stay under it) every subset is enumerated in cost order and judged in batches until one fits: exact. With more
 (many memory-pool shares), the exact search runs over the :data:`EXACT_MAX_UNITS` cheapest units, and a greedy one
 over all: the shortest cost-ordered prefix that fits, then units dropped, most expensive first, while it still fits;
-the cheaper answer of the two is kept (bounded: at most ``2**EXACT_MAX_UNITS + units**2`` variants).
+the cheaper answer of the two is kept (bounded: at most ``2**EXACT_MAX_UNITS + units**2`` variants). When the exact
+search over the cheapest finds a single unit, that is the cheapest of all (any cheaper set would be a single cheaper
+unit, among the cheapest too) and the greedy search is skipped.
 """
 
 from __future__ import annotations
@@ -26,11 +28,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
-from ..model import FleetArrays, GpuAssignment, GpuRequest
+from ..model import FleetArrays, GpuRequest
 from ..policies.base import BoolA
 from ..policies.framework import Framework
-from .overlay import released_rows
+from .overlay import released_rows, unit_release
 from .victims import Candidate, GangCost, Unit, build_units
 
 EXACT_MAX_UNITS = 12
@@ -38,6 +41,9 @@ EXACT_MAX_UNITS = 12
 
 BATCH = 512
 """Variants judged per framework call."""
+
+FIRST_BATCH = 64
+"""Variants judged in the first call of a search."""
 
 Cost = tuple[int, int, float, int]
 
@@ -85,51 +91,73 @@ class _Judge:
     ) -> None:
         self.framework, self.fleet, self.row, self.req, self.units, self.now = framework, fleet, row, req, units, now
         self.evaluated = 0
+        g = fleet.max_gpus
+        rel = [unit_release(fleet, row, (m.assignment for m in u.members)) for u in units]
+        self.milli = np.array([r.milli for r in rel], dtype=np.int64).reshape(len(units), g)
+        self.mem = np.array([r.mem for r in rel], dtype=np.int64).reshape(len(units), g)
+        self.tenants = np.array([r.tenants for r in rel], dtype=np.int64).reshape(len(units), g)
 
-    def releases(self, chosen: Iterable[int]) -> list[GpuAssignment]:
-        return [m.assignment for u in chosen for m in self.units[u].members]
+    def _bits(self, sets: Sequence[Sequence[int]]) -> npt.NDArray[np.int64]:
+        bits = np.zeros((len(sets), len(self.units)), dtype=np.int64)
+        for i, s in enumerate(sets):
+            bits[i, list(s)] = 1
+        return bits
 
-    def fits(self, sets: Sequence[Sequence[int]]) -> BoolA:
-        ok = np.zeros(len(sets), dtype=np.bool_)
-        for lo in range(0, len(sets), BATCH):
-            part = sets[lo : lo + BATCH]
-            sub = released_rows(self.fleet, self.row, [self.releases(s) for s in part])
+    def _variants(self, bits: npt.NDArray[np.int64]) -> FleetArrays:
+        return released_rows(self.fleet, self.row, bits @ self.milli, bits @ self.mem, bits @ self.tenants)
+
+    def fits_bits(self, bits: npt.NDArray[np.int64]) -> BoolA:
+        """Per row of ``bits`` (variants x units, 1 where the unit is released): whether the pod fits."""
+        ok = np.zeros(bits.shape[0], dtype=np.bool_)
+        for lo in range(0, bits.shape[0], BATCH):
+            part = bits[lo : lo + BATCH]
+            sub = self._variants(part)
             ctx = self.framework.context(sub, self.now)
-            passed = self.framework.filter(self.req, sub, np.arange(len(part), dtype=np.int64), ctx).passed
+            passed = self.framework.filter(self.req, sub, np.arange(part.shape[0], dtype=np.int64), ctx).passed
             ok[lo + passed] = True
-            self.evaluated += len(part)
+            self.evaluated += part.shape[0]
         return ok
 
-    def first_fit(self, sets: Sequence[Sequence[int]]) -> int | None:
-        """Index of the first set (in the order given) that fits, judging batch by batch."""
-        for lo in range(0, len(sets), BATCH):
-            ok = self.fits(sets[lo : lo + BATCH])
-            hit = np.flatnonzero(ok)
+    def fits(self, sets: Sequence[Sequence[int]]) -> BoolA:
+        return self.fits_bits(self._bits(sets))
+
+    def first_fit_bits(self, bits: npt.NDArray[np.int64]) -> int | None:
+        """Index of the first row of ``bits`` (in order) that fits, judging batch by batch (a first small batch:
+        in cost order the cheap sets, often enough, come first)."""
+        lo, size = 0, FIRST_BATCH
+        while lo < bits.shape[0]:
+            hit = np.flatnonzero(self.fits_bits(bits[lo : lo + size]))
             if hit.size:
                 return lo + int(hit[0])
+            lo, size = lo + size, BATCH
         return None
 
+    def first_fit(self, sets: Sequence[Sequence[int]]) -> int | None:
+        return self.first_fit_bits(self._bits(sets))
+
     def pick(self, chosen: Sequence[int]) -> tuple[int, ...] | None:
-        sub = released_rows(self.fleet, self.row, [self.releases(chosen)])
+        sub = self._variants(self._bits([chosen]))
         return self.framework.pick(self.req, sub, 0, self.framework.context(sub, self.now))
 
 
 def _exact(judge: _Judge, pool: Sequence[int]) -> list[int] | None:
-    """The cheapest subset of ``pool`` (unit indices) that fits, every subset considered in cost order."""
+    """The cheapest subset of ``pool`` (unit indices) that fits, the empty set included, every subset considered in
+    cost order."""
     n = len(pool)
-    if n == 0:
-        return None
     units = judge.units
-    masks = np.arange(1, 2**n, dtype=np.int64)
-    bits = ((masks[:, None] >> np.arange(n, dtype=np.int64)) & 1).astype(np.float64)  # (M, n)
-    pdb = bits @ np.array([units[u].pdb_violations for u in pool], dtype=np.float64)
-    victims = bits @ np.array([units[u].victims for u in pool], dtype=np.float64)
-    lost = bits @ np.array([units[u].lost_gpu_seconds for u in pool], dtype=np.float64)
-    prio = np.where(bits > 0, np.array([units[u].max_priority for u in pool], dtype=np.float64), -np.inf).max(axis=1)
+    masks = np.arange(0, 2**n, dtype=np.int64)
+    sel = (masks[:, None] >> np.arange(n, dtype=np.int64)) & 1  # (M, n)
+    weights = sel.astype(np.float64)
+    pdb = weights @ np.array([units[u].pdb_violations for u in pool], dtype=np.float64)
+    victims = weights @ np.array([units[u].victims for u in pool], dtype=np.float64)
+    lost = weights @ np.array([units[u].lost_gpu_seconds for u in pool], dtype=np.float64)
+    prios = np.array([units[u].max_priority for u in pool], dtype=np.float64)
+    prio = np.where(sel > 0, prios, -np.inf).max(axis=1) if n else np.full(1, -np.inf)
     order = np.lexsort((prio, lost, victims, pdb))
-    sets = [[pool[j] for j in range(n) if m >> j & 1] for m in masks[order].tolist()]
-    hit = judge.first_fit(sets)
-    return None if hit is None else sets[hit]
+    bits = np.zeros((masks.size, len(units)), dtype=np.int64)
+    bits[:, list(pool)] = sel[order]
+    hit = judge.first_fit_bits(bits)
+    return None if hit is None else [int(u) for u in np.flatnonzero(bits[hit])]
 
 
 def _greedy(judge: _Judge, pool: Sequence[int]) -> list[int] | None:
@@ -165,6 +193,7 @@ def choose_victims(
     *,
     gangs: Mapping[str, GangCost] | None = None,
     exact_max: int = EXACT_MAX_UNITS,
+    pick: bool = True,
 ) -> Choice | None:
     """The cheapest units to evict from node ``row`` so that ``req`` passes the framework's filters there, or None
     when no set of evictable lower-priority units does.
@@ -172,23 +201,31 @@ def choose_victims(
     ``fleet`` is the fleet as the cycle sees it (the caller applies the assumed-allocation ledger first);
     ``candidates`` the pods on the node holding GPUs there (any priority: protected ones are never chosen);
     ``gangs`` the fleet-wide cost of each gang (:func:`.victims.gang_costs`). A Choice with no units means the pod
-    fits without evicting anyone kelvin knows of."""
+    fits without evicting anyone kelvin knows of. ``pick``: also ask the framework's picker which GPUs the pod would get
+    (one more framework call; the extender's verb skips it: kube-scheduler binds later, through filter and bind)."""
     units = build_units(candidates, req.priority, gangs)
     judge = _Judge(framework, fleet, row, req, units, now)
-    if judge.fits([[]])[0]:
-        return Choice(units=(), gpus=judge.pick([]), exact=True, evaluated=judge.evaluated)
     pool = [i for i, u in enumerate(units) if not u.protected and any(m.assignment.gpu_indices for m in u.members)]
     if len(pool) <= exact_max:
-        best = _exact(judge, pool)
+        best = _exact(judge, pool)  # the empty set first: no victim at all when the pod fits already
         exact = True
+    elif judge.fits([[]])[0]:
+        best, exact = [], True
     else:
         cheapest = sorted(pool, key=lambda u: units[u].cost())[:exact_max]
-        found = [s for s in (_exact(judge, cheapest), _greedy(judge, pool)) if s is not None]
-        best = min(found, key=lambda s: set_cost(units[u] for u in s)) if found else None
-        exact = False
+        best = _exact(judge, cheapest)
+        # One unit among the cheapest is the cheapest of all: a cheaper set would be one cheaper unit, which is
+        # among the cheapest too and would have been found first. Otherwise the greedy search may do better.
+        exact = best is not None and len(best) == 1
+        if not exact:
+            found = [s for s in (best, _greedy(judge, pool)) if s]
+            best = min(found, key=lambda s: set_cost(units[u] for u in s)) if found else None
     if best is None:
         return None
     chosen = sorted(best)
     return Choice(
-        units=tuple(units[u] for u in chosen), gpus=judge.pick(chosen), exact=exact, evaluated=judge.evaluated
+        units=tuple(units[u] for u in chosen),
+        gpus=judge.pick(chosen) if pick else None,
+        exact=exact,
+        evaluated=judge.evaluated,
     )
