@@ -42,11 +42,15 @@ def fleet(n: int, kind: str) -> list[GpuNode]:
     out = []
     for i in range(n):
         islands = i % 2 == 1
+
+        def group(j: int, islands: bool = islands) -> range:
+            return range(j // 4 * 4, j // 4 * 4 + 4) if islands else range(8)
+
         gpus = tuple(
             GpuInfo(
                 index=j, uuid=f"n{i}-{j}", model="H100-SXM-80GB", memory_total_bytes=80 * GIB,
                 memory_used_bytes=70 * GIB, numa_node=j // 4, pcie_switch=f"sw{j // 2}",
-                nvlink_peers=frozenset(k for k in (range(j // 4 * 4, j // 4 * 4 + 4) if islands else range(8)) if k != j),
+                nvlink_peers=frozenset(k for k in group(j) if k != j),
             )
             for j in range(8)
         )  # fmt: skip
@@ -99,8 +103,11 @@ def main() -> int:
         verb = PreemptVerb(ext)
         ann = {"kelvin.dev/topology": "nvlink-required"} if kind == "whole" else {"kelvin.dev/gpu-memory": "40Gi"}
         gpus = "4" if kind == "whole" else "1"
-        pod = {"metadata": {"name": "hi", "namespace": "hp", "uid": "uid-hi", "annotations": ann},
-               "spec": {"priority": 1000, "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": gpus}}}]}}  # fmt: skip
+        container = {"name": "c", "resources": {"limits": {"nvidia.com/gpu": gpus}}}
+        pod = {
+            "metadata": {"name": "hi", "namespace": "hp", "uid": "uid-hi", "annotations": ann},
+            "spec": {"priority": 1000, "containers": [container]},
+        }
         for size in a.candidates:
             proposal = {
                 f"node-{i}": {"Pods": [{"UID": f"uid-{i}-{j}-0"} for j in range(4)], "NumPDBViolations": 0}
