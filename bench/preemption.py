@@ -50,7 +50,7 @@ def main() -> None:
     if a.stride < 1 or a.hours <= 0 or a.high_per_hour <= 0 or a.candidates < 1:
         raise SystemExit("error: --stride, --hours, --high-per-hour and --candidates must be positive")
     nodes = read_spot_nodes(shared_file(a.nodes), stride=a.stride)
-    console = Console()
+    console = Console(width=160)
     console.print(
         f"fleet: {len(nodes)} nodes, {sum(len(n.gpus) for n in nodes)} GPUs ({a.nodes.name}, 1 in {a.stride})"
     )

@@ -12,7 +12,9 @@ Cost, compared in this order (kube-scheduler's rules first, then the work lost):
 4. least progress lost: GPU-seconds since each victim's last checkpoint (a fresh ``kelvin.dev/checkpoint-done`` costs
    little), then the lowest highest-priority among the victims.
 
-Search: releasing more never makes a node fit less, so the first feasible set in cost order is the cheapest.
+Search: releasing more never makes a node fit less, so the first feasible set in cost order is the cheapest. Sets
+that cannot free enough capacity by a cheap necessary test (whole GPUs free, or one GPU with the share free) are
+skipped before the framework judges the rest.
 With at most :data:`EXACT_MAX_UNITS` evictable units on the node (a node has 8-16 GPUs; whole-GPU pods and gangs
 stay under it) every subset is enumerated in cost order and judged in batches until one fits: exact. With more
 (many memory-pool shares), the exact search runs over the :data:`EXACT_MAX_UNITS` cheapest units, and a greedy one
@@ -30,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from ..model import FleetArrays, GpuRequest
+from ..model import MILLI_PER_GPU, FleetArrays, GpuRequest
 from ..policies.base import BoolA
 from ..policies.framework import Framework
 from .overlay import released_rows, unit_release
@@ -103,19 +105,34 @@ class _Judge:
             bits[i, list(s)] = 1
         return bits
 
+    def enough(self, bits: npt.NDArray[np.int64]) -> BoolA:
+        """A necessary condition of the fit filter, cheap to test on every row of ``bits``: enough whole GPUs free
+        (whole-GPU pods), or one GPU with the share's thousandths and memory free (a share)."""
+        f, row, req = self.fleet, self.row, self.req
+        present = f.gpu_present[row]
+        free_milli = f.free_milli[row].astype(np.int64) + bits @ self.milli  # (K, G)
+        if not req.shared:
+            return np.asarray(((free_milli >= MILLI_PER_GPU) & present).sum(axis=1) >= req.count, dtype=np.bool_)
+        demand = req.demand_milli(f.mem_total[row]).astype(np.int64)
+        ok = (free_milli >= demand) & present
+        if req.memory_bytes is not None:
+            ok &= f.free_mem[row] + bits @ self.mem >= req.memory_bytes
+        return np.asarray(ok.any(axis=1), dtype=np.bool_)
+
     def _variants(self, bits: npt.NDArray[np.int64]) -> FleetArrays:
         return released_rows(self.fleet, self.row, bits @ self.milli, bits @ self.mem, bits @ self.tenants)
 
     def fits_bits(self, bits: npt.NDArray[np.int64]) -> BoolA:
         """Per row of ``bits`` (variants x units, 1 where the unit is released): whether the pod fits."""
         ok = np.zeros(bits.shape[0], dtype=np.bool_)
-        for lo in range(0, bits.shape[0], BATCH):
-            part = bits[lo : lo + BATCH]
-            sub = self._variants(part)
+        maybe = np.flatnonzero(self.enough(bits))
+        for lo in range(0, maybe.size, BATCH):
+            at = maybe[lo : lo + BATCH]
+            sub = self._variants(bits[at])
             ctx = self.framework.context(sub, self.now)
-            passed = self.framework.filter(self.req, sub, np.arange(part.shape[0], dtype=np.int64), ctx).passed
-            ok[lo + passed] = True
-            self.evaluated += part.shape[0]
+            passed = self.framework.filter(self.req, sub, np.arange(at.size, dtype=np.int64), ctx).passed
+            ok[at[passed]] = True
+            self.evaluated += at.size
         return ok
 
     def fits(self, sets: Sequence[Sequence[int]]) -> BoolA:
@@ -156,6 +173,7 @@ def _exact(judge: _Judge, pool: Sequence[int]) -> list[int] | None:
     order = np.lexsort((prio, lost, victims, pdb))
     bits = np.zeros((masks.size, len(units)), dtype=np.int64)
     bits[:, list(pool)] = sel[order]
+    bits = bits[judge.enough(bits)]  # keeps the cost order
     hit = judge.first_fit_bits(bits)
     return None if hit is None else [int(u) for u in np.flatnonzero(bits[hit])]
 

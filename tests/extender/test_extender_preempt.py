@@ -218,3 +218,21 @@ def test_too_many_nodes_is_413() -> None:
         body = meta_args(preemptor(), {f"n{i}": ["u"] for i in range(3)})
         r = c.post("/preempt", content=body)
     assert r.status_code == 413 and "max_node_names" in r.json()["Error"]
+
+
+def test_at_most_max_kept_nodes_are_answered_fewest_proposed_victims_first() -> None:
+    from scheduler_plugin.extender.preempt import MAX_KEPT_NODES
+
+    n = MAX_KEPT_NODES + 4
+    ext = make_extender([islands(f"isl-{i}") for i in range(n)])[0]
+    for i in range(n):  # distinct UIDs per node
+        nd = ext.source.nodes[i]  # type: ignore[attr-defined]
+        a = tuple(replace(x, pod_uid=f"{nd.name}-{x.pod_uid}") for x in nd.assignments)
+        ext.source.nodes[i] = replace(nd, assignments=a)  # type: ignore[attr-defined]
+    # the last node proposes one victim, the others four: kube-scheduler prefers it, so it is judged first
+    victims = {f"isl-{i}": [f"isl-{i}-uid-w{j}" for j in range(1 if i == n - 1 else 4)] for i in range(n)}
+    with TestClient(create_app(ext)) as c:
+        c.portal.call(ext.cache.refresh_once)  # type: ignore[union-attr]
+        out = c.post("/preempt", content=meta_args(preemptor(), victims)).json()["NodeNameToMetaVictims"]
+    assert len(out) == MAX_KEPT_NODES
+    assert f"isl-{n - 1}" in out
