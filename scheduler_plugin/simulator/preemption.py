@@ -15,8 +15,9 @@ node, the run preempts:
   lowest sum of priorities, then the fewest victims. The pod is nominated there; it binds when kelvin's filter
   passes (the freed GPUs may not be on one NVLink island: then it waits, and preempts again at its next try, the
   freed GPUs held for it as a nomination does).
-* ``kelvin``: the same candidate nodes (at most ``candidates`` of them, best by the count-based order) answered by
-  :func:`scheduler_plugin.preemption.choose_victims`; the cheapest node's victims are evicted and the pod binds there.
+* ``kelvin``: the same candidate nodes, judged as the extender's verb judges them (in the count-based order, until
+  ``candidates`` nodes with a feasible set are kept) by :func:`scheduler_plugin.preemption.choose_victims`; the
+  cheapest node's victims are evicted and the pod binds there.
 
 An evicted spot pod stops its whole gang; every pod stopped counts as an eviction and loses its GPUs x the time since
 its last checkpoint (or start). Stopped spot jobs are queued again with the work they had not saved.
@@ -370,10 +371,16 @@ class _Sim:
         everyone = [self._assignment(j, k) for r in self.running for j, k in self.running[r]]
         gangs = gang_costs(everyone, now)
         req = job.request()
-        for row, _ in found[: self.candidates]:
+        kept = 0
+        for row, _ in found:  # as the verb: in kube-scheduler's order, until ``candidates`` nodes are kept
+            if kept >= self.candidates:
+                break
             cands = [Candidate.of(self._assignment(j, k), now) for j, k in self.running[row]]
-            ch = choose_victims(self.fw, view, row, req, cands, now, gangs=gangs)
-            if ch is not None and ch.units and (best is None or ch.cost < best[1].cost):
+            ch = choose_victims(self.fw, view, row, req, cands, now, gangs=gangs, pick=False)
+            if ch is None or not ch.units:
+                continue
+            kept += 1
+            if best is None or ch.cost < best[1].cost:
                 best = (row, ch)
         if best is None:
             return False
