@@ -83,8 +83,8 @@ def requirements(kubelet: Path) -> None:
             missing.append(tool)
     if not (CNI_BIN_DIR / "loopback").exists():
         missing.append(f"{CNI_BIN_DIR}/loopback (containernetworking-plugins)")
-    if not busybox.BUSYBOX.is_file():
-        missing.append(f"{busybox.BUSYBOX} (busybox-static)")
+    if not busybox.BUSYBOX.is_file() or not busybox.is_static(busybox.BUSYBOX):
+        missing.append(f"a static {busybox.BUSYBOX} (busybox-static)")
     if not os.access(kubelet, os.X_OK):
         missing.append(f"{kubelet} (bash hack/build-kube.sh)")
     if _listening(DEVICE_PLUGIN_DIR / "kubelet.sock"):

@@ -5,8 +5,12 @@ and registers again after a kubelet restart. Every check reads the API server, c
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import io
+import json
 import os
 import sys
+import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +24,7 @@ from scheduler_plugin.kube import KubeClient, KubeConfig
 from tests.e2e.api import wait_for
 from tests.e2e.cluster import LoopbackCluster, Process, spawn
 from tests.e2e.conftest import IN_CI
+from tests.e2e.images import busybox
 from tests.e2e.install import helm_template
 from tests.e2e.kelvin_scheduler import NAMESPACE as KELVIN_NAMESPACE
 from tests.e2e.kelvin_scheduler import SERVICE_ACCOUNT as SCHEDULER_SA
@@ -317,3 +322,40 @@ def test_the_plugin_registers_again_after_a_kubelet_restart(
     visible, pod = _visible_devices(cluster, kubelet_node, namespace, "after-restart", (7,))
     assert visible == [uuids[7]]
     assert pod["metadata"]["annotations"][GPU_ALLOCATED] == "7"
+
+
+def test_the_node_images_are_one_layer_of_static_busybox(tmp_path: Path) -> None:
+    """The docker-archive ``ctr images import`` reads: each image's config names the layer's digest, the sandbox image
+    runs ``sleep infinity``, the layer holds busybox with the applets the scenarios run, the same busybox gives the
+    same bytes, and a dynamically linked busybox is refused (no cluster needed)."""
+    if not busybox.BUSYBOX.is_file() or not busybox.is_static(busybox.BUSYBOX):
+        reason = f"no static {busybox.BUSYBOX}: apt-get install busybox-static"
+        pytest.fail(reason) if IN_CI else pytest.skip(reason)
+    archive = tmp_path / "images.tar"
+    assert busybox.build(archive) == (busybox.IMAGE, busybox.SANDBOX_IMAGE)
+    with tarfile.open(archive) as tar:
+
+        def member(name: str) -> bytes:
+            file = tar.extractfile(name)
+            assert file is not None, name
+            return file.read()
+
+        manifest = json.loads(member("manifest.json"))
+        configs = {m["RepoTags"][0]: json.loads(member(m["Config"])) for m in manifest}
+        (layer_path,) = {layer for m in manifest for layer in m["Layers"]}
+        layer = member(layer_path)
+    assert set(configs) == {busybox.IMAGE, busybox.SANDBOX_IMAGE}
+    for config in configs.values():
+        assert config["rootfs"]["diff_ids"] == ["sha256:" + hashlib.sha256(layer).hexdigest()]
+    sandbox = configs[busybox.SANDBOX_IMAGE]["config"]
+    assert sandbox["Entrypoint"] + sandbox["Cmd"] == ["/bin/sleep", "infinity"]
+    with tarfile.open(fileobj=io.BytesIO(layer)) as rootfs:
+        members = {m.name: m for m in rootfs.getmembers()}
+    assert members["bin/busybox"].size == busybox.BUSYBOX.stat().st_size
+    assert all(members[f"bin/{applet}"].linkname == "busybox" for applet in ("sh", "sleep", "env"))
+    busybox.build(tmp_path / "again.tar")
+    assert (tmp_path / "again.tar").read_bytes() == archive.read_bytes()
+    dynamic = Path("/bin/sh").resolve()  # dash: linked against libc
+    assert not busybox.is_static(dynamic)
+    with pytest.raises(FileNotFoundError, match="not statically linked"):
+        busybox.build(tmp_path / "bad.tar", dynamic)

@@ -17,6 +17,7 @@ import argparse
 import hashlib
 import io
 import json
+import struct
 import sys
 import tarfile
 from pathlib import Path
@@ -27,6 +28,18 @@ SANDBOX_IMAGE = "docker.io/kelvin-e2e/pause:e2e"
 #: The applets the scenarios run, linked to /bin/busybox.
 APPLETS = ("sh", "sleep", "env", "cat", "echo", "ls", "true", "false", "kill", "ps")
 _MTIME = 1_700_000_000  # fixed: the same busybox always gives the same layer digest
+
+
+def is_static(binary: Path) -> bool:
+    """A 64-bit little-endian ELF without a program interpreter (PT_INTERP): it runs in an image with no libc.
+    Debian's ``busybox`` package (dynamic) installs /bin/busybox too; only ``busybox-static``'s will do."""
+    data = binary.read_bytes()
+    if data[:6] != b"\x7fELF\x02\x01":
+        return False
+    (phoff,) = struct.unpack_from("<Q", data, 0x20)
+    phentsize, phnum = struct.unpack_from("<HH", data, 0x36)
+    pt_interp = 3
+    return all(struct.unpack_from("<I", data, phoff + i * phentsize)[0] != pt_interp for i in range(phnum))
 
 
 def _member(name: str, kind: bytes, mode: int, size: int = 0, link: str = "") -> tarfile.TarInfo:
@@ -74,6 +87,10 @@ def build(out: Path, busybox: Path = BUSYBOX) -> tuple[str, str]:
     if not busybox.is_file():
         raise FileNotFoundError(
             f"{busybox} is missing: install Debian's busybox-static (apt-get install busybox-static)"
+        )
+    if not is_static(busybox):
+        raise FileNotFoundError(
+            f"{busybox} is not statically linked: install Debian's busybox-static instead of busybox"
         )
     rootfs = layer(busybox)
     diff_id = "sha256:" + hashlib.sha256(rootfs).hexdigest()
