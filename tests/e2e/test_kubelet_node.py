@@ -5,6 +5,7 @@ and registers again after a kubelet restart. Every check reads the API server, c
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import io
 import json
@@ -312,10 +313,18 @@ def test_the_plugin_registers_again_after_a_kubelet_restart(
 ) -> None:
     wait_for("device plugin registered", lambda: _registered(cluster, kubelet_node, device_plugin), 60)
     gpu_sock = kubelet_node.device_plugin_dir / "kelvin-gpu.sock"
-    before = gpu_sock.stat().st_ino
+
+    def identity() -> tuple[int, int] | None:  # a new socket file may get the deleted one's inode number back
+        with contextlib.suppress(FileNotFoundError):
+            st = gpu_sock.stat()
+            return st.st_ino, st.st_ctime_ns
+        return None
+
+    before = identity()
+    assert before is not None
     kubelet_node.restart_kubelet()
     # the restarted kubelet deletes the plugins' sockets; the plugin serves and registers again on new ones
-    wait_for("the plugin's new socket", lambda: gpu_sock.exists() and gpu_sock.stat().st_ino != before, 60)
+    wait_for("the plugin's new socket", lambda: identity() not in (None, before), 60)
     kubelet_node.wait_ready()
     wait_for("resources allocatable again", lambda: _registered(cluster, kubelet_node, device_plugin), 60)
     uuids = _uuids()
