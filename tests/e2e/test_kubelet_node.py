@@ -42,6 +42,9 @@ DEVICE_PLUGIN_SA = f"{RELEASE}-kelvin-device-plugin"
 #: No scheduler has this name: the scenarios' GPU pods are bound by the test, as kelvin's binder binds them.
 NO_SCHEDULER = "e2e-kubelet-none"
 GPU_ALLOCATED = "kelvin.dev/gpu-allocated"
+WHOLE = "nvidia.com/gpu"
+SHARED = "kelvin.dev/shared-gpu"
+ENV = ["sh", "-c", "env; exec sleep infinity"]
 #: The device plugin's refusal of a pod kelvin did not assign (docs/device-plugin.md, Refusals).
 REFUSAL = "GPUs on kelvin nodes go only to pods bound by kelvin's scheduler extender"
 
@@ -119,35 +122,45 @@ def device_plugin(
         plugin.stop(timeout=10)
 
 
-def _pod(
-    name: str,
-    command: list[str],
-    *,
-    gpus: int = 0,
-    scheduler: str | None = None,
-    grace_s: int = 5,
-) -> dict[str, Any]:
+def _container(name: str, command: list[str], gpus: int = 0, resource: str = WHOLE) -> dict[str, Any]:
     container: dict[str, Any] = {
-        "name": "main",
+        "name": name,
         "image": IMAGE,
         "imagePullPolicy": "Never",  # no registry: the image was imported into the node's containerd
         "command": command,
     }
     if gpus:
-        container["resources"] = {"limits": {"nvidia.com/gpu": str(gpus)}}
+        container["resources"] = {"limits": {resource: str(gpus)}}
+    return container
+
+
+def _pod(
+    name: str,
+    command: list[str],
+    *,
+    gpus: int = 0,
+    resource: str = WHOLE,
+    scheduler: str | None = None,
+    grace_s: int = 5,
+    annotations: dict[str, str] | None = None,
+    init: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "hostNetwork": True,
-        "containers": [container],
+        "containers": [_container("main", command, gpus, resource)],
         "tolerations": [TOLERATION],
         "terminationGracePeriodSeconds": grace_s,
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,
     }
+    if init is not None:
+        spec["initContainers"] = [init]
     if scheduler is not None:
         spec["schedulerName"] = scheduler
     else:
         spec["nodeSelector"] = {LABEL: "true"}
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+    metadata = {"name": name, "annotations": annotations or {}}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
 
 
 def _get(cluster: LoopbackCluster, namespace: str, name: str) -> dict[str, Any] | None:
@@ -167,8 +180,8 @@ def _running(cluster: LoopbackCluster, node: KubeletNode, namespace: str, name: 
     return None
 
 
-def _log_line(node: KubeletNode, namespace: str, name: str, prefix: str) -> str | None:
-    for line in node.container_log(namespace, name, "main"):
+def _log_line(node: KubeletNode, namespace: str, name: str, prefix: str, container: str = "main") -> str | None:
+    for line in node.container_log(namespace, name, container):
         if line.startswith(prefix):
             return line
     return None
@@ -248,7 +261,7 @@ def _visible_devices(
     NVIDIA_VISIBLE_DEVICES (from its ``env`` output in the pod log) and the pod once Running."""
     cluster.api.create(
         f"/api/v1/namespaces/{namespace}/pods",
-        _pod(name, ["sh", "-c", "env; exec sleep infinity"], gpus=len(gpus), scheduler=NO_SCHEDULER),
+        _pod(name, ENV, gpus=len(gpus), scheduler=NO_SCHEDULER),
     )
     _kelvin_bind(cluster, namespace, name, node.name, gpus)
     pod = wait_for(f"pod {name} Running", lambda: _running(cluster, node, namespace, name), 120)
@@ -282,6 +295,53 @@ def test_a_pod_bound_by_kelvin_gets_exactly_its_assigned_gpus(
     assert annotations[GPU_ASSIGNED] == "5,2" and annotations[GPU_ASSIGNED_NODE] == kubelet_node.name
     assert visible == [uuids[5], uuids[2]]
     assert annotations[GPU_ALLOCATED] == "5,2"  # the plugin's record of what it served
+
+
+def _environment(node: KubeletNode, namespace: str, name: str, container: str = "main") -> dict[str, str]:
+    """The container's environment from its ``env`` output in the pod log, once NVIDIA_VISIBLE_DEVICES is in it."""
+    wait_for(
+        f"{name}/{container}'s environment in its log",
+        lambda: _log_line(node, namespace, name, "NVIDIA_VISIBLE_DEVICES=", container),
+        30,
+    )
+    return dict(line.split("=", 1) for line in node.container_log(namespace, name, container) if "=" in line)
+
+
+def test_a_memory_pool_pod_gets_its_gpu_and_mps_limits(
+    cluster: LoopbackCluster, kubelet_node: KubeletNode, device_plugin: Process, namespace: str
+) -> None:
+    """One kelvin.dev/shared-gpu slot: the container sees the assigned GPU and the MPS limits of its pool."""
+    wait_for("device plugin registered", lambda: _registered(cluster, kubelet_node, device_plugin), 60)
+    pool = {"kelvin.dev/gpu-memory": "20Gi", "kelvin.dev/gpu-share": "250"}
+    cluster.api.create(
+        f"/api/v1/namespaces/{namespace}/pods",
+        _pod("pool", ENV, gpus=1, resource=SHARED, scheduler=NO_SCHEDULER, annotations=pool),
+    )
+    _kelvin_bind(cluster, namespace, "pool", kubelet_node.name, (3,))
+    pod = wait_for("pod pool Running", lambda: _running(cluster, kubelet_node, namespace, "pool"), 120)
+    env = _environment(kubelet_node, namespace, "pool")
+    assert env["NVIDIA_VISIBLE_DEVICES"] == _uuids()[3]
+    assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=20480M"
+    assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "25"
+    assert pod["metadata"]["annotations"][GPU_ALLOCATED] == "3"
+
+
+def test_an_init_container_and_the_app_share_the_assigned_gpus_as_kelvin_charges(
+    cluster: LoopbackCluster, kubelet_node: KubeletNode, device_plugin: Process, namespace: str
+) -> None:
+    """The kubelet calls Allocate per container: the init container (1 GPU) gets the first assigned GPU, the app
+    container (2) both; the pod holds max(1, 2) = 2 GPUs, as kelvin's extender charges it."""
+    wait_for("device plugin registered", lambda: _registered(cluster, kubelet_node, device_plugin), 60)
+    init = _container("init", ["env"], gpus=1)
+    cluster.api.create(
+        f"/api/v1/namespaces/{namespace}/pods", _pod("staged", ENV, gpus=2, scheduler=NO_SCHEDULER, init=init)
+    )
+    _kelvin_bind(cluster, namespace, "staged", kubelet_node.name, (4, 6))
+    pod = wait_for("pod staged Running", lambda: _running(cluster, kubelet_node, namespace, "staged"), 120)
+    uuids = _uuids()
+    assert _environment(kubelet_node, namespace, "staged", "init")["NVIDIA_VISIBLE_DEVICES"] == uuids[4]
+    assert _environment(kubelet_node, namespace, "staged")["NVIDIA_VISIBLE_DEVICES"] == f"{uuids[4]},{uuids[6]}"
+    assert pod["metadata"]["annotations"][GPU_ALLOCATED] == "4;4,6"
 
 
 def test_a_pod_without_kelvins_assignment_fails_admission(
