@@ -328,9 +328,9 @@ class KubeletNode:
         if self.containerd is not None:
             self.containerd.stop(timeout=20)
         self._kill_shims()
-        self._unmount()
+        problems = self._unmount()
         self._remove_log_links()
-        self._remove_cgroups()
+        problems += self._remove_cgroups()
         # the kubelet leaves its registration socket and device checkpoint in the fixed folder: a later node's kubelet
         # must not restore this one's allocations (no other kubelet was serving there: see requirements())
         for leftover in ("kubelet.sock", "kubelet_internal_checkpoint"):
@@ -342,6 +342,8 @@ class KubeletNode:
                 folder.rmdir()  # only when empty: the kubelet removes its socket and checkpoint when it stops
         with contextlib.suppress(Exception):
             api.delete(f"/api/v1/nodes/{self.name}")
+        if problems:
+            raise RuntimeError(f"kubelet node {self.name} left behind: {'; '.join(problems)}")
 
     def _remove_containers(self) -> None:
         listed = self.ctr("containers", "list", "--quiet", check=False).stdout.split()
@@ -371,14 +373,17 @@ class KubeletNode:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(int(proc.name), signal.SIGKILL)
 
-    def _unmount(self) -> None:
+    def _unmount(self) -> list[str]:
+        """Unmount everything under the work folder, deepest first; what is still mounted after five rounds."""
         prefix = str(self.work) + "/"
+        mounts: list[str] = []
         for _ in range(5):
             mounts = [m for m in _mount_points() if m.startswith(prefix)]
             if not mounts:
-                return
+                return []
             for mount in sorted(mounts, key=len, reverse=True):
                 subprocess.run(["umount", "--lazy", mount], capture_output=True, check=False)
+        return [f"mount {m}" for m in mounts]
 
     def _remove_log_links(self) -> None:
         prefix = str(self.work) + "/"
@@ -402,21 +407,26 @@ class KubeletNode:
                 if (folder / name).exists() and not (folder / name).read_text().strip():
                     (folder / name).write_text((controller / name).read_text())
 
-    def _remove_cgroups(self) -> None:
-        for controller in self._controllers():
-            root = controller / self.cgroup_root.lstrip("/")
-            if not root.is_dir():
-                continue
-            for folder in sorted((d for d in root.rglob("*") if d.is_dir()), key=lambda d: len(d.parts), reverse=True):
-                with contextlib.suppress(OSError):
-                    folder.rmdir()
-            try:
-                root.rmdir()
-            except OSError as exc:
-                if exc.errno != errno.ENOENT:
-                    raise RuntimeError(
-                        f"cannot remove the node's cgroup {root}: {exc} (processes left in it?)"
-                    ) from exc
+    def _remove_cgroups(self, timeout: float = 10.0) -> list[str]:
+        """Remove the node's cgroups leaf first (the kernel frees a killed container's cgroup shortly after its last
+        process exits: retried for ``timeout``); the ones that stay, with the error."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left: list[str] = []
+            for controller in self._controllers():
+                root = controller / self.cgroup_root.lstrip("/")
+                if not root.is_dir():
+                    continue
+                folders = sorted((d for d in root.rglob("*") if d.is_dir()), key=lambda d: len(d.parts), reverse=True)
+                for folder in [*folders, root]:
+                    try:
+                        folder.rmdir()
+                    except OSError as exc:
+                        if exc.errno != errno.ENOENT:
+                            left.append(f"cgroup {folder} ({exc.strerror}: processes left in it?)")
+            if not left or time.monotonic() > deadline:
+                return left
+            time.sleep(0.5)
 
     # ---- what the scenarios read ---------------------------------------------------------------------------------
     def container_log(self, namespace: str, pod: str, container: str) -> list[str]:

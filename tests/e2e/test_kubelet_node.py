@@ -29,7 +29,6 @@ from tests.e2e.images import busybox
 from tests.e2e.install import helm_template
 from tests.e2e.kelvin_scheduler import NAMESPACE as KELVIN_NAMESPACE
 from tests.e2e.kelvin_scheduler import SERVICE_ACCOUNT as SCHEDULER_SA
-from tests.e2e.kubebin import ROOT
 from tests.e2e.kubelet import IMAGE, LABEL, TOLERATION, KubeletNode, NodeUnavailable
 from tests.e2e.kubelet import running as kubelet_running
 from tests.e2e.pods import GPU_ASSIGNED, GPU_ASSIGNED_NODE
@@ -114,7 +113,7 @@ def device_plugin(
             "--health-interval=1",
         ],
         cluster.logs,
-        env={**env, "PYTHONPATH": str(ROOT)},
+        env=env,
     )
     try:
         yield plugin
