@@ -298,11 +298,9 @@ class KubeletNode:
                 raise RuntimeError(f"{proc.name} exited ({proc.popen.returncode}):\n{proc.tail()}")
 
     def ready(self) -> bool:
+        """Ready, and the node lifecycle controller's not-ready taint gone (the node's own taint stays)."""
         self.check_alive()
-        node = self.cluster.api.get_or_none(f"/api/v1/nodes/{self.name}")
-        if node is None:
-            return False
-        return any(c["type"] == "Ready" and c["status"] == "True" for c in node["status"].get("conditions", []))
+        return self.cluster.node_ready(self.name)
 
     def wait_ready(self, timeout: float = START_TIMEOUT_S) -> None:
         wait_for(f"kubelet node {self.name} Ready", self.ready, timeout, 0.5)
