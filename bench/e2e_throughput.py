@@ -4,15 +4,16 @@ Starts the e2e suite's loopback control plane (tests/e2e/cluster.py: etcd, kube-
 and the default kube-scheduler of the pinned release), ``--nodes`` fake 8-GPU nodes (tests/e2e/fakenodes.py), kelvin
 installed as docs/install.md gives it (tests/e2e/install.py), and kelvin-scheduler as the e2e suite runs it
 (tests/e2e/kelvin_scheduler.py: the real kube-scheduler with the installed KubeSchedulerConfiguration, and ``kelvin
-extender`` with the installed policy, telemetry from a simulated fleet with the fake nodes' names). Then alternating
-rounds, kelvin-scheduler first: a burst of ``--pods`` one-GPU pods (``schedulerName: kelvin-scheduler``, then
-``default-scheduler``) created in a fresh namespace as fast as the API server takes them (``--create-concurrency``
-requests in flight), timed from the first create until a watch on the namespace has seen every pod bound
-(``spec.nodeName`` set). pods/s = pods / that time. Each round's pods are deleted (``gracePeriodSeconds: 0``) before
-the next one, and the extender is restarted before each kelvin round after the first (the simulated fleet never
-learns of deleted pods: their GPUs would stay loaded).
+extender`` with the installed policy and settings, telemetry from a simulated fleet with the fake nodes' names).
+Then alternating rounds, kelvin-scheduler first: a burst of ``--pods`` one-GPU pods
+(``schedulerName: kelvin-scheduler``, then ``default-scheduler``) in a fresh namespace, created behind a scheduling
+gate; the clock starts when the gates are removed (as fast as the API server takes it, ``--create-concurrency``
+requests in flight) and stops when a watch on the namespace has seen every pod bound (``spec.nodeName`` set).
+pods/s = pods / that time (``--no-gates``: pods created without a gate, timed from the first create). Each round's
+pods are deleted (``gracePeriodSeconds: 0``) before the next one, and the extender is restarted before each kelvin
+round after the first (the simulated fleet never learns of deleted pods: their GPUs would stay loaded).
 
-Prints, per round, pods/s, the time to create the burst and the time to bind (p50 / p99 from each pod's create),
+Prints, per round, pods/s, the time to release the burst and the time to bind (p50 / p99 from each pod's release),
 the CPU seconds each process used in the round, and (``--breakdown``, on by default) where the time went: the mean
 of kube-scheduler's own histograms over the round (``scheduler_scheduling_attempt_duration_seconds``,
 ``scheduler_framework_extension_point_duration_seconds``, ...) and of the extender's per-verb histogram. Then the
@@ -47,6 +48,7 @@ from pathlib import Path
 
 import httpx
 import orjson
+import yaml
 from harness import load_line
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -68,6 +70,7 @@ NODE_PREFIX = "bench-gpu-"
 GPUS_PER_NODE = 8
 GPU_MODEL = "H100-SXM-80GB"
 MAX_ROUNDS = 10
+UNUSED_PROMETHEUS = "http://127.0.0.1:9090"
 #: kube-scheduler's histograms whose mean over a round says where a scheduling attempt spends its time.
 SCHEDULER_HISTOGRAMS = (
     "scheduler_scheduling_attempt_duration_seconds",
@@ -439,15 +442,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def installed_extender_settings(cluster: LoopbackCluster) -> dict[str, str]:
-    """The installed kelvin-scheduler Deployment's extender settings that the e2e suite changes for speed (its
-    telemetry refresh every 1 s): the benchmark runs the chart's."""
-    deploy = cluster.api.get("/apis/apps/v1/namespaces/kelvin-system/deployments/kelvin-scheduler")
-    (extender,) = (c for c in deploy["spec"]["template"]["spec"]["containers"] if c["name"] == "extender")
-    env = {e["name"]: e.get("value") for e in extender.get("env", [])}
-    return {k: str(env[k]) for k in ("KELVIN_REFRESH_INTERVAL_S",) if env.get(k) is not None}
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
@@ -478,16 +472,16 @@ def run(args: argparse.Namespace) -> int:
                 f"error: kelvin's documented install failed: {failed[0].command}: {failed[0].output}", file=sys.stderr
             )
             return 1
-        settings = installed_extender_settings(cluster)
-        kelvin = start_kelvin_scheduler(
-            cluster, workdir / "kelvin-scheduler", fleet=bench_fleet(args.nodes), settings=settings
-        )
+        fleet = workdir / "bench-fleet.yaml"
+        fleet.write_text(yaml.safe_dump(bench_fleet(args.nodes)))
+        # the installed Deployment's extender settings, telemetry from a simulated fleet of the fake nodes (one fake
+        # exporter per node does not fit a small machine); the Prometheus URL is then never read
+        settings = {"KELVIN_SOURCE": "simulated", "KELVIN_FLEET_FILE": str(fleet)}
+        kelvin = start_kelvin_scheduler(cluster, workdir / "kelvin-scheduler", UNUSED_PROMETHEUS, settings)
         try:
-            shown = ", ".join(f"{k}={v}" for k, v in settings.items())
+            shown = ", ".join(f"{k}={kelvin.extender_env[k]}" for k in ("KELVIN_SOURCE", "KELVIN_REFRESH_INTERVAL_S"))
             print(
-                f"kelvin installed, kelvin-scheduler leading ({time.monotonic() - started:.0f} s); "
-                f"extender settings as installed: {shown}",
-                flush=True,
+                f"kelvin installed, kelvin-scheduler leading ({time.monotonic() - started:.0f} s); {shown}", flush=True
             )
             scrapes = None if args.no_breakdown else Scrapes(cluster, kelvin)
             for index in range(1, args.rounds + 1):

@@ -6,7 +6,7 @@ import functools
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-VERBS = ("filter", "prioritize", "bind", "explain")
+VERBS = ("filter", "prioritize", "bind", "explain", "preempt")
 RESULTS = ("passed", "rejected", "scored", "bound", "error")
 REASONS = (
     "gpu_memory",
@@ -41,7 +41,8 @@ class ExtenderMetrics:
         )
         self.decisions = Counter(
             "kelvin_extender_decisions",
-            "Per-node decisions (filter: passed/rejected; prioritize: scored; bind: bound/error).",
+            "Per-node decisions (filter: passed/rejected; prioritize: scored; bind: bound/error; preempt: passed, a "
+            "node kept with its victims / rejected, a node left out).",
             ["verb", "result"],
             registry=registry,
         )
@@ -56,6 +57,19 @@ class ExtenderMetrics:
             "Entries in the assumed-allocation ledger.",
             registry=registry,
         )
+        self.preempt_victims = Counter(
+            "kelvin_extender_preemption_victims",
+            "Pods the preempt verb named as victims (on the nodes it kept).",
+            registry=registry,
+        )
+        self.preempt_unknown = Counter(
+            "kelvin_extender_preemption_unknown",
+            "Nodes or victims in a preempt request that kelvin has no record of (reported and left out).",
+            ["kind"],
+            registry=registry,
+        )
+        for kind in ("node", "pod"):
+            self.preempt_unknown.labels(kind)
         for verb in VERBS:
             self.duration.labels(verb)
             for result in RESULTS:

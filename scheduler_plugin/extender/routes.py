@@ -38,6 +38,7 @@ from pydantic import ValidationError
 from starlette.requests import ClientDisconnect
 
 from . import wire
+from .preempt_route import install_preempt_route
 from .service import Extender
 
 log = logging.getLogger(__name__)
@@ -210,6 +211,7 @@ def install_routes(app: FastAPI, ext: Extender, *, health: bool = True) -> None:
         app.add_api_route(f"{prefix}/prioritize", prioritize_route, methods=["POST"], include_in_schema=prefix == "")
         app.add_api_route(f"{prefix}/bind", bind_route, methods=["POST"], include_in_schema=prefix == "")
     app.add_api_route("/explain", explain_route, methods=["POST"])
+    install_preempt_route(app, ext, run_verb)  # preempt_route.py
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, exc: RequestValidationError) -> Response:

@@ -21,6 +21,9 @@ EVICTABLE = PREFIX + "evictable"  # "false" protects the pod from kelvin's evict
 CHECKPOINT = PREFIX + "checkpoint"  # "true": ask before evicting (checkpoint handshake)
 CHECKPOINT_DONE = PREFIX + "checkpoint-done"  # written by the workload: RFC 3339 timestamp
 
+# Pod annotation read by the extender's preempt verb (set by users): the members of one gang are evicted together
+GANG = PREFIX + "gang"  # the gang (multi-pod job) the pod belongs to: "train-42"
+
 # Written by kelvin
 GPU_ASSIGNED = PREFIX + "gpu-assigned"  # GPU indices chosen at bind: "0,1"
 GPU_ASSIGNED_NODE = PREFIX + "gpu-assigned-node"

@@ -12,6 +12,8 @@ from enum import IntFlag
 
 from pydantic import ConfigDict
 
+from .eviction import EvictionFacts
+
 GIB = 2**30
 MIB = 2**20
 MILLI_PER_GPU = 1000
@@ -136,6 +138,10 @@ class GpuAssignment:
     """Memory pool per GPU for a shared GPU; ``None`` for whole GPUs."""
     pod_uid: str | None = None
     priority: int = 0
+    eviction: EvictionFacts | None = field(default=None, compare=False)
+    """What preemption weighs when it considers evicting the pod (``kelvin.dev/evictable``, its gang, when it
+    started and last checkpointed); read from the pod by the listing of assignments, ``None`` when unknown (a bind
+    in the ledger that the listing has not shown yet)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,6 +19,7 @@ from ..kube import KubeClient, KubeError
 from ..model import GpuAssignment, GpuNode, RequestError, parse_bound_pod
 from ..model import annotations as ann
 from ..model.claim import claim_of, parse_gpu_indices
+from ..model.eviction import eviction_facts
 from .source import SourceError, TelemetrySource
 
 log = logging.getLogger(__name__)
@@ -56,10 +57,10 @@ def assignment_of_pod(pod: Mapping[str, Any]) -> tuple[str, GpuAssignment] | Non
         req, warning = parse_bound_pod(pod)
     except RequestError as exc:
         log.info("pod %s: %s; counting its GPUs %s as whole", key, exc, gpus)
-        return node, GpuAssignment(pod_key=key, gpu_indices=gpus, pod_uid=uid)
+        return node, GpuAssignment(pod_key=key, gpu_indices=gpus, pod_uid=uid, eviction=eviction_facts(pod))
     if warning:
         _warn_once(uid or key, "pod %s: %s", key, warning)
-    return node, claim_of(req, gpus, pod_key=key, pod_uid=uid)
+    return node, replace(claim_of(req, gpus, pod_key=key, pod_uid=uid), eviction=eviction_facts(pod))
 
 
 _WARNED: OrderedDict[str, None] = OrderedDict()

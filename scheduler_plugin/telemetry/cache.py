@@ -57,6 +57,10 @@ MAX_DEFAULT_DEADLINE_S = 300.0
 URGENT_BACKGROUND_SHARE = 0.75
 
 
+#: Pause between refreshes while the telemetry is out as a whole (:meth:`SnapshotCache.recovering`).
+RETRY_INTERVAL_S = 1.0
+
+
 class RefreshDeadlineError(SourceError):
     """A refresh did not finish within the cache's ``refresh_deadline_s`` (it was cancelled)."""
 
@@ -241,9 +245,15 @@ class SnapshotCache:
         cooling: CoolingEstimator | None = None,
         on_publish: Callable[[Snapshot], None] | None = None,
         refresh_deadline_s: float | None = None,
+        retry_interval_s: float | None = None,
     ) -> None:
         if not refresh_interval_s > 0:
             raise ValueError(f"refresh_interval_s must be > 0, got {refresh_interval_s!r}")
+        retry = min(RETRY_INTERVAL_S, refresh_interval_s) if retry_interval_s is None else retry_interval_s
+        if not (retry > 0 and math.isfinite(retry)):
+            raise ValueError(f"retry_interval_s must be a finite number > 0, got {retry!r}")
+        self.retry_interval_s = retry
+        """Pause between refreshes while :meth:`recovering` (default ``min(1 s, refresh_interval_s)``)."""
         if refresh_deadline_s is None:  # max_age_s, within reason (max_age_s is validated by the settings)
             deadline = max_age_s if 0 < max_age_s <= MAX_DEFAULT_DEADLINE_S else MAX_DEFAULT_DEADLINE_S
         else:
@@ -445,8 +455,24 @@ class SnapshotCache:
 
     async def _loop(self) -> None:
         while True:
-            await asyncio.sleep(self.refresh_interval_s)
+            await asyncio.sleep(self.next_wait_s())
             await self.refresh_once()
+
+    def recovering(self, now: float | None = None) -> bool:
+        """Whether the telemetry is out as a whole: the last refresh failed, or the snapshot has no node, or every
+        node of it is older than ``max_age_s`` (a restarted Prometheus answers with its old samples until it has
+        scraped again). Refreshes then come every ``retry_interval_s``, so pods refused during an outage are placed
+        within seconds of the telemetry recovering rather than a whole ``refresh_interval_s`` later (issue 20,
+        defect 8)."""
+        if not self.healthy or not self.snapshot.nodes:
+            return True
+        now = self.clock() if now is None else now
+        return bool(self.snapshot.stale_mask(now, self.max_age_s).all())
+
+    def next_wait_s(self) -> float:
+        """Seconds until the next refresh: ``retry_interval_s`` while :meth:`recovering`, else
+        ``refresh_interval_s``."""
+        return self.retry_interval_s if self.recovering() else self.refresh_interval_s
 
     async def stop(self) -> None:
         if self._task is not None:

@@ -274,10 +274,12 @@ def test_scheduler_config_calls_the_sidecar_extender(render: Render, fixtures_di
     cfg = _kube_scheduler_config(docs)
     real = yaml.safe_load((fixtures_dir / "scheduler-config" / "scheduler-extender-nodecache-true.yaml").read_text())
     assert cfg["apiVersion"] == real["apiVersion"] and cfg["kind"] == real["kind"]
-    # every extender field we set is one a real kube-scheduler v1.32 accepted, plus bindVerb (same struct)
+    # every extender field we set is one a real kube-scheduler v1.32 accepted, plus bindVerb and preemptVerb (same
+    # struct; the e2e suite runs this configuration on kube-scheduler 1.36, whose config loading is strict)
     (ext,) = cfg["extenders"]
-    assert set(ext) <= set(real["extenders"][0]) | {"bindVerb"}
+    assert set(ext) <= set(real["extenders"][0]) | {"bindVerb", "preemptVerb"}
     assert ext["nodeCacheCapable"] is True and ext["ignorable"] is False and ext["bindVerb"] == "bind"
+    assert ext["preemptVerb"] == "preempt"
     assert ext["managedResources"] == [
         {"name": "nvidia.com/gpu", "ignoredByScheduler": False},
         {"name": "kelvin.dev/shared-gpu", "ignoredByScheduler": False},  # pool-only pods reach the extender too

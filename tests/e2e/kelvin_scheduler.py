@@ -1,8 +1,10 @@
 """kelvin-scheduler on the loopback cluster, as the chart deploys it but as local processes: the real kube-scheduler
 with the KubeSchedulerConfiguration the install put in the ConfigMap ``kelvin-system/kelvin-scheduler``, and
-``kelvin extender`` with the installed policy (ConfigMap ``kelvin-policy``) and the chart's settings, except that
-telemetry comes from a simulated fleet whose node names are the fake nodes'. Both authenticate with a token of the
-ServiceAccount ``kelvin-system/kelvin-scheduler``: they have exactly the rights the chart gives that pod."""
+``kelvin extender`` with the installed policy (ConfigMap ``kelvin-policy``) and the installed Deployment's settings
+(its ``extender`` container's environment), with ``source: prometheus`` (``helm --set extender.source=prometheus``)
+reading the suite's real Prometheus, which scrapes one fake-NVML ``kelvin exporter`` per fake node
+(tests/e2e/telemetry.py). Both authenticate with a token of the ServiceAccount ``kelvin-system/kelvin-scheduler``: they
+have exactly the rights the chart gives that pod."""
 
 from __future__ import annotations
 
@@ -19,7 +21,6 @@ import yaml
 
 from tests.e2e.api import wait_for
 from tests.e2e.cluster import LoopbackCluster, Process, free_port, spawn
-from tests.e2e.fleet import fleet_file
 
 NAMESPACE = "kelvin-system"
 SERVICE_ACCOUNT = "kelvin-scheduler"
@@ -57,6 +58,13 @@ class KelvinScheduler:
             self.scheduler = spawn("kelvin-kube-scheduler", self.scheduler_argv, self.logs)
             self.scheduler_restarts += 1
         self.check_alive()
+
+    def explain(self, pod: dict[str, Any], node: str) -> dict[str, Any]:
+        """kelvin's own ``/explain`` of ``pod`` on ``node`` over its current snapshot (``fits``, each filter's
+        verdict): how a scenario knows the extender has seen a telemetry change before it creates pods."""
+        resp = httpx.post(f"http://127.0.0.1:{self.extender_port}/explain", json={"pod": pod, "node": node}, timeout=10)
+        resp.raise_for_status()
+        return dict(resp.json())
 
     def check_alive(self) -> None:
         for proc in (self.extender, self.scheduler):
@@ -105,39 +113,56 @@ def start_extender(env: dict[str, str], logs: Path) -> Process:
     return extender
 
 
-def start(
-    cluster: LoopbackCluster,
-    workdir: Path,
-    fleet: Mapping[str, object] | None = None,
-    settings: Mapping[str, str] | None = None,
-) -> KelvinScheduler:
-    """``fleet``: the extender's simulated fleet file (default: the e2e fleet, :func:`tests.e2e.fleet.fleet_file`);
-    its node names must be the fake nodes' names. ``settings``: ``KELVIN_*`` variables that replace the ones below
-    (e.g. the installed Deployment's refresh interval instead of the suite's 1 s)."""
-    workdir.mkdir(parents=True, exist_ok=True)
-    kubeconfig = cluster.token_kubeconfig(NAMESPACE, SERVICE_ACCOUNT)
-    policy = workdir / "policy.yaml"
-    policy.write_text(_configmap(cluster, "kelvin-policy", "policy.yaml"))
-    fleet_path = workdir / "fleet.yaml"
-    fleet_path.write_text(yaml.safe_dump(dict(fleet) if fleet is not None else fleet_file()))
-    port, metrics_port = free_port(), free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KELVIN_") and k not in ("KUBECONFIG",)}
+def installed_extender_env(cluster: LoopbackCluster) -> dict[str, str]:
+    """The ``KELVIN_*`` environment of the installed Deployment's ``extender`` container (plain values only)."""
+    deployment = cluster.api.get(f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments/{SCHEDULER_NAME}")
+    (container,) = [c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == "extender"]
+    return {e["name"]: str(e["value"]) for e in container.get("env", []) if "value" in e}
+
+
+def extender_env(installed: Mapping[str, str], *, port: int, metrics_port: int, policy: Path, prometheus_url: str,
+                 kubeconfig: Path) -> dict[str, str]:  # fmt: skip
+    """The installed extender's settings with the out-of-pod differences: loopback ports of this test session, the
+    policy file's local copy, the ServiceAccount's kubeconfig, and telemetry from the suite's Prometheus (the chart
+    with ``extender.source=prometheus``: ``KELVIN_PROMETHEUS_URL``, ``KELVIN_PROMETHEUS_METRICS`` its default)."""
+    env = {k: v for k, v in installed.items() if not k.startswith("KELVIN_SCRAPE_")}
     env.update(
         {
-            # as the chart's extender container (helm/kelvin/templates/scheduler/deployment.yaml)
-            "KELVIN_HOST": "127.0.0.1",
             "KELVIN_PORT": str(port),
             "KELVIN_METRICS_HOST": "127.0.0.1",
             "KELVIN_METRICS_PORT": str(metrics_port),
             "KELVIN_POLICY_FILE": str(policy),
-            "KELVIN_REFRESH_INTERVAL_S": "1",
-            "KELVIN_BIND_ENABLED": "true",
-            "KELVIN_BIND_TIMEOUT_S": "4",
-            # telemetry: the simulated fleet of the fake nodes instead of the exporters
-            "KELVIN_SOURCE": "simulated",
-            "KELVIN_FLEET_FILE": str(fleet_path),
+            "KELVIN_SOURCE": "prometheus",
+            "KELVIN_PROMETHEUS_URL": prometheus_url,
+            "KELVIN_PROMETHEUS_METRICS": installed.get("KELVIN_PROMETHEUS_METRICS", "auto"),
             "KELVIN_KUBECONFIG": str(kubeconfig),
         }
+    )
+    assert env["KELVIN_HOST"] == "127.0.0.1", env
+    return env
+
+
+def start(
+    cluster: LoopbackCluster, workdir: Path, prometheus_url: str, settings: Mapping[str, str] | None = None
+) -> KelvinScheduler:
+    """``settings``: ``KELVIN_*`` variables that replace the ones above, e.g. a simulated fleet of more fake nodes
+    than the suite's exporters serve (``KELVIN_SOURCE=simulated``, ``KELVIN_FLEET_FILE``: the burst scenario, the
+    throughput benchmark)."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    kubeconfig = cluster.token_kubeconfig(NAMESPACE, SERVICE_ACCOUNT)
+    policy = workdir / "policy.yaml"
+    policy.write_text(_configmap(cluster, "kelvin-policy", "policy.yaml"))
+    port, metrics_port = free_port(), free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KELVIN_") and k not in ("KUBECONFIG",)}
+    env.update(
+        extender_env(
+            installed_extender_env(cluster),
+            port=port,
+            metrics_port=metrics_port,
+            policy=policy,
+            prometheus_url=prometheus_url,
+            kubeconfig=kubeconfig,
+        )
     )
     env.update(settings or {})
     extender = start_extender(env, cluster.logs)

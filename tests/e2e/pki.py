@@ -81,6 +81,20 @@ class CertificateAuthority:
             _write(directory / "ca.key", _key_pem(self.key), private=True),
         )
 
+    @classmethod
+    def load(cls, pair: CertPair, directory: Path) -> CertificateAuthority:
+        """The CA of existing files (e.g. the cluster's, to issue a kubelet's client certificate); its leaves go to
+        ``directory``."""
+        ca = cls.__new__(cls)
+        ca.directory = directory
+        key = serialization.load_pem_private_key(pair.key.read_bytes(), password=None)
+        if not isinstance(key, ec.EllipticCurvePrivateKey):
+            raise TypeError(f"{pair.key}: not an ECDSA key")
+        ca.key = key
+        ca.cert = x509.load_pem_x509_certificate(pair.cert.read_bytes())
+        ca.pair = pair
+        return ca
+
     def issue(
         self,
         stem: str,

@@ -11,11 +11,12 @@ rendered where the cluster serves that API. Every assertion is on what the API s
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
 import shutil
 import ssl
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -57,6 +58,8 @@ class Admission:
     serving: CertPair
     webhooks: dict[str, dict[str, Any]]  # kind -> object as registered
     policy_name: str
+    operator_env: dict[str, str]
+    """The rendered operator Deployment's literal environment variables."""
 
 
 def _kelvin() -> str:
@@ -70,8 +73,8 @@ def _trusting(ca: Path) -> ssl.SSLContext:
     return ssl.create_default_context(cafile=str(ca))
 
 
-def _chart_objects(helm_bin: str, out: Path) -> list[dict[str, Any]]:
-    manifest = helm_template(helm_bin, RELEASE, NAMESPACE, out, api_versions=[VAP_API])
+def _chart_objects(helm_bin: str, out: Path, release: str, values: Sequence[Path] = ()) -> list[dict[str, Any]]:
+    manifest = helm_template(helm_bin, release, NAMESPACE, out, values=values, api_versions=[VAP_API])
     return [d for d in yaml.safe_load_all(manifest.read_text()) if d]
 
 
@@ -79,18 +82,19 @@ def _served(cluster: LoopbackCluster, resource: str) -> bool:
     return any(r["name"] == resource for r in cluster.api.get(ADMISSION)["resources"])
 
 
-@pytest.fixture(scope="module")
-def admission(
-    cluster: LoopbackCluster, kelvin_installed: None, helm_bin: str, tmp_path_factory: pytest.TempPathFactory
+@contextlib.contextmanager
+def registered_admission(
+    cluster: LoopbackCluster, helm_bin: str, workdir: Path, release: str, values: Sequence[Path] = ()
 ) -> Iterator[Admission]:
-    workdir = tmp_path_factory.mktemp("admission")
+    """The chart's webhook configurations (``release``, ``values``) and admission policy registered on the cluster,
+    the webhooks pointed at a fresh 127.0.0.1 port with a CA made here; removed again at the end."""
     ca = CertificateAuthority(workdir, "kelvin-e2e-webhook-ca")
     serving = ca.issue("webhook", "127.0.0.1", hosts=("127.0.0.1",), server=True)
     port = free_port()
     ca_bundle = base64.b64encode(ca.pair.cert.read_bytes()).decode()
     # kube-apiserver 1.36 serves ValidatingAdmissionPolicy (GA in 1.30): `helm install` would render it here
     assert _served(cluster, "validatingadmissionpolicies"), f"{cluster.bins.version} serves no {VAP_API}"
-    objects = _chart_objects(helm_bin, workdir / "chart.yaml")
+    objects = _chart_objects(helm_bin, workdir / "chart.yaml", release, values)
     registered: list[str] = []
     webhooks: dict[str, dict[str, Any]] = {}
     try:
@@ -111,29 +115,39 @@ def admission(
                 webhooks[kind] = cluster.api.get(registered[-1])
         assert set(webhooks) == set(WEBHOOK_KINDS), f"the chart renders {sorted(webhooks)}"
         (policy,) = [o for o in objects if o["kind"] == "ValidatingAdmissionPolicy"]
-        yield Admission(port, ca.pair.cert, serving, webhooks, policy["metadata"]["name"])
+        (deployment,) = [
+            o for o in objects if o["kind"] == "Deployment" and o["metadata"]["name"].endswith("-operator")
+        ]
+        (container,) = [c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == "operator"]
+        env = {e["name"]: e["value"] for e in container.get("env", []) if "value" in e}
+        yield Admission(port, ca.pair.cert, serving, webhooks, policy["metadata"]["name"], env)
     finally:
         for path in reversed(registered):
             cluster.api.delete(path)
 
 
-@pytest.fixture(scope="class")
-def webhook_operator(
-    cluster: LoopbackCluster, admission: Admission, tmp_path_factory: pytest.TempPathFactory
+@pytest.fixture(scope="module")
+def admission(
+    cluster: LoopbackCluster, kelvin_installed: None, helm_bin: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Admission]:
+    with registered_admission(cluster, helm_bin, tmp_path_factory.mktemp("admission"), RELEASE) as registered:
+        yield registered
+
+
+@contextlib.contextmanager
+def webhook_operator_process(
+    cluster: LoopbackCluster, admission: Admission, workdir: Path, settings: dict[str, str]
 ) -> Iterator[Process]:
-    """``kelvin operator`` with the installed Deployment's settings, except: its webhook on 127.0.0.1 with the
-    certificate made here, telemetry from the fake fleet (simulated), standalone, dry run, one cycle an hour (this
-    scenario is about admission; nothing it starts may taint the shared fake nodes)."""
-    tmp_path = tmp_path_factory.mktemp("webhook-operator")
-    policy = tmp_path / "policy.yaml"
+    """``kelvin operator`` with ``settings`` (a Deployment's KELVIN_OPERATOR_* values), except: its webhook on
+    127.0.0.1 with the certificate made here, telemetry from the fake fleet (simulated), standalone, dry run, one cycle
+    an hour (these scenarios are about admission; nothing they start may taint the shared fake nodes)."""
+    policy = workdir / "policy.yaml"
     cm = cluster.api.get(f"/api/v1/namespaces/{NAMESPACE}/configmaps/kelvin-policy")
     policy.write_text(cm["data"]["policy.yaml"])
-    fleet = tmp_path / "fleet.yaml"
+    fleet = workdir / "fleet.yaml"
     fleet.write_text(yaml.safe_dump(fleet_file()))
-    installed = installed_operator_env(cluster)
-    assert installed.get("KELVIN_OPERATOR_WEBHOOK__SHARED_GPU_RESOURCE") == "false", installed
     env = {k: v for k, v in os.environ.items() if not k.startswith("KELVIN_") and k != "KUBECONFIG"}
-    env.update({k: v for k, v in installed.items() if k.startswith("KELVIN_OPERATOR_")})
+    env.update({k: v for k, v in settings.items() if k.startswith("KELVIN_OPERATOR_")})
     env.update(
         {
             "KELVIN_POLICY_FILE": str(policy),
@@ -153,7 +167,7 @@ def webhook_operator(
         }
     )
     argv = [_kelvin(), "operator", f"--liveness=http://127.0.0.1:{free_port()}/healthz", "--interval=3600"]
-    operator = spawn("kelvin-operator-webhook", argv, cluster.logs, env=env)
+    operator = spawn(f"kelvin-operator-webhook-{admission.port}", argv, cluster.logs, env=env)
     try:
         # the webhook server answers over TLS with the certificate the configurations trust (400: not a review)
         with httpx.Client(verify=_trusting(admission.ca), timeout=5) as client:
@@ -181,6 +195,17 @@ def webhook_operator(
     finally:
         # ~6 s on SIGTERM here (kopf's cleanup, then the webhook server's shutdown): no SIGKILL at 5 s
         operator.stop(timeout=20)
+
+
+@pytest.fixture(scope="class")
+def webhook_operator(
+    cluster: LoopbackCluster, admission: Admission, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Process]:
+    """The operator with the installed Deployment's settings (the defaults: no shared-GPU slot)."""
+    installed = installed_operator_env(cluster)
+    assert installed.get("KELVIN_OPERATOR_WEBHOOK__SHARED_GPU_RESOURCE") == "false", installed
+    with webhook_operator_process(cluster, admission, tmp_path_factory.mktemp("webhook-operator"), installed) as op:
+        yield op
 
 
 def pool_pod(name: str, gpu_memory: str, *, gpus: int | None = 1) -> dict[str, Any]:

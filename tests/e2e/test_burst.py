@@ -4,8 +4,8 @@ shows in the pods' ``kelvin.dev/gpu-assigned`` annotations.
 
 The session's four fake nodes hold 32 GPUs, so the burst gets 100 nodes of its own (800 GPUs, 8 each): a second
 fake-node agent, the nodes tainted and labelled so that only the burst's pods go there, and the extender restarted
-with a simulated fleet that has them too; afterwards the nodes are deleted and the extender runs the session's
-fleet again.
+on a simulated fleet of the session's nodes and these (``KELVIN_SOURCE=simulated``: 100 more fake exporters would not
+fit a small CI machine); afterwards the nodes are deleted and the extender reads the suite's Prometheus again.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import collections
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -44,15 +43,15 @@ def _burst_fleet() -> dict[str, Any]:
     return {**fleet, "groups": groups}
 
 
-def _restart_extender(ks: KelvinScheduler, fleet_path: Path) -> None:
-    ks.extender_env = {**ks.extender_env, "KELVIN_FLEET_FILE": str(fleet_path)}
+def _restart_extender(ks: KelvinScheduler, env: dict[str, str]) -> None:
+    ks.extender_env = env
     ks.restart_extender()
 
 
 @pytest.fixture(scope="module")
 def burst_nodes(cluster: LoopbackCluster, kelvin_scheduler: KelvinScheduler) -> Iterator[tuple[str, ...]]:
     """100 more fake 8-GPU nodes, tainted and labelled for the burst, known to the extender's simulated fleet."""
-    session_fleet = Path(kelvin_scheduler.extender_env["KELVIN_FLEET_FILE"])
+    session_env = dict(kelvin_scheduler.extender_env)
     fleet_path = kelvin_scheduler.workdir / "burst-fleet.yaml"
     fleet_path.write_text(yaml.safe_dump(_burst_fleet()))
     with fake_nodes(cluster, BURST_NODES, gpus=GPUS_PER_NODE, name="fakenodes-burst"):
@@ -62,13 +61,15 @@ def burst_nodes(cluster: LoopbackCluster, kelvin_scheduler: KelvinScheduler) -> 
                     f"/api/v1/nodes/{name}",
                     {"metadata": {"labels": {BURST_LABEL: "true"}}, "spec": {"taints": [BURST_TAINT]}},
                 )
-            _restart_extender(kelvin_scheduler, fleet_path)
+            _restart_extender(
+                kelvin_scheduler, {**session_env, "KELVIN_SOURCE": "simulated", "KELVIN_FLEET_FILE": str(fleet_path)}
+            )
             yield BURST_NODES
         finally:
             for name in BURST_NODES:
                 cluster.api.delete(f"/api/v1/nodes/{name}")
                 cluster.api.delete(f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{name}")
-            _restart_extender(kelvin_scheduler, session_fleet)
+            _restart_extender(kelvin_scheduler, session_env)
 
 
 def _burst_pod(index: int) -> dict[str, Any]:

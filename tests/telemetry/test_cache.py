@@ -284,3 +284,47 @@ async def test_a_failing_warm_up_still_publishes_the_snapshot() -> None:
     cache = SnapshotCache(src, clock=clock, on_publish=broken)
     assert await cache.refresh_once()
     assert [n.name for n in cache.snapshot.nodes] == ["a"]
+
+
+async def test_refreshes_come_every_retry_interval_while_the_telemetry_is_out() -> None:
+    """Issue 20, defect 8: after an outage the next refresh is not a whole refresh interval away. Failing, empty or
+    all-stale telemetry is retried every ``retry_interval_s``; fresh telemetry is refreshed every interval."""
+    clock = Clock()
+    src = Source(clock)
+    src.fail = True
+    cache = SnapshotCache(src, refresh_interval_s=5, max_age_s=30, clock=clock)
+    assert cache.retry_interval_s == 1.0
+    await cache.refresh_once()
+    assert cache.recovering() and cache.next_wait_s() == 1.0  # the source fails
+    src.fail = False
+    await cache.refresh_once()
+    assert cache.recovering() and cache.next_wait_s() == 1.0  # it answers, with no node
+    src.nodes = [node("a", [40]), node("b", [41])]
+    await cache.refresh_once()
+    assert not cache.recovering() and cache.next_wait_s() == 5
+    clock.t += 31  # every node older than max_age_s: out as a whole
+    assert cache.recovering() and cache.next_wait_s() == 1.0
+
+
+async def test_background_refresh_recovers_within_the_retry_interval() -> None:
+    clock = Clock()
+    src = Source(clock)
+    src.fail = True
+    src.nodes = [node("a", [40])]
+    cache = SnapshotCache(src, refresh_interval_s=60, max_age_s=120, clock=clock, retry_interval_s=0.01)
+    await cache.start()
+    assert not cache.healthy
+    src.fail = False
+    try:
+        for _ in range(200):  # bounded: 2 s, far below the 60 s refresh interval
+            if cache.healthy:
+                break
+            await asyncio.sleep(0.01)
+        assert cache.healthy and cache.snapshot.nodes
+    finally:
+        await cache.stop()
+
+
+def test_rejects_bad_retry_interval() -> None:
+    with pytest.raises(ValueError, match="retry_interval_s"):
+        SnapshotCache(Source(Clock()), retry_interval_s=0)

@@ -1,0 +1,213 @@
+"""The preempt verb: for each node kube-scheduler proposes, the victims kelvin would evict, or the node dropped.
+
+kube-scheduler calls it after its own (count-based) preemption found candidate nodes and victims on them. For each
+node kelvin chooses, among the pods it knows hold GPUs there (its records: the ``kelvin.dev/gpu-assigned`` pods of
+the snapshot, plus the binds in its ledger), the cheapest set whose release lets the preemptor pass kelvin's filters
+(:func:`scheduler_plugin.preemption.choose_victims`); a node where no set does is left out of the answer, so
+kube-scheduler does not preempt there.
+
+What kelvin reads of a victim: its GPUs and priority from its record; its ``kelvin.dev/evictable``, gang, start and
+checkpoint times from its record (the listing of pods) or, with ``nodeCacheCapable: false``, from the Pod object
+kube-scheduler sent. PodDisruptionBudgets: kelvin does not list them; kube-scheduler tells how many of *its* victims
+on the node violate one (``NumPDBViolations``): with 0 none of them does; otherwise kelvin counts every one of them
+as violating (it cannot tell which), and pods kube-scheduler did not propose as not violating.
+
+Reported, never guessed: a node not in kelvin's snapshot, a victim UID kelvin has no record of (nodeCacheCapable
+true), or a victim Pod that asks for GPUs kelvin did not assign, are logged and left out. A proposed victim whose Pod
+asks for no GPU (nodeCacheCapable false) is kept: kube-scheduler chose it for what kelvin does not see (CPU, memory,
+ports). When kelvin's records show room for the pod without evicting anyone, kube-scheduler's own victims are kept
+(what it needs is not a GPU). A preemptor that belongs to a gang is never preempted for (one member alone would not
+make the job run): every node is dropped.
+
+Bounded work: the nodes are judged in kube-scheduler's order of preference (fewest proposed victims first), and
+judging stops once :data:`MAX_KEPT_NODES` nodes are kept or after :data:`TIME_BUDGET_S`; the rest are left out.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from ..model import GpuAssignment, RequestError, parse_pod
+from ..model.eviction import EvictionFacts, eviction_facts
+from ..policies.framework import Framework
+from ..preemption import Candidate, choose_victims
+from ..preemption.victims import GangCost, gang_costs
+from .preempt_wire import NodeVictims, PreemptionArgs, preemption_result
+
+if TYPE_CHECKING:
+    from .service import Extender
+
+log = logging.getLogger(__name__)
+
+MAX_KEPT_NODES = 16
+"""Nodes answered with victims at most: kube-scheduler picks one of them; judging every candidate it sends (up to
+max(100, 10 % of the nodes)) would cost seconds on a big fleet."""
+
+TIME_BUDGET_S = 2.0
+"""Judging stops after this long (the nodes not judged are left out): well below kube-scheduler's extender
+``httpTimeout`` (5 s by default), whose expiry fails the preemption."""
+
+
+class PreemptVerb:
+    """The preempt verb over an :class:`Extender`'s snapshot, ledger and policy.
+
+    Judges with a framework of its own, built from the same policy (same filters, same arguments): its per-snapshot
+    caches then hold the small variant fleets of preemption, not the hot path's."""
+
+    def __init__(self, ext: Extender) -> None:
+        self.ext = ext
+        self.framework = Framework.from_config(ext.policy)
+
+    def __call__(self, args: PreemptionArgs) -> dict[str, Any]:
+        ext = self.ext
+        m = ext.metrics
+        answer: dict[str, tuple[list[str], int]] = {}
+        try:
+            req = parse_pod(args.pod)
+        except RequestError as exc:
+            log.info("preempt: invalid pod %s: %s; no node kept", _key(args.pod), exc)
+            m.decisions.labels("preempt", "rejected").inc(len(args.nodes))
+            return preemption_result(answer)
+        if not req.wants_gpu:  # kelvin has no say: kube-scheduler's victims stand
+            return preemption_result({n: (v.uids, v.pdb_violations) for n, v in args.nodes.items() if v.uids})
+        gang = eviction_facts(args.pod).gang
+        if gang is not None:
+            log.info(
+                "preempt: %s is a member of gang %s: kelvin never preempts for one member; no node kept",
+                req.pod_key,
+                gang,
+            )
+            m.decisions.labels("preempt", "rejected").inc(len(args.nodes))
+            return preemption_result(answer)
+        snap = ext.cache.snapshot
+        fleet = snap.arrays
+        now = ext.clock()
+        ctx = ext.framework.context(fleet, now)
+        down = ext.outage(ctx.stale, now)
+        if down is not None:
+            log.warning("preempt: %s: %s; no node kept", req.pod_key, down)
+            m.decisions.labels("preempt", "rejected").inc(len(args.nodes))
+            return preemption_result(answer)
+        view = ext.framework.view(fleet, ctx)  # the ledger's binds count as taken
+        assumed = ext.ledger.entries(now)
+        gangs: Mapping[str, GangCost] | None = None
+        started = time.perf_counter()
+        # kube-scheduler's own preference first (fewest victims): the nodes it would pick are judged first
+        order = sorted(args.nodes.items(), key=lambda kv: (len(kv[1].uids), kv[1].pdb_violations))
+        for done, (name, proposed) in enumerate(order):
+            if len(answer) >= MAX_KEPT_NODES or time.perf_counter() - started > TIME_BUDGET_S:
+                left = len(order) - done
+                log.info(
+                    "preempt: %s: %d node(s) kept, %d more not judged (at most %d nodes, %.1f s a request)",
+                    req.pod_key, len(answer), left, MAX_KEPT_NODES, TIME_BUDGET_S,
+                )  # fmt: skip
+                m.decisions.labels("preempt", "rejected").inc(left)
+                break
+            row = fleet.index.get(name)
+            nd = snap.node(name)
+            if row is None or nd is None:
+                log.warning("preempt: node %s is not in kelvin's snapshot; left out", name)
+                m.preempt_unknown.labels("node").inc()
+                m.decisions.labels("preempt", "rejected").inc()
+                continue
+            records = _records(nd.assignments, assumed.get(name, ()))
+            cands, keep = self._candidates(name, proposed, records, now)
+            if gangs is None and any(c.gang for c in cands):
+                gangs = gang_costs(_all_records(snap.nodes, assumed), now)
+            choice = choose_victims(self.framework, view, row, req, cands, now, gangs=gangs, pick=False)
+            if choice is None:
+                log.info(
+                    "preempt: %s: no set of lower-priority pods on %s frees a placement; left out", req.pod_key, name
+                )
+                m.decisions.labels("preempt", "rejected").inc()
+                continue
+            known = {c.uid for c in cands}
+            if not choice.units:  # room for the GPUs already: what kube-scheduler lacks is not a GPU
+                uids = [u for u in proposed.uids if u in known or u in keep]
+                pdb = min(proposed.pdb_violations, len(uids))
+            else:
+                uids = [c.uid for c in choice.victims] + keep
+                pdb = choice.pdb_violations + (len(keep) if proposed.pdb_violations > 0 else 0)
+            if not uids:
+                log.info(
+                    "preempt: %s: kelvin sees room on %s without evicting a pod it knows; left out", req.pod_key, name
+                )
+                m.decisions.labels("preempt", "rejected").inc()
+                continue
+            answer[name] = (uids, pdb)
+            m.decisions.labels("preempt", "passed").inc()
+            m.preempt_victims.inc(len(uids))
+            log.info(
+                "preempt: %s on %s: evict %s (kube-scheduler proposed %d; %s search, %d variants)",
+                req.pod_key,
+                name,
+                ", ".join(c.pod_key for c in choice.victims) or "its own victims",
+                len(proposed.uids),
+                "exact" if choice.exact else "bounded",
+                choice.evaluated,
+            )
+        return preemption_result(answer)
+
+    def _candidates(
+        self, node: str, proposed: NodeVictims, records: list[GpuAssignment], now: float
+    ) -> tuple[list[Candidate], list[str]]:
+        """(candidates from kelvin's records, UIDs of proposed victims that hold no GPU and are kept as they are)."""
+        by_uid = {a.pod_uid: a for a in records if a.pod_uid}
+        pods = dict(zip(proposed.uids, proposed.pods, strict=True)) if proposed.pods is not None else {}
+        violating = set(proposed.uids) if proposed.pdb_violations > 0 else set()
+        keep: list[str] = []
+        for uid in proposed.uids:
+            if uid in by_uid:
+                continue
+            pod = pods.get(uid)
+            if pod is not None:
+                try:
+                    wants = parse_pod(pod).wants_gpu
+                except RequestError:
+                    wants = True
+                if not wants:
+                    keep.append(uid)
+                    continue
+            self.ext.metrics.preempt_unknown.labels("pod").inc()
+            log.warning(
+                "preempt: victim %s on %s: kelvin has no record of its GPUs on that node; left out",
+                _key(pod) if pod is not None else f"uid {uid}",
+                node,
+            )
+        cands = []
+        for a in by_uid.values():
+            pod = pods.get(a.pod_uid or "")
+            facts: EvictionFacts | None = eviction_facts(pod) if pod is not None else None
+            priority = _priority(pod) if pod is not None else None
+            cands.append(Candidate.of(a, now, facts=facts, priority=priority, pdb_violation=a.pod_uid in violating))
+        return cands, keep
+
+
+def _records(listed: Iterable[GpuAssignment], assumed: Iterable[GpuAssignment]) -> list[GpuAssignment]:
+    out = list(listed)
+    seen = {a.pod_key for a in out}
+    out.extend(a for a in assumed if a.pod_key not in seen)
+    return out
+
+
+def _all_records(nodes: Iterable[Any], assumed: Mapping[str, Iterable[GpuAssignment]]) -> list[GpuAssignment]:
+    out: list[GpuAssignment] = []
+    for nd in nodes:
+        out.extend(_records(nd.assignments, assumed.get(nd.name, ())))
+    return out
+
+
+def _priority(pod: Mapping[str, Any]) -> int | None:
+    spec = pod.get("spec")
+    p = spec.get("priority") if isinstance(spec, Mapping) else None
+    return p if isinstance(p, int) and not isinstance(p, bool) else None
+
+
+def _key(pod: Mapping[str, Any] | None) -> str:
+    meta = pod.get("metadata") if isinstance(pod, Mapping) else None
+    if not isinstance(meta, Mapping):
+        return "?"
+    return f"{meta.get('namespace', 'default')}/{meta.get('name', '?')}"

@@ -1,0 +1,43 @@
+"""The priority scenario of scheduler_plugin/simulator/preemption.py on a small slice of the spot-GPU fleet."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from scheduler_plugin.simulator.preemption import ISLAND_MODELS, Mix, jobs, read_spot_nodes, simulate
+
+
+@pytest.fixture
+def nodes_csv(shared_dir: Path) -> Path:
+    return shared_dir / "traces" / "spot-gpu-2026" / "node_info_df.csv"
+
+
+def test_reads_the_8_gpu_nodes_with_the_stated_topology(nodes_csv: Path) -> None:
+    nodes = read_spot_nodes(nodes_csv, stride=1)
+    assert len(nodes) == 872 and all(len(n.gpus) == 8 for n in nodes)
+    islands = [n for n in nodes if n.gpus[0].model in ISLAND_MODELS]
+    assert len(islands) == 199
+    assert islands[0].gpus[0].nvlink_peers == frozenset({1, 2, 3})
+    nvs = next(n for n in nodes if n.gpus[0].model.startswith("A100"))
+    assert nvs.gpus[0].nvlink_peers == frozenset(range(1, 8))
+
+
+def test_the_mix_is_seeded_and_the_same_for_both_runs() -> None:
+    a, b = jobs(Mix(hours=2, seed=3), 256), jobs(Mix(hours=2, seed=3), 256)
+    assert [(j.name, j.gpus, j.arrival) for j in a] == [(j.name, j.gpus, j.arrival) for j in b]
+    assert any(j.priority > 0 for j in a) and any(j.pods == 2 for j in a)
+
+
+def test_kelvin_evicts_less_and_loses_less_at_equal_placement(nodes_csv: Path) -> None:
+    nodes = read_spot_nodes(nodes_csv, stride=28)  # 32 nodes, 256 GPUs
+    mix = Mix(hours=3, high_per_hour=4, seed=1)
+    count = simulate(nodes, mix, "count")
+    kelvin = simulate(nodes, mix, "kelvin")
+    assert count.high_arrived == kelvin.high_arrived > 0
+    assert kelvin.high_placed >= count.high_placed
+    assert count.evictions > 0
+    assert kelvin.evictions < count.evictions
+    assert kelvin.lost_gpu_hours < count.lost_gpu_hours
+    assert kelvin.wasted_evictions == 0
