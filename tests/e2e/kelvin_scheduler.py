@@ -142,7 +142,12 @@ def extender_env(installed: Mapping[str, str], *, port: int, metrics_port: int, 
     return env
 
 
-def start(cluster: LoopbackCluster, workdir: Path, prometheus_url: str) -> KelvinScheduler:
+def start(
+    cluster: LoopbackCluster, workdir: Path, prometheus_url: str, settings: Mapping[str, str] | None = None
+) -> KelvinScheduler:
+    """``settings``: ``KELVIN_*`` variables that replace the ones above, e.g. a simulated fleet of more fake nodes
+    than the suite's exporters serve (``KELVIN_SOURCE=simulated``, ``KELVIN_FLEET_FILE``: the burst scenario, the
+    throughput benchmark)."""
     workdir.mkdir(parents=True, exist_ok=True)
     kubeconfig = cluster.token_kubeconfig(NAMESPACE, SERVICE_ACCOUNT)
     policy = workdir / "policy.yaml"
@@ -159,6 +164,7 @@ def start(cluster: LoopbackCluster, workdir: Path, prometheus_url: str) -> Kelvi
             kubeconfig=kubeconfig,
         )
     )
+    env.update(settings or {})
     extender = start_extender(env, cluster.logs)
     scheduler: Process | None = None
     try:
