@@ -89,12 +89,12 @@ def test_two_replicas_one_leader_and_takeover(cluster: LoopbackCluster, tel: Tel
         replicas[leader].kill()
         killed = time.monotonic()
         tel.temperature(NODE, 3, 40)
-        wait_for(
-            "the follower lifting the taint",
-            lambda: (replicas[follower].check_alive(), thermal_taint(cluster, NODE) is None)[1],
-            PEERING_LIFETIME_S + 45,
-            0.5,
-        )
+
+        def lifted() -> bool:
+            replicas[follower].check_alive()
+            return thermal_taint(cluster, NODE) is None
+
+        wait_for("the follower lifting the taint", lifted, PEERING_LIFETIME_S + 45, 0.5)
         took_over_s = time.monotonic() - killed
         cooled_by = _reported_by(cluster, "KelvinNodeCooled")
         assert cooled_by == [follower], f"KelvinNodeCooled reported by {cooled_by}, the follower is {follower}"
