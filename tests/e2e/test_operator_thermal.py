@@ -177,6 +177,9 @@ def test_hot_nodes_tainted_drained_and_cooled(
         for app in ("guarded", "kept", "cool"):
             pod = _pod(cluster, ns, app, uids[app])
             assert pod is not None and not pod["metadata"].get("deletionTimestamp"), (app, pod)
+        # refused every cycle (a dozen times here), reported once: one Event for the episode, not one per cycle
+        blocks = events(cluster, namespace=ns, name=names["guarded"], reason="KelvinEvictionBlocked")
+        assert len(blocks) == 1, [(e["metadata"]["creationTimestamp"], e["message"]) for e in blocks]
         for app in ("kept", "cool"):
             assert _event(cluster, ns, "KelvinEvicted", names[app]) is None, app
             assert _event(cluster, ns, "KelvinEvictionBlocked", names[app]) is None, app
