@@ -7,6 +7,7 @@ import os
 import signal
 import tempfile
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -72,25 +73,49 @@ def exporter(
     ] = ("H100-SXM-80GB"),
     fake_seed: Annotated[int, typer.Option(metavar="SEED", help="Seed of the fake backend (UUIDs, pod names).")] = 0,
     fake_vary: Annotated[bool, typer.Option(help="Let the fake GPUs' load and temperature vary over time.")] = True,
+    fake_state_file: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="PATH",
+            help="Fake only: a YAML/JSON file of per-GPU temperature, throttling, memory and processes, re-read when "
+            "it changes (docs/exporter.md).",
+        ),
+    ] = None,
     log_level: LogLevelOption = LogLevel.info,
 ) -> None:
     """Serve NVML GPU metrics for Prometheus (/metrics) and this node as JSON (/v1/node)."""
     from .app import Exporter
     from .fake_nvml import FakeNvml, write_proc
+    from .fake_state import FakeStateError, FakeStateFile
 
     setup_logging(log_level)
     node = node_name or os.uname().nodename
     nvml: NvmlApi
+    state: FakeStateFile | None = None
+    if fake_state_file is not None and not fake:
+        raise typer.BadParameter("is an option of the fake backend: give --fake too", param_hint="--fake-state-file")
     if fake:
         try:
             fake_backend = FakeNvml(fake_gpus, fake_model, seed=fake_seed, vary=fake_vary)
         except ValueError as exc:
             raise typer.BadParameter(str(exc), param_hint="--fake-model") from None
+        write: Callable[[], None] | None = None
         if proc_root == Path("/proc"):
             # fake pids could match unrelated host processes: attribute them through a generated /proc instead
             scratch = Path(tempfile.mkdtemp(prefix="kelvin-fake-proc-"))
             proc_root, pods_dir = scratch / "proc", scratch / "pods"
-            write_proc(fake_backend, proc_root, pods_dir)
+            fake_proc, fake_pods = proc_root, pods_dir
+
+            def write() -> None:
+                write_proc(fake_backend, fake_proc, fake_pods)
+
+        if fake_state_file is not None:
+            try:
+                state = FakeStateFile(fake_state_file, fake_backend, on_change=write)
+            except FakeStateError as exc:
+                raise typer.BadParameter(str(exc), param_hint="--fake-state-file") from None
+        elif write is not None:
+            write()
         nvml = fake_backend
     else:
         nvml = real_nvml()
@@ -103,8 +128,12 @@ def exporter(
             f"cannot listen on {host}:{port}: {exc.strerror or exc}", param_hint="--port"
         ) from None
     logging.getLogger(__name__).info("kelvin exporter for node %s on %s:%d (fake=%s)", node, host, bound, fake)
+    if state is not None:
+        state.start()
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     stop.wait()
+    if state is not None:
+        state.stop()
     app.stop()

@@ -130,28 +130,25 @@ class FakeNvml:
                     energy_base_mj=(seed + 1) * 10_000_000 + i * 1_000_000,
                 )
             )
+        self.seed = seed
         busy = range(max(1, gpus - 2))  # the last two GPUs of a node idle, the others run a training pod each
         for i in busy:
-            self.set_busy(
-                i,
-                FakeProcess(
-                    pid=210_000 + 1000 * seed + 7 * i,
-                    used_bytes=(16 + 8 * (i % 4)) * GIB,
-                    pod_uid=f"{seed:08x}-7e1f-4a{i:02x}-9b3c-{i:012x}",
-                    namespace="ml-team",
-                    pod=f"train-{seed}-{i}",
-                ),
-            )
+            self.set_busy(i, self.training_process(i))
+
+    def training_process(self, index: int) -> FakeProcess:
+        """The training pod's process the constructor puts on GPU ``index`` (pid, memory and pod from the seed)."""
+        seed = self.seed
+        return FakeProcess(
+            pid=210_000 + 1000 * seed + 7 * index,
+            used_bytes=(16 + 8 * (index % 4)) * GIB,
+            pod_uid=f"{seed:08x}-7e1f-4a{index:02x}-9b3c-{index:012x}",
+            namespace="ml-team",
+            pod=f"train-{seed}-{index}",
+        )
 
     def set_busy(self, index: int, process: FakeProcess) -> None:
         """GPU ``index`` runs ``process`` at a typical training load (85 % SM, 62 °C, 520 W, full clocks)."""
-        gpu = self.gpus[index]
-        gpu.processes.append(process)
-        gpu.utilization_percent, gpu.memory_utilization_percent = 85, 40
-        gpu.temperature_celsius, gpu.memory_temperature_celsius = 62, 70
-        gpu.power_milliwatts = int(min(520.0, gpu.spec.power_limit_watts * 0.75) * 1000)
-        gpu.sm_clock_mhz = int(gpu.spec.sm_clock_max_mhz * 0.89)
-        gpu.throttle_reasons = 0
+        set_busy(self.gpus[index], process)
 
     # ----------------------------------------------------------------------------------------------- fault injection
     def set_error(self, function: str, code: int, gpu: int | None = None) -> None:
@@ -454,6 +451,16 @@ class FakeNvml:
         with self._lock:
             key = ctypes.cast(event_set, ctypes.c_void_p).value or 0
             self._event_sets.pop(key, None)
+
+
+def set_busy(gpu: FakeGpu, process: FakeProcess) -> None:
+    """``gpu`` runs ``process`` at a typical training load (85 % SM, 62 °C, 520 W, full clocks)."""
+    gpu.processes.append(process)
+    gpu.utilization_percent, gpu.memory_utilization_percent = 85, 40
+    gpu.temperature_celsius, gpu.memory_temperature_celsius = 62, 70
+    gpu.power_milliwatts = int(min(520.0, gpu.spec.power_limit_watts * 0.75) * 1000)
+    gpu.sm_clock_mhz = int(gpu.spec.sm_clock_max_mhz * 0.89)
+    gpu.throttle_reasons = 0
 
 
 def write_proc(fake: FakeNvml, proc_root: Path, pods_dir: Path) -> None:

@@ -18,11 +18,13 @@ import pytest
 
 from tests.e2e.api import wait_for
 from tests.e2e.cluster import LoopbackCluster, running, spawn
-from tests.e2e.fleet import GPU_NODES, GPUS_PER_NODE
+from tests.e2e.fleet import GPU_NODES, GPUS_PER_NODE, NODE_MODELS
 from tests.e2e.install import KOPF_CRDS, Step, documented_manifest_install, run_documented
 from tests.e2e.kelvin_scheduler import KelvinScheduler
 from tests.e2e.kelvin_scheduler import start as kelvin_scheduler_start
 from tests.e2e.kubebin import ROOT, KubeBinaries, MissingBinaries, find
+from tests.e2e.telemetry import MissingPrometheus, Telemetry, prometheus_binary
+from tests.e2e.telemetry import running as telemetry_running
 
 CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}  # as tests/conftest.py
@@ -139,11 +141,39 @@ def kelvin_installed(manifests_install: list[Step]) -> None:
 
 
 @pytest.fixture(scope="session")
+def telemetry(cluster: LoopbackCluster) -> Iterator[Telemetry]:
+    """One fake-NVML ``kelvin exporter`` per fake GPU node and one real Prometheus scraping them
+    (tests/e2e/telemetry.py). Without prometheus the e2e tests that need it skip naming the fix; under CI they fail."""
+    try:
+        prometheus_binary()
+    except MissingPrometheus as exc:
+        if IN_CI:
+            pytest.fail(str(exc))
+        pytest.skip(str(exc))
+    with telemetry_running(cluster.workdir / "telemetry", cluster.logs, NODE_MODELS) as t:
+        yield t
+
+
+@pytest.fixture
+def fresh_telemetry(telemetry: Telemetry) -> Iterator[Telemetry]:
+    """The suite's telemetry, every fake GPU back to the start state (idle) before and after the test, Prometheus
+    running."""
+    if not telemetry.prometheus.alive():
+        telemetry.prometheus.start()
+    telemetry.reset_all()
+    yield telemetry
+    if not telemetry.prometheus.alive():
+        telemetry.prometheus.start()
+    telemetry.reset_all()
+
+
+@pytest.fixture(scope="session")
 def kelvin_scheduler(
-    cluster: LoopbackCluster, kelvin_installed: None, gpu_nodes: tuple[str, ...]
+    cluster: LoopbackCluster, kelvin_installed: None, gpu_nodes: tuple[str, ...], telemetry: Telemetry
 ) -> Iterator[KelvinScheduler]:
-    """kube-scheduler with the installed kelvin-scheduler configuration, and kelvin's extender beside it."""
-    running = kelvin_scheduler_start(cluster, cluster.workdir / "kelvin-scheduler")
+    """kube-scheduler with the installed kelvin-scheduler configuration, and kelvin's extender beside it reading the
+    suite's Prometheus."""
+    running = kelvin_scheduler_start(cluster, cluster.workdir / "kelvin-scheduler", telemetry.prometheus.url)
     try:
         yield running
     finally:

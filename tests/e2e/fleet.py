@@ -1,5 +1,6 @@
-"""The fake GPU fleet of the e2e suite: node names and shapes shared by the fake nodes (tests/e2e/fakenodes.py) and
-the extender's simulated fleet, whose node names must be the Node objects' names."""
+"""The fake GPU fleet of the e2e suite: node names and shapes shared by the fake nodes (tests/e2e/fakenodes.py), their
+fake-NVML exporters (tests/e2e/telemetry.py: :data:`NODE_MODELS`) and the simulated fleet some scenarios still use,
+whose node names must be the Node objects' names."""
 
 from __future__ import annotations
 
@@ -8,12 +9,17 @@ PCIE_NODES = ("e2e-pcie-1",)
 GPU_NODES = NVSWITCH_NODES + PCIE_NODES
 GPUS_PER_NODE = 8
 GPU_MODEL = "H100-SXM-80GB"
+#: The PCIe-only node's boards: H100 PCIe has no NVLink to an NVSwitch (the fake exporter reports no NVLink series)
+PCIE_MODEL = "H100-PCIE-80GB"
+#: node -> the model its fake exporter reports (``kelvin exporter --fake-model``)
+NODE_MODELS = {**dict.fromkeys(NVSWITCH_NODES, GPU_MODEL), **dict.fromkeys(PCIE_NODES, PCIE_MODEL)}
 
 
 def fleet_file() -> dict[str, object]:
     """The extender's simulated fleet (docs/configuration.md, the fleet file) for exactly the fake nodes: nodes
     ``<namePrefix><n>`` numbered from 1 per prefix. No initial load and no random XID errors, so placements depend
-    only on what the tests create."""
+    only on what the tests create. (The simulated fleet knows no H100 PCIe model: its PCIe-only node is an H100 SXM
+    board without NVLink, the same 80 GiB.)"""
     return {
         "seed": 20,
         "initialLoad": 0,

@@ -1,15 +1,17 @@
 """kelvin-scheduler on the loopback cluster, as the chart deploys it but as local processes: the real kube-scheduler
 with the KubeSchedulerConfiguration the install put in the ConfigMap ``kelvin-system/kelvin-scheduler``, and
-``kelvin extender`` with the installed policy (ConfigMap ``kelvin-policy``) and the chart's settings, except that
-telemetry comes from a simulated fleet whose node names are the fake nodes'. Both authenticate with a token of the
-ServiceAccount ``kelvin-system/kelvin-scheduler``: they have exactly the rights the chart gives that pod."""
+``kelvin extender`` with the installed policy (ConfigMap ``kelvin-policy``) and the installed Deployment's settings
+(its ``extender`` container's environment), with ``source: prometheus`` (``helm --set extender.source=prometheus``)
+reading the suite's real Prometheus, which scrapes one fake-NVML ``kelvin exporter`` per fake node
+(tests/e2e/telemetry.py). Both authenticate with a token of the ServiceAccount ``kelvin-system/kelvin-scheduler``: they
+have exactly the rights the chart gives that pod."""
 
 from __future__ import annotations
 
 import os
 import shutil
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,7 +21,6 @@ import yaml
 
 from tests.e2e.api import wait_for
 from tests.e2e.cluster import LoopbackCluster, Process, free_port, spawn
-from tests.e2e.fleet import fleet_file
 
 NAMESPACE = "kelvin-system"
 SERVICE_ACCOUNT = "kelvin-scheduler"
@@ -105,31 +106,51 @@ def start_extender(env: dict[str, str], logs: Path) -> Process:
     return extender
 
 
-def start(cluster: LoopbackCluster, workdir: Path) -> KelvinScheduler:
-    workdir.mkdir(parents=True, exist_ok=True)
-    kubeconfig = cluster.token_kubeconfig(NAMESPACE, SERVICE_ACCOUNT)
-    policy = workdir / "policy.yaml"
-    policy.write_text(_configmap(cluster, "kelvin-policy", "policy.yaml"))
-    fleet = workdir / "fleet.yaml"
-    fleet.write_text(yaml.safe_dump(fleet_file()))
-    port, metrics_port = free_port(), free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KELVIN_") and k not in ("KUBECONFIG",)}
+def installed_extender_env(cluster: LoopbackCluster) -> dict[str, str]:
+    """The ``KELVIN_*`` environment of the installed Deployment's ``extender`` container (plain values only)."""
+    deployment = cluster.api.get(f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments/{SCHEDULER_NAME}")
+    (container,) = [c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == "extender"]
+    return {e["name"]: str(e["value"]) for e in container.get("env", []) if "value" in e}
+
+
+def extender_env(installed: Mapping[str, str], *, port: int, metrics_port: int, policy: Path, prometheus_url: str,
+                 kubeconfig: Path) -> dict[str, str]:  # fmt: skip
+    """The installed extender's settings with the out-of-pod differences: loopback ports of this test session, the
+    policy file's local copy, the ServiceAccount's kubeconfig, and telemetry from the suite's Prometheus (the chart
+    with ``extender.source=prometheus``: ``KELVIN_PROMETHEUS_URL``, ``KELVIN_PROMETHEUS_METRICS`` its default)."""
+    env = {k: v for k, v in installed.items() if not k.startswith("KELVIN_SCRAPE_")}
     env.update(
         {
-            # as the chart's extender container (helm/kelvin/templates/scheduler/deployment.yaml)
-            "KELVIN_HOST": "127.0.0.1",
             "KELVIN_PORT": str(port),
             "KELVIN_METRICS_HOST": "127.0.0.1",
             "KELVIN_METRICS_PORT": str(metrics_port),
             "KELVIN_POLICY_FILE": str(policy),
-            "KELVIN_REFRESH_INTERVAL_S": "1",
-            "KELVIN_BIND_ENABLED": "true",
-            "KELVIN_BIND_TIMEOUT_S": "4",
-            # telemetry: the simulated fleet of the fake nodes instead of the exporters
-            "KELVIN_SOURCE": "simulated",
-            "KELVIN_FLEET_FILE": str(fleet),
+            "KELVIN_SOURCE": "prometheus",
+            "KELVIN_PROMETHEUS_URL": prometheus_url,
+            "KELVIN_PROMETHEUS_METRICS": installed.get("KELVIN_PROMETHEUS_METRICS", "auto"),
             "KELVIN_KUBECONFIG": str(kubeconfig),
         }
+    )
+    assert env["KELVIN_HOST"] == "127.0.0.1", env
+    return env
+
+
+def start(cluster: LoopbackCluster, workdir: Path, prometheus_url: str) -> KelvinScheduler:
+    workdir.mkdir(parents=True, exist_ok=True)
+    kubeconfig = cluster.token_kubeconfig(NAMESPACE, SERVICE_ACCOUNT)
+    policy = workdir / "policy.yaml"
+    policy.write_text(_configmap(cluster, "kelvin-policy", "policy.yaml"))
+    port, metrics_port = free_port(), free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KELVIN_") and k not in ("KUBECONFIG",)}
+    env.update(
+        extender_env(
+            installed_extender_env(cluster),
+            port=port,
+            metrics_port=metrics_port,
+            policy=policy,
+            prometheus_url=prometheus_url,
+            kubeconfig=kubeconfig,
+        )
     )
     extender = start_extender(env, cluster.logs)
     scheduler: Process | None = None

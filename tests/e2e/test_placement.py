@@ -72,7 +72,7 @@ def test_gpu_models_annotation_is_honoured(
 def test_max_temperature_below_every_gpu_leaves_the_pod_pending(
     cluster: LoopbackCluster, kelvin_scheduler: KelvinScheduler, namespace: str
 ) -> None:
-    """20 °C, the lowest value accepted, is below every simulated GPU (ambient 28 °C)."""
+    """20 °C, the lowest value accepted, is below every fake GPU (idle at 38 °C)."""
     cluster.api.create(
         f"/api/v1/namespaces/{namespace}/pods", gpu_pod("too-cool", 1, {"kelvin.dev/max-temperature": "20"})
     )

@@ -1,0 +1,297 @@
+"""Telemetry of the e2e suite as production gets it: one ``kelvin exporter --fake`` per fake GPU node and ONE real
+Prometheus (Debian's ``/usr/bin/prometheus``) scraping them; kelvin's extender reads that Prometheus
+(``source=prometheus``). All on 127.0.0.1 with free ports, each a process of its own stopped by PID.
+
+API (stable: other scenarios build on it)::
+
+    telemetry = start(workdir, logs, {"e2e-nvs-1": "H100-SXM-80GB", ...})   # exporters + Prometheus, scraped once
+    telemetry.prometheus.url                       # http://127.0.0.1:PORT, for KELVIN_PROMETHEUS_URL
+    telemetry.set_gpus("e2e-nvs-1", {"all": {"temperature": 95}})   # the fake's state file (docs/exporter.md)
+    telemetry.reset("e2e-nvs-1")                   # back to the suite's start state (every GPU idle)
+    telemetry.reset_all()
+    telemetry.wait_query('max(kelvin_gpu_temperature_celsius{node="e2e-nvs-1"}) >= 95')   # until Prometheus has it
+    telemetry.prometheus.stop(); telemetry.prometheus.start()        # an outage, then back on the same port/tsdb
+    telemetry.stop()
+
+Each exporter runs ``kelvin exporter --fake --no-fake-vary --node-name <node> --fake-model <model>
+--fake-state-file <file>``. :meth:`Telemetry.set_gpus` writes that file atomically; the exporter applies it within
+0.2 s, and Prometheus has it at its next scrape (every :data:`SCRAPE_INTERVAL_S`). The state is declarative, on top
+of :data:`START_STATE` (every GPU idle: no process, 38 °C), so the placements of a scenario depend only on the pods it
+creates (kelvin learns the pods' GPUs from their ``kelvin.dev/gpu-assigned`` annotations, not from the fake NVML).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import sys
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import yaml
+
+from scheduler_plugin.exporter.fake_state import parse_state
+from tests.e2e.api import wait_for
+from tests.e2e.cluster import Process, free_port, spawn
+
+PROMETHEUS = "prometheus"
+SCRAPE_INTERVAL_S = 1
+#: Every GPU idle: the fake's own start-up state runs a training pod on most GPUs.
+START_STATE: dict[str, Any] = {"all": {"busy": False}}
+
+
+class MissingPrometheus(RuntimeError):
+    pass
+
+
+def prometheus_binary() -> str:
+    found = shutil.which(PROMETHEUS) or (PROMETHEUS_DEBIAN if os.access(PROMETHEUS_DEBIAN, os.X_OK) else None)
+    if found is None:
+        raise MissingPrometheus(
+            "prometheus is not installed: `bash .ci/install-tools.sh` (Debian's prometheus package) or put it on PATH"
+        )
+    return found
+
+
+PROMETHEUS_DEBIAN = "/usr/bin/prometheus"
+
+
+def _kelvin() -> str:
+    found = shutil.which("kelvin", path=str(Path(sys.executable).parent)) or shutil.which("kelvin")
+    if found is None:
+        raise RuntimeError("the kelvin command is not installed (pip install -e .)")
+    return found
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def write_state(path: Path, node: str, gpus: Mapping[str, Mapping[str, Any]]) -> None:
+    """A fake state file: :data:`START_STATE` overlaid with ``gpus``. Checked here first (the exporter's own
+    parser), so that a scenario's typo fails in the test rather than being logged and ignored by the exporter."""
+    merged: dict[str, dict[str, Any]] = {k: dict(v) for k, v in START_STATE.items()}
+    for key, values in gpus.items():
+        merged.setdefault(key, {}).update(values)
+    doc = {"gpus": merged}
+    parse_state(doc, f"state of {node}")
+    _write_atomically(path, yaml.safe_dump(doc))
+
+
+@dataclass
+class FakeExporter:
+    """One node's ``kelvin exporter --fake``."""
+
+    node: str
+    model: str
+    port: int
+    state_file: Path
+    process: Process
+
+    @property
+    def target(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def set_gpus(self, gpus: Mapping[str, Mapping[str, Any]]) -> None:
+        """Write the state file: :data:`START_STATE` overlaid with ``gpus`` (GPU index or ``all`` -> fields of
+        docs/exporter.md's state file)."""
+        write_state(self.state_file, self.node, gpus)
+
+    def healthy(self) -> bool:
+        if not self.process.alive():
+            raise RuntimeError(
+                f"exporter of {self.node} exited ({self.process.popen.returncode}):\n{self.process.tail()}"
+            )
+        try:
+            return httpx.get(f"http://{self.target}/healthz", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def stop(self) -> None:
+        self.process.stop()
+
+
+@dataclass
+class Prometheus:
+    """One real Prometheus: static scrape targets (the exporters), tsdb in ``data``, on 127.0.0.1:``port``.
+    :meth:`stop` and :meth:`start` keep the port and the tsdb (a restart, as a Pod's container restart)."""
+
+    port: int
+    config: Path
+    data: Path
+    logs: Path
+    process: Process | None = None
+    starts: int = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def argv(self) -> list[str]:
+        return [
+            prometheus_binary(),
+            f"--config.file={self.config}",
+            f"--storage.tsdb.path={self.data}",
+            "--storage.tsdb.retention.time=2h",
+            f"--web.listen-address=127.0.0.1:{self.port}",
+            "--log.level=info",
+        ]
+
+    def start(self, timeout: float = 60) -> None:
+        """Start and wait for ``/-/ready``."""
+        if self.process is not None and self.process.alive():
+            raise RuntimeError("prometheus is already running")
+        self.process = spawn(f"prometheus-{self.starts}", self.argv(), self.logs)
+        self.starts += 1
+        proc = self.process
+
+        def ready() -> bool:
+            if not proc.alive():
+                raise RuntimeError(f"prometheus exited ({proc.popen.returncode}):\n{proc.tail()}")
+            try:
+                return httpx.get(f"{self.url}/-/ready", timeout=2).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        wait_for("prometheus /-/ready", ready, timeout, 0.25)
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.stop(timeout=15)
+            self.process = None
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.alive()
+
+    def query(self, promql: str) -> list[dict[str, Any]]:
+        """The instant vector of ``promql`` (``data.result``); RuntimeError for a failed query."""
+        resp = httpx.get(f"{self.url}/api/v1/query", params={"query": promql}, timeout=5)
+        doc = orjson.loads(resp.content)
+        if doc.get("status") != "success":
+            raise RuntimeError(f"prometheus query {promql!r}: HTTP {resp.status_code}: {doc.get('error')}")
+        return list(doc["data"]["result"])
+
+
+def prometheus_config(targets: Mapping[str, str]) -> dict[str, Any]:
+    """Static scrape targets, one job; node -> ``host:port``."""
+    return {
+        "global": {"scrape_interval": f"{SCRAPE_INTERVAL_S}s", "scrape_timeout": f"{SCRAPE_INTERVAL_S}s"},
+        "scrape_configs": [
+            {
+                "job_name": "kelvin-exporter",
+                "static_configs": [
+                    {"targets": [target], "labels": {"kubernetes_node": node}} for node, target in targets.items()
+                ],
+            }
+        ],
+    }
+
+
+@dataclass
+class Telemetry:
+    exporters: dict[str, FakeExporter]
+    prometheus: Prometheus
+
+    def set_gpus(self, node: str, gpus: Mapping[str, Mapping[str, Any]]) -> None:
+        self.exporters[node].set_gpus(gpus)
+
+    def reset(self, node: str) -> None:
+        self.exporters[node].set_gpus({})
+
+    def reset_all(self) -> None:
+        for exporter in self.exporters.values():
+            exporter.set_gpus({})
+
+    def wait_query(self, promql: str, timeout: float = 30) -> list[dict[str, Any]]:
+        """Until ``promql`` returns a non-empty vector (e.g. a comparison that holds once scraped)."""
+
+        def probe() -> list[dict[str, Any]] | None:
+            try:
+                return self.prometheus.query(promql) or None
+            except (httpx.HTTPError, RuntimeError):
+                return None
+
+        return wait_for(f"prometheus: {promql}", probe, timeout, 0.25)
+
+    def wait_scraped(self, timeout: float = 60) -> None:
+        """Until Prometheus has every node's GPUs (all exporters up and scraped)."""
+        want = len(self.exporters)
+
+        def probe() -> bool:
+            try:
+                up = self.prometheus.query('count(up{job="kelvin-exporter"} == 1)')
+                nodes = self.prometheus.query("count(count by (node) (kelvin_gpu_memory_used_bytes))")
+            except (httpx.HTTPError, RuntimeError):
+                return False
+            return bool(up and nodes) and int(up[0]["value"][1]) == want and int(nodes[0]["value"][1]) == want
+
+        wait_for(f"prometheus scraping {want} exporters", probe, timeout, 0.25)
+
+    def stop(self) -> None:
+        self.prometheus.stop()
+        for exporter in self.exporters.values():
+            exporter.stop()
+
+
+def start_exporter(node: str, model: str, workdir: Path, logs: Path) -> FakeExporter:
+    port = free_port()
+    state = workdir / f"state-{node}.yaml"
+    argv = [
+        _kelvin(),
+        "exporter",
+        "--fake",
+        "--no-fake-vary",
+        f"--fake-model={model}",
+        f"--fake-seed={sum(node.encode())}",
+        f"--fake-state-file={state}",
+        f"--node-name={node}",
+        "--host=127.0.0.1",
+        f"--port={port}",
+        "--log-level=warning",
+    ]
+    write_state(state, node, {})
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KELVIN_") and k != "NODE_NAME"}
+    return FakeExporter(node, model, port, state, spawn(f"exporter-{node}", argv, logs, env=env))
+
+
+def start(workdir: Path, logs: Path, nodes: Mapping[str, str]) -> Telemetry:
+    """Exporters for ``nodes`` (node -> fake model) and Prometheus scraping them; returns once every node's GPUs are
+    in Prometheus. On failure, whatever started is stopped."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    prometheus_binary()
+    exporters: dict[str, FakeExporter] = {}
+    prometheus: Prometheus | None = None
+    try:
+        for node, model in nodes.items():
+            exporters[node] = start_exporter(node, model, workdir, logs)
+        for exporter in exporters.values():
+            wait_for(f"exporter of {exporter.node} /healthz", exporter.healthy, 60, 0.25)
+        config = workdir / "prometheus.yml"
+        config.write_text(yaml.safe_dump(prometheus_config({n: e.target for n, e in exporters.items()})))
+        prometheus = Prometheus(free_port(), config, workdir / "prometheus-data", logs)
+        prometheus.start()
+        telemetry = Telemetry(exporters, prometheus)
+        telemetry.wait_scraped()
+        return telemetry
+    except BaseException:
+        if prometheus is not None:
+            prometheus.stop()
+        for exporter in exporters.values():
+            exporter.stop()
+        raise
+
+
+@contextlib.contextmanager
+def running(workdir: Path, logs: Path, nodes: Mapping[str, str]) -> Iterator[Telemetry]:
+    telemetry = start(workdir, logs, nodes)
+    try:
+        yield telemetry
+    finally:
+        telemetry.stop()
