@@ -111,3 +111,33 @@ def test_dry_run_writes_nothing_but_events(
     finally:
         operator.stop()
         tel.reset()
+
+
+def test_a_deleted_gpu_node_waits_for_an_operator(cluster: LoopbackCluster, tel: GpuState, tmp_path: Path) -> None:
+    """kopf's node timers put its finalizer on every GPU node (kopf keeps it by design: a timer must be stopped
+    before its object goes). So a GPU Node deleted while no operator runs stays Terminating; the next operator
+    releases it at once (docs/operator.md: what to do when kelvin is uninstalled)."""
+    node = "e2e-op-fin-1"
+    with fake_nodes(cluster, (node,)):
+        settings = {"KELVIN_OPERATOR_DRY_RUN": "true"}
+        operator = start_operator(cluster, tel, tmp_path / "op1", "op-fin", settings=settings)
+        try:
+            wait_for(
+                "kopf's finalizer on the GPU node",
+                lambda: (
+                    KOPF_FINALIZER in (cluster.api.get(f"/api/v1/nodes/{node}")["metadata"].get("finalizers") or [])
+                ),
+                60,
+                0.5,
+            )
+        finally:
+            operator.stop()
+        cluster.api.delete(f"/api/v1/nodes/{node}")
+        time.sleep(5)
+        held = cluster.api.get_or_none(f"/api/v1/nodes/{node}")
+        assert held is not None and held["metadata"].get("deletionTimestamp"), held
+        operator = start_operator(cluster, tel, tmp_path / "op2", "op-fin", settings=settings)
+        try:
+            wait_for("the node released", lambda: cluster.api.get_or_none(f"/api/v1/nodes/{node}") is None, 60, 0.5)
+        finally:
+            operator.stop()
