@@ -5,6 +5,8 @@ but kopf's finalizer."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +16,7 @@ import pytest
 
 from tests.e2e.api import wait_for
 from tests.e2e.cluster import LoopbackCluster
+from tests.e2e.kubebin import ROOT
 from tests.e2e.opharness import (
     GpuState,
     bind,
@@ -113,31 +116,57 @@ def test_dry_run_writes_nothing_but_events(
         tel.reset()
 
 
+def _documented_release() -> str:
+    """docs/install.md's Uninstall loop that removes kopf's finalizer from the nodes."""
+    text = (ROOT / "docs" / "install.md").read_text()
+    section = text[text.index("**Release the GPU nodes from kopf's finalizer**") :]
+    fence = section.index("```bash\n") + len("```bash\n")
+    return section[fence : section.index("```", fence)]
+
+
 def test_a_deleted_gpu_node_waits_for_an_operator(cluster: LoopbackCluster, tel: GpuState, tmp_path: Path) -> None:
     """kopf's node timers put its finalizer on every GPU node (kopf keeps it by design: a timer must be stopped
     before its object goes). So a GPU Node deleted while no operator runs stays Terminating; the next operator
-    releases it at once (docs/operator.md: what to do when kelvin is uninstalled)."""
-    node = "e2e-op-fin-1"
-    with fake_nodes(cluster, (node,)):
+    releases it at once, and docs/install.md's uninstall step releases it without one."""
+    nodes = ("e2e-op-fin-1", "e2e-op-fin-2")
+    with fake_nodes(cluster, nodes):
         settings = {"KELVIN_OPERATOR_DRY_RUN": "true"}
         operator = start_operator(cluster, tel, tmp_path / "op1", "op-fin", settings=settings)
         try:
-            wait_for(
-                "kopf's finalizer on the GPU node",
-                lambda: (
-                    KOPF_FINALIZER in (cluster.api.get(f"/api/v1/nodes/{node}")["metadata"].get("finalizers") or [])
-                ),
-                60,
-                0.5,
-            )
+
+            def finalized() -> bool:
+                got = [cluster.api.get(f"/api/v1/nodes/{n}")["metadata"].get("finalizers") or [] for n in nodes]
+                return all(KOPF_FINALIZER in f for f in got)
+
+            wait_for("kopf's finalizer on the GPU nodes", finalized, 60, 0.5)
         finally:
             operator.stop()
-        cluster.api.delete(f"/api/v1/nodes/{node}")
-        time.sleep(5)
-        held = cluster.api.get_or_none(f"/api/v1/nodes/{node}")
-        assert held is not None and held["metadata"].get("deletionTimestamp"), held
+        first, second = nodes
+
+        def gone(n: str) -> bool:
+            return cluster.api.get_or_none(f"/api/v1/nodes/{n}") is None
+
+        def held(n: str) -> None:
+            cluster.api.delete(f"/api/v1/nodes/{n}")
+            time.sleep(5)
+            node = cluster.api.get_or_none(f"/api/v1/nodes/{n}")
+            assert node is not None and node["metadata"].get("deletionTimestamp"), node
+
+        held(first)
         operator = start_operator(cluster, tel, tmp_path / "op2", "op-fin", settings=settings)
         try:
-            wait_for("the node released", lambda: cluster.api.get_or_none(f"/api/v1/nodes/{node}") is None, 60, 0.5)
+            wait_for("the next operator releasing the node", lambda: gone(first), 60, 0.5)
         finally:
             operator.stop()
+        held(second)
+        # the uninstall step of docs/install.md, as written, releases every node held by kopf's finalizer alone
+        env = {
+            **os.environ,
+            "KUBECONFIG": str(cluster.admin_kubeconfig),
+            "PATH": f"{cluster.bins.kubectl.parent}{os.pathsep}{os.environ['PATH']}",
+        }
+        done = subprocess.run(
+            ["bash", "-c", _documented_release()], env=env, capture_output=True, text=True, timeout=60
+        )
+        assert done.returncode == 0, done
+        wait_for("the documented step releasing the node", lambda: gone(second), 30, 0.5)
