@@ -50,15 +50,13 @@ class Evictor:
     line and, where it has one, an Event on the first cycle; DEBUG and no new Event on the cycles after, for as long
     as the pod gets that same outcome cycle after cycle. Metrics count every cycle's outcome."""
 
-    #: Outcomes that repeat cycle after cycle for the same pod while nothing changes.
-    REPEATING = frozenset({"pdb_blocked", "limited", "dry_run"})
-
     def __init__(self, kube: Kube, cfg: OperatorConfig, metrics: OperatorMetrics, budget: EvictionBudget) -> None:
         self.kube = kube
         self.cfg = cfg
         self.metrics = metrics
         self.budget = budget
-        #: Per node, the (pod, result) pairs of :data:`REPEATING` outcomes its last cycle reported.
+        #: Per node, the (pod, result) pairs of the repeating outcomes (``pdb_blocked``, ``limited``, ``dry_run``) its
+        #: last cycle reported.
         self.reported: dict[str, set[tuple[str, str]]] = {}
 
     @property
