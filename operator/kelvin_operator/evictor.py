@@ -4,7 +4,7 @@ policy/v1 Eviction API (a 429 from a PodDisruptionBudget means "later"), dry run
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from scheduler_plugin.kube import KubeError
@@ -42,13 +42,22 @@ class Evictor:
     Owns the acting, not the deciding: the eviction limits (through the :class:`EvictionBudget` it is given), the
     checkpoint handshake, the policy/v1 Eviction API (a 429 from a PodDisruptionBudget means "later"), dry run, the
     Events and the eviction metrics. Built by the :class:`~kelvin_operator.reconcile.Reconciler` and living as long as
-    it; stateless apart from the budget. Not thread-safe: called from the operator's event loop."""
+    it; its only state besides the budget is what it reported last cycle. Not thread-safe: called from the
+    operator's event loop (the nodes' cycles interleave there, so each :meth:`act` keeps its own sets).
+
+    An outcome that repeats while nothing changes (an eviction a PodDisruptionBudget keeps refusing, a limit that
+    keeps holding a pod back, a dry run that would evict the same pod again) is reported once per episode: an INFO
+    line and, where it has one, an Event on the first cycle; DEBUG and no new Event on the cycles after, for as long
+    as the pod gets that same outcome cycle after cycle. Metrics count every cycle's outcome."""
 
     def __init__(self, kube: Kube, cfg: OperatorConfig, metrics: OperatorMetrics, budget: EvictionBudget) -> None:
         self.kube = kube
         self.cfg = cfg
         self.metrics = metrics
         self.budget = budget
+        #: Per node, the (pod, result) pairs of the repeating outcomes (``pdb_blocked``, ``limited``, ``dry_run``) its
+        #: last cycle reported.
+        self.reported: dict[str, set[tuple[str, str]]] = {}
 
     @property
     def dry(self) -> str:
@@ -57,17 +66,31 @@ class Evictor:
     async def act(self, node: str, ranked: Sequence[Candidate], now: float) -> list[Outcome]:
         """Work through ``ranked`` (safest first) within the limits. Call ``budget.new_cycle(node)`` before."""
         out: list[Outcome] = []
+        before = self.reported.get(node, set())
+        seen: set[tuple[str, str]] = set()
+
+        def first(pod: PodView, result: str) -> bool:
+            """Whether ``pod``'s ``result`` starts an episode (its last cycle on this node had another outcome)."""
+            key = (pod.uid or pod.key, result)
+            seen.add(key)
+            return key not in before
+
         for c in ranked:
             refusal = self.budget.refusal(node, c.pod.namespace, now)
             if refusal is not None:
                 self.metrics.evictions.labels(c.reason.value, "limited", self.dry).inc()
-                log.info("not evicting %s (%s): %s", c.pod.key, c.reason.value, refusal)
+                say = log.info if first(c.pod, "limited") else log.debug
+                say("not evicting %s (%s): %s", c.pod.key, c.reason.value, refusal)
                 out.append(Outcome(c.pod.key, c.reason.value, "limited", refusal))
                 continue
-            out.append(await self._one(node, c, now))
+            out.append(await self._one(node, c, now, first))
+        if seen:
+            self.reported[node] = seen
+        else:
+            self.reported.pop(node, None)
         return out
 
-    async def _one(self, node: str, c: Candidate, now: float) -> Outcome:
+    async def _one(self, node: str, c: Candidate, now: float, first: Callable[[PodView, str], bool]) -> Outcome:
         pod, reason = c.pod, c.reason.value
         step = None
         if pod.wants_checkpoint:
@@ -96,6 +119,9 @@ class Evictor:
         if self.cfg.dry_run:
             self.budget.record(node, pod.namespace, now)
             self.metrics.evictions.labels(reason, "dry_run", "true").inc()
+            if not first(pod, "dry_run"):
+                log.debug("dry run: would evict %s (%s): %s", pod.key, reason, c.detail)
+                return Outcome(pod.key, reason, "dry_run", c.detail)
             await self.kube.event(pod_ref(pod), "KelvinDryRunEviction", f"dry run: would evict ({reason}): {c.detail}")
             log.info("dry run: would evict %s (%s): %s", pod.key, reason, c.detail)
             return Outcome(pod.key, reason, "dry_run", c.detail)
@@ -112,6 +138,9 @@ class Evictor:
             return Outcome(pod.key, reason, "evicted", c.detail)
         if res.result is EvictResult.PDB_BLOCKED:
             self.metrics.evictions.labels(reason, "pdb_blocked", "false").inc()
+            if not first(pod, "pdb_blocked"):
+                log.debug("eviction of %s still blocked by a PodDisruptionBudget: %s", pod.key, res.message)
+                return Outcome(pod.key, reason, "pdb_blocked", res.message)
             await self.kube.event(
                 pod_ref(pod),
                 "KelvinEvictionBlocked",

@@ -121,6 +121,53 @@ async def test_pdb_429_means_try_later(kmock: km.KubernetesEmulator, kube: Opera
     )
 
 
+async def test_pdb_block_is_reported_once_per_episode(
+    kmock: km.KubernetesEmulator, kube: OperatorKube, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Found by the e2e hot-node scenario: a PodDisruptionBudget that keeps refusing posted a new Warning Event and an
+    INFO line every cycle (a dozen Events a minute for one pod). One Event and one INFO line per episode; the
+    retries every cycle are DEBUG; an episode that starts again after a break is reported again."""
+    caplog.set_level(logging.DEBUG, logger="kelvin.operator.evictor")
+    evictions_blocked(kmock)
+    seed(kmock, [node_obj("n1")], [pod("a", gpu_indices="0")])
+    rec = Reconciler(CFG, kube)
+    for t in (T0, T0 + 30, T0 + 60):
+        res = await cycle(rec, kube, hot_node(t), t)
+        assert [o.result for o in res.outcomes] == ["pdb_blocked"]
+    assert len(kmock["post", PODS]) == 3  # tried every cycle
+    assert event_reasons(kmock).count("KelvinEvictionBlocked") == 1
+    blocked = [r for r in caplog.records if "PodDisruptionBudget" in r.getMessage()]
+    assert [r.levelno for r in blocked] == [logging.INFO, logging.DEBUG, logging.DEBUG]
+    # GPU 0 cools below coolCelsius (the node is still hot, in its hold time): no candidate, the episode ends
+    warm = node("n1", gpu(0, 70.0, procs=(proc("a", 10),)), gpu(1, 88.0), now=T0 + 90)
+    res = await cycle(rec, kube, warm, T0 + 90)
+    assert res.hot and res.outcomes == []
+    res = await cycle(rec, kube, hot_node(T0 + 120), T0 + 120)
+    assert [o.result for o in res.outcomes] == ["pdb_blocked"]
+    assert event_reasons(kmock).count("KelvinEvictionBlocked") == 2
+
+
+async def test_repeated_dry_run_and_limit_are_reported_once(
+    kmock: km.KubernetesEmulator, kube: OperatorKube, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A dry run would evict the same pod every cycle (nothing moves it): one KelvinDryRunEviction Event per
+    episode, not one per cycle; the pod the limit holds back each cycle is one INFO line, then DEBUG."""
+    caplog.set_level(logging.DEBUG, logger="kelvin.operator.evictor")
+    evictions_succeed(kmock)
+    seed(kmock, [node_obj("n1")], [pod("a", gpu_indices="0"), pod("a2", gpu_indices="0", priority=10)])
+    rec = Reconciler(CFG.model_copy(update={"dry_run": True}), kube)
+    for t in (T0, T0 + 30, T0 + 60):
+        res = await cycle(rec, kube, hot_node(t), t)
+        assert [(o.pod, o.result) for o in res.outcomes] == [("ml/a", "dry_run"), ("ml/a2", "limited")]
+    assert event_reasons(kmock).count("KelvinDryRunEviction") == 1
+    would = [r.levelno for r in caplog.records if r.getMessage().startswith("dry run: would evict ml/a ")]
+    limited = [r.levelno for r in caplog.records if r.getMessage().startswith("not evicting ml/a2 ")]
+    assert would == limited == [logging.INFO, logging.DEBUG, logging.DEBUG]
+    assert (
+        metric(rec.metrics, "kelvin_operator_evictions_total", reason="thermal", result="dry_run", dry_run="true") == 3
+    )
+
+
 async def test_dry_run_writes_nothing_but_events(kmock: km.KubernetesEmulator, kube: OperatorKube) -> None:
     evictions_succeed(kmock)
     seed(
