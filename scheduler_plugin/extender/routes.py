@@ -155,10 +155,10 @@ def install_routes(app: FastAPI, ext: Extender, *, health: bool = True) -> None:
         return resp
 
     def parse_filter(body: bytes) -> wire.ParsedArgs:
-        return wire.parse_args(body, max_node_names=max_names)
+        return wire.parse_args(body, max_node_names=max_names, names=ext.names)
 
     def parse_prioritize(body: bytes) -> wire.ParsedArgs:
-        return wire.parse_args(body, max_node_names=max_names)
+        return wire.parse_args(body, max_node_names=max_names, names=ext.names)
 
     def parse_explain(body: bytes) -> wire.ExplainArgs:
         try:
