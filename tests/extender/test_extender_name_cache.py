@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from scheduler_plugin.extender import wire
 
-POD = {"metadata": {"name": "p", "namespace": "default", "uid": "u1"}}
+POD: dict[str, object] = {"metadata": {"name": "p", "namespace": "default", "uid": "u1"}}
 
 
 def body(names: list[str], pod: dict[str, object] = POD) -> bytes:
@@ -93,7 +93,7 @@ def test_subset_keeps_the_order_given() -> None:
     assert names.subset(np.array([], dtype=np.int64)) == []
 
 
-@given(st.lists(st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=12), max_size=40), st.data())
+@given(st.lists(st.text(st.characters(exclude_categories=["Cs"]), min_size=1, max_size=12), max_size=40), st.data())
 def test_the_priority_template_is_the_list_of_hosts_and_scores(names: list[str], data: st.DataObject) -> None:
     unique = list(dict.fromkeys(names))  # any text JSON can carry: quotes, backslashes, controls, non-ASCII
     scores = data.draw(st.lists(st.integers(0, 10), min_size=len(unique), max_size=len(unique)))
