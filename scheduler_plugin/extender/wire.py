@@ -97,7 +97,7 @@ class NodeNameList:
     last snapshot index it was looked up in: a repeated list is neither decoded, nor checked, nor looked up again.
     Read-only once built (``names`` and the arrays are shared by every request that sends the same text)."""
 
-    __slots__ = ("_by_row_index", "_host_offsets", "_host_template", "_names_array", "names", "sent")
+    __slots__ = ("_by_row_index", "_host_offsets", "_host_template", "_names_array", "_replies", "names", "sent")
 
     def __init__(self, names: list[str], sent: int | None = None) -> None:
         self.names = names
@@ -107,6 +107,7 @@ class NodeNameList:
         self._names_array: npt.NDArray[np.object_] | None = None
         self._host_template: bytes | None = None
         self._host_offsets: IntA | None = None
+        self._replies = 0
 
     def __len__(self) -> int:
         return len(self.names)
@@ -140,14 +141,18 @@ class NodeNameList:
     def priority_json(self, scores: IntA) -> bytes:
         """The ``HostPriorityList`` JSON of these names with ``scores`` (integers 0..10, one per name, in order).
 
-        Written into a template of the whole reply made once per list: each score has a two-character slot
-        (``" 7"``, ``"10"``: JSON allows the blank), so a reply is one copy of the template and two vectorised
-        writes instead of a dict per node."""
+        From the second reply on, written into a template of the whole reply made once per list: each score has a
+        two-character slot (``" 7"``, ``"10"``: JSON allows the blank), so a reply is one copy of the template and
+        two vectorised writes instead of a dict per node. The first reply of a list is built as dicts (making the
+        template costs several replies' worth, and a list kube-scheduler does not repeat never needs it)."""
         scores = np.asarray(scores, dtype=np.int64)
         if scores.shape != (len(self.names),):
             raise ValueError(f"{scores.size} scores for {len(self.names)} names")
         if scores.size and (scores.min() < 0 or scores.max() > 10):
             raise ValueError(f"scores must lie in 0..10, not {int(scores.min())}..{int(scores.max())}")
+        self._replies += 1
+        if self._replies == 1:
+            return orjson.dumps([{"Host": n, "Score": s} for n, s in zip(self.names, scores.tolist(), strict=True)])
         if self._host_template is None or self._host_offsets is None:
             heads = [b'{"Host":' + orjson.dumps(n) + b',"Score":' for n in self.names]
             lengths = np.fromiter(map(len, heads), dtype=np.int64, count=len(heads))
