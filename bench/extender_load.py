@@ -11,7 +11,8 @@ Starts ``kelvin extender`` (uvicorn, simulated fleet) in a subprocess on free lo
 2. **Sustained load** (the default 5 s telemetry refresh): an open-loop client asks ``--rate`` requests per second
    (half filter, half prioritize; a prioritize follows its filter on the same connection) for ``--seconds``, at most
    ``--connections`` in flight; each latency counts from the request's scheduled time, so a server that falls
-   behind shows it. Meanwhile a probe thread opens a fresh connection every ``--probe-interval`` s (as kubelet does)
+   behind shows it (a request still waiting for a connection 5 s after its time is an error, not sent: the client
+   stays bounded in time). Meanwhile a probe thread opens a fresh connection every ``--probe-interval`` s (as kubelet does)
    to ``/healthz`` and ``/readyz`` on the metrics listener and times the answer. Errors: any answer other than 200
    with an empty ``Error``, and any request that takes longer than 5 s (kube-scheduler's extender httpTimeout).
 
@@ -183,6 +184,9 @@ async def load(args: argparse.Namespace, port: int, pid: int) -> LoadResult:
         async def one(i: int, due: float) -> None:
             k = i % len(base)
             async with sem:
+                late = time.perf_counter() - due
+                if late > HTTP_TIMEOUT_S:  # kube-scheduler would have timed out already: counted, not sent
+                    return fail(f"not sent: {late:.1f} s behind schedule (every connection busy)")
                 try:
                     async with session.post("/filter", data=fbodies[k], headers=headers) as r:
                         body = await r.read()
