@@ -12,8 +12,8 @@ Starts ``kelvin extender`` (uvicorn, simulated fleet) in a subprocess on free lo
    (half filter, half prioritize; a prioritize follows its filter on the same connection) for ``--seconds``, at most
    ``--connections`` in flight; each latency counts from the request's scheduled time, so a server that falls
    behind shows it (a request still waiting for a connection 5 s after its time is an error, not sent: the client
-   stays bounded in time). Meanwhile a probe thread opens a fresh connection every ``--probe-interval`` s (as kubelet does)
-   to ``/healthz`` and ``/readyz`` on the metrics listener and times the answer. Errors: any answer other than 200
+   stays bounded in time). Meanwhile a probe thread opens a fresh connection every ``--probe-interval`` s (as
+   kubelet does) to ``/healthz`` and ``/readyz`` on the metrics listener and times the answer. Errors: any answer other than 200
    with an empty ``Error``, and any request that takes longer than 5 s (kube-scheduler's extender httpTimeout).
 
 Targets (issue 17): filter + prioritize + bind CPU <= 2 ms per pod, pair p99 <= 5 ms idle; 500 req/s for 60 s with 0
