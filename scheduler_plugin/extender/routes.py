@@ -205,11 +205,13 @@ def install_routes(app: FastAPI, ext: Extender, *, health: bool = True) -> None:
     async def explain_route(request: Request) -> Response:
         return await run_verb("explain", request, do_explain)
 
+    # Plain Starlette routes (``add_route``), not FastAPI's ``add_api_route``: each handler takes the request and
+    # reads its body itself, so FastAPI's dependency and validation machinery would only cost time per request.
     for prefix in ("", "/scheduler"):
-        app.add_api_route(f"{prefix}/filter", filter_route, methods=["POST"], include_in_schema=prefix == "")
-        app.add_api_route(f"{prefix}/prioritize", prioritize_route, methods=["POST"], include_in_schema=prefix == "")
-        app.add_api_route(f"{prefix}/bind", bind_route, methods=["POST"], include_in_schema=prefix == "")
-    app.add_api_route("/explain", explain_route, methods=["POST"])
+        app.add_route(f"{prefix}/filter", filter_route, methods=["POST"], include_in_schema=False)
+        app.add_route(f"{prefix}/prioritize", prioritize_route, methods=["POST"], include_in_schema=False)
+        app.add_route(f"{prefix}/bind", bind_route, methods=["POST"], include_in_schema=False)
+    app.add_route("/explain", explain_route, methods=["POST"], include_in_schema=False)
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, exc: RequestValidationError) -> Response:
