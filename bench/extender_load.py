@@ -13,8 +13,9 @@ Starts ``kelvin extender`` (uvicorn, simulated fleet) in a subprocess on free lo
    ``--connections`` in flight; each latency counts from the request's scheduled time, so a server that falls
    behind shows it (a request still waiting for a connection 5 s after its time is an error, not sent: the client
    stays bounded in time). Meanwhile a probe thread opens a fresh connection every ``--probe-interval`` s (as
-   kubelet does) to ``/healthz`` and ``/readyz`` on the metrics listener and times the answer. Errors: any answer other than 200
-   with an empty ``Error``, and any request that takes longer than 5 s (kube-scheduler's extender httpTimeout).
+   kubelet does) to ``/healthz`` and ``/readyz`` on the metrics listener and times the answer. Errors: any answer
+   other than 200 with an empty ``Error``, and any request that takes longer than 5 s (kube-scheduler's extender
+   httpTimeout).
 
 Targets (issue 17): filter + prioritize + bind CPU <= 2 ms per pod, pair p99 <= 5 ms idle; 500 req/s for 60 s with 0
 errors and probes p99 <= 50 ms. Prints the machine's CPUs and load average: on a shared machine, wall figures (the
@@ -257,7 +258,7 @@ def server(args: argparse.Namespace, *, static: bool, env_dir: Path) -> tuple[su
         flags += ["--refresh-interval", "3600", "--policy-file", str(policy)]
         env["KELVIN_MAX_TELEMETRY_AGE_S"] = "7200"
     proc = start_extender(port, *flags, env=env)
-    wait_for(f"http://127.0.0.1:{mport}/readyz", proc, "extender")
+    wait_for(f"http://127.0.0.1:{mport}/readyz", proc, "extender", timeout_s=600.0)  # slow on a loaded box
     return proc, port, mport
 
 
