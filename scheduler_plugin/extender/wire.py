@@ -141,17 +141,18 @@ class NodeNameList:
     def priority_json(self, scores: IntA) -> bytes:
         """The ``HostPriorityList`` JSON of these names with ``scores`` (integers 0..10, one per name, in order).
 
-        From the second reply on, written into a template of the whole reply made once per list: each score has a
+        From the third reply on, written into a template of the whole reply made once per list: each score has a
         two-character slot (``" 7"``, ``"10"``: JSON allows the blank), so a reply is one copy of the template and
-        two vectorised writes instead of a dict per node. The first reply of a list is built as dicts (making the
-        template costs several replies' worth, and a list kube-scheduler does not repeat never needs it)."""
+        two vectorised writes instead of a dict per node. The first two replies of a list are built as dicts (making
+        the template costs a few replies' worth; a list seen once or twice, such as the passed names while nodes fill
+        up, never pays for it)."""
         scores = np.asarray(scores, dtype=np.int64)
         if scores.shape != (len(self.names),):
             raise ValueError(f"{scores.size} scores for {len(self.names)} names")
         if scores.size and (scores.min() < 0 or scores.max() > 10):
             raise ValueError(f"scores must lie in 0..10, not {int(scores.min())}..{int(scores.max())}")
         self._replies += 1
-        if self._replies == 1:
+        if self._replies <= 2:
             return orjson.dumps([{"Host": n, "Score": s} for n, s in zip(self.names, scores.tolist(), strict=True)])
         if self._host_template is None or self._host_offsets is None:
             heads = [b'{"Host":' + orjson.dumps(n) + b',"Score":' for n in self.names]

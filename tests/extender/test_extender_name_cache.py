@@ -98,7 +98,7 @@ def test_the_priority_template_is_the_list_of_hosts_and_scores(names: list[str],
     unique = list(dict.fromkeys(names))  # any text JSON can carry: quotes, backslashes, controls, non-ASCII
     scores = data.draw(st.lists(st.integers(0, 10), min_size=len(unique), max_size=len(unique)))
     nl = wire.NodeNameList(unique)
-    for s in (scores, scores[::-1], scores):  # built as dicts, then into the template made for the list
+    for s in (scores, scores[::-1], scores, scores[::-1]):  # as dicts twice, then into the list's template
         reply = nl.priority_json(np.asarray(s, dtype=np.int64))
         assert orjson.loads(reply) == [{"Host": n, "Score": v} for n, v in zip(unique, s, strict=True)]
 
