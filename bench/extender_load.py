@@ -146,6 +146,7 @@ def idle_phases(args: argparse.Namespace, port: int, pid: int) -> list[Phase]:
             triple.wall.append(tf + tp + tb)
             bind_wall.append(tb)
         triple.cpu_s = cpu_seconds(pid) - c0
+        pair.cpu_s = out[0].cpu_s + out[1].cpu_s  # the two phases above: same pods, same names
         out += [pair, triple, Phase("bind", args.pods, triple.cpu_s - out[0].cpu_s - out[1].cpu_s, bind_wall)]
     return out
 

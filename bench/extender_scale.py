@@ -34,10 +34,14 @@ def measure(nodes: int, gpus: int, calls: int) -> dict[str, float]:
     from scheduler_plugin.config import Settings
     from scheduler_plugin.extender.app import build_extender
     from scheduler_plugin.extender.wire import dumps
+    from scheduler_plugin.policies.config import PolicyConfig
 
     t0 = time.time()
     ext = build_extender(
-        Settings(fleet_nodes=nodes, fleet_gpus_per_node=gpus, refresh_interval_s=3600), clock=lambda: t0
+        # telemetry never too old here (no refresh deadline either): a loaded machine may take long over 20,000 nodes
+        Settings(fleet_nodes=nodes, fleet_gpus_per_node=gpus, refresh_interval_s=3600, max_telemetry_age_s=7200),
+        policy=PolicyConfig.from_mapping({"telemetry": {"maxAgeSeconds": 7200}}),
+        clock=lambda: t0,
     )
     c = time.process_time()
     asyncio.run(ext.cache.refresh_once())
