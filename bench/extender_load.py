@@ -259,7 +259,11 @@ def server(args: argparse.Namespace, *, static: bool, env_dir: Path) -> tuple[su
         flags += ["--refresh-interval", "3600", "--policy-file", str(policy)]
         env["KELVIN_MAX_TELEMETRY_AGE_S"] = "7200"
     proc = start_extender(port, *flags, env=env)
-    wait_for(f"http://127.0.0.1:{mport}/readyz", proc, "extender", timeout_s=600.0)  # slow on a loaded box
+    try:
+        wait_for(f"http://127.0.0.1:{mport}/readyz", proc, "extender", timeout_s=600.0)  # slow on a loaded box
+    except BaseException:
+        stop(proc)  # never leave it running
+        raise
     return proc, port, mport
 
 
