@@ -36,4 +36,4 @@ def install_preempt_route(app: FastAPI, ext: Extender, run_verb: RunVerb) -> Non
         return await run_verb("preempt", request, do_preempt)
 
     for prefix in ("", "/scheduler"):
-        app.add_api_route(f"{prefix}/preempt", preempt_route, methods=["POST"], include_in_schema=prefix == "")
+        app.add_route(f"{prefix}/preempt", preempt_route, methods=["POST"], include_in_schema=False)

@@ -156,10 +156,10 @@ def install_routes(app: FastAPI, ext: Extender, *, health: bool = True) -> None:
         return resp
 
     def parse_filter(body: bytes) -> wire.ParsedArgs:
-        return wire.parse_args(body, max_node_names=max_names)
+        return wire.parse_args(body, max_node_names=max_names, names=ext.names)
 
     def parse_prioritize(body: bytes) -> wire.ParsedArgs:
-        return wire.parse_args(body, max_node_names=max_names)
+        return wire.parse_args(body, max_node_names=max_names, names=ext.names)
 
     def parse_explain(body: bytes) -> wire.ExplainArgs:
         try:
@@ -206,11 +206,13 @@ def install_routes(app: FastAPI, ext: Extender, *, health: bool = True) -> None:
     async def explain_route(request: Request) -> Response:
         return await run_verb("explain", request, do_explain)
 
+    # Plain Starlette routes (``add_route``), not FastAPI's ``add_api_route``: each handler takes the request and
+    # reads its body itself, so FastAPI's dependency and validation machinery would only cost time per request.
     for prefix in ("", "/scheduler"):
-        app.add_api_route(f"{prefix}/filter", filter_route, methods=["POST"], include_in_schema=prefix == "")
-        app.add_api_route(f"{prefix}/prioritize", prioritize_route, methods=["POST"], include_in_schema=prefix == "")
-        app.add_api_route(f"{prefix}/bind", bind_route, methods=["POST"], include_in_schema=prefix == "")
-    app.add_api_route("/explain", explain_route, methods=["POST"])
+        app.add_route(f"{prefix}/filter", filter_route, methods=["POST"], include_in_schema=False)
+        app.add_route(f"{prefix}/prioritize", prioritize_route, methods=["POST"], include_in_schema=False)
+        app.add_route(f"{prefix}/bind", bind_route, methods=["POST"], include_in_schema=False)
+    app.add_route("/explain", explain_route, methods=["POST"], include_in_schema=False)
     install_preempt_route(app, ext, run_verb)  # preempt_route.py
 
     @app.exception_handler(RequestValidationError)

@@ -134,12 +134,15 @@ def listen(host: str, port: int, field: str) -> socket.socket:
 
 
 class ExtenderServers:
-    """The extender's two listeners in one process and one event loop, sharing one :class:`Extender`:
+    """The extender's two listeners in one process, sharing one :class:`Extender`:
 
     * the verbs (filter, prioritize, bind, explain, and /healthz) on ``host:port``, loopback by default: the
       scheduler runs beside kelvin in the pod, and nothing else should be able to bind pods;
     * /healthz, /readyz and /metrics on ``metrics_host:metrics_port`` (all interfaces by default: probes and
-      Prometheus). ``metrics_port: 0`` serves them on the verbs listener instead.
+      Prometheus), served by their own thread and event loop (:func:`_run_side`): while the verbs keep their loop
+      busy, a probe waits at most for the interpreter to switch threads (milliseconds), never for the queue of
+      verbs. These handlers only read the published snapshot and the metrics, which are safe to read from another
+      thread. ``metrics_port: 0`` serves them on the verbs listener (and loop) instead.
 
     Both sockets are bound here, before anything starts, so a port in use stops startup with the setting named.
     """
@@ -209,13 +212,19 @@ class ExtenderServers:
             self.verbs_url,
             self.metrics_url or f"{self.verbs_url} (metrics_port 0)",
         )
-        side: asyncio.Task[None] | None = None
+        side: threading.Thread | None = None
         once = _OncePerProcess()
         uvicorn_log = logging.getLogger("uvicorn.error")
         uvicorn_log.addFilter(once)
         if self.metrics is not None and self.metrics_sock is not None:
-            side = asyncio.create_task(self.metrics.serve(sockets=[self.metrics_sock]), name="kelvin-metrics")
-            side.add_done_callback(lambda _: self.request_stop())  # one listener gone: stop the other too
+            loop = asyncio.get_running_loop()
+            side = threading.Thread(
+                target=_run_side,
+                args=(self.metrics, self.metrics_sock, lambda: loop.call_soon_threadsafe(self.request_stop)),
+                name="kelvin-metrics",
+                daemon=True,
+            )
+            side.start()
         try:
             await self.verbs.serve(sockets=[self.verbs_sock])
         except SystemExit:  # uvicorn >= 0.30 exits 3 when the lifespan fails; older ones return normally
@@ -224,7 +233,7 @@ class ExtenderServers:
         finally:
             self.request_stop()
             if side is not None:
-                await side
+                await asyncio.to_thread(side.join)
             uvicorn_log.removeFilter(once)
         if not self.verbs.started:
             # uvicorn returns normally when the app's lifespan fails (it logged why): not a clean stop.
@@ -233,20 +242,35 @@ class ExtenderServers:
     def run(self) -> None:
         """Serve until SIGTERM / SIGINT (or :meth:`request_stop`), on uvloop when it is installed. Raises
         :class:`StartupError` when the verbs app did not start (its lifespan failed)."""
-        loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = None
         try:
-            import uvloop
-
-            loop_factory = uvloop.new_event_loop
-        except ImportError:  # pragma: no cover (Windows)
-            pass
-        try:
-            with asyncio.Runner(loop_factory=loop_factory) as runner:
+            with asyncio.Runner(loop_factory=_new_loop) as runner:
                 runner.run(self.serve())
         finally:
             self.verbs_sock.close()
             if self.metrics_sock is not None:
                 self.metrics_sock.close()
+
+
+def _new_loop() -> asyncio.AbstractEventLoop:
+    try:
+        import uvloop
+
+        return uvloop.new_event_loop()
+    except ImportError:  # pragma: no cover (Windows)
+        return asyncio.new_event_loop()
+
+
+def _run_side(server: uvicorn.Server, sock: socket.socket, stopped: Callable[[], None]) -> None:
+    """Serve the metrics listener on this thread's own event loop until it is told to stop; then (or when it ends
+    on its own, e.g. a failure) call ``stopped``, so that one listener gone stops the other too."""
+    try:
+        with asyncio.Runner(loop_factory=_new_loop) as runner:
+            runner.run(server.serve(sockets=[sock]))
+    except BaseException:  # reported, and the verbs server stopped with it
+        log.exception("the metrics listener failed")
+    finally:
+        with contextlib.suppress(RuntimeError):  # the verbs' loop has closed already
+            stopped()
 
 
 def _url(sock: socket.socket) -> str:

@@ -27,10 +27,12 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
+import orjson
 
 from ..config import Settings
 from ..model import GpuAssignment, GpuRequest, RequestError, parse_pod
 from ..model.claim import claim_of
+from ..policies.base import IntA
 from ..policies.config import PolicyConfig
 from ..policies.framework import Framework
 from ..telemetry.cache import SnapshotCache
@@ -126,6 +128,8 @@ class Extender:
 
     def __post_init__(self) -> None:
         self.memo = RequestMemo()
+        #: NodeNames lists seen lately, decoded and looked up once (kube-scheduler repeats them pod after pod).
+        self.names = wire.NameCache()
         self.binds = BindRecords()
         #: One verb's CPU work per pass of the event loop, first come first served (:mod:`.turns`): between two
         #: verbs the loop accepts connections, reads sockets and answers /healthz.
@@ -135,13 +139,6 @@ class Extender:
         self.bind_timeout_s: float = self.settings.bind_timeout_s
 
     # -- helpers -----------------------------------------------------------------------------------------------
-
-    def _rows(self, names: list[str]) -> np.ndarray[Any, np.dtype[np.int64]]:
-        index = self.cache.snapshot.arrays.index
-        try:  # the common case: every name known (a KeyError costs one retry)
-            return np.fromiter(map(index.__getitem__, names), dtype=np.int64, count=len(names))
-        except KeyError:
-            return np.array([index.get(n, -1) for n in names], dtype=np.int64)
 
     @property
     def deny_unknown(self) -> bool:
@@ -188,7 +185,7 @@ class Extender:
 
     def filter(self, body: bytes | wire.ParsedArgs) -> dict[str, Any]:
         """An ``ExtenderFilterResult``. Raises :class:`wire.WireError` for a body that is not ExtenderArgs."""
-        args = body if isinstance(body, wire.ParsedArgs) else wire.parse_args(body)
+        args = body if isinstance(body, wire.ParsedArgs) else wire.parse_args(body, names=self.names)
         names = args.names
         try:
             req = parse_pod(args.pod)
@@ -201,15 +198,13 @@ class Extender:
         # The one place a pod is learned (the target workload is the mix of arriving pods; see Framework.observe):
         # filter is the verb every managed pod reaches, fitting or not, with or without a prioritize verb.
         self.framework.observe(req)
-        snap = self.cache.snapshot
-        fleet = snap.arrays
-        rows = self._rows(names)
-        known = rows >= 0
+        fleet = self.cache.snapshot.arrays
+        rows = args.name_list.rows(fleet.index)
         failed: dict[str, str] = {}
         unresolvable: dict[str, str] = {}
-        passed_pos: list[int]
+        passed_pos: IntA
         if not req.wants_gpu:
-            passed_pos = list(range(len(names)))
+            passed_pos = np.arange(len(names), dtype=np.int64)
         else:
             now = self.clock()
             ctx = self.framework.context(fleet, now)
@@ -218,12 +213,13 @@ class Extender:
                 self.metrics.rejections.labels("stale_telemetry").inc(len(names))
                 self.metrics.decisions.labels("filter", "rejected").inc(len(names))
                 return wire.filter_result(args, [], {}, {}, error=down)
-            pos_known = np.nonzero(known)[0]
+            known = rows >= 0
+            pos_known = np.flatnonzero(known)
             outcome = self.framework.filter(req, fleet, rows[pos_known], ctx)
             ok = np.zeros(fleet.n_nodes, dtype=np.bool_)
             ok[outcome.passed] = True
             ok_known = ok[rows[pos_known]]
-            passed_pos = pos_known[ok_known].tolist()
+            passed_pos = pos_known[ok_known]
             counts: dict[str, int] = {}
             bad_pos = pos_known[~ok_known]
             rejs = list(map(outcome.rejected.__getitem__, rows[bad_pos].tolist()))
@@ -237,13 +233,13 @@ class Extender:
                 counts[code] = counts.get(code, 0) + n
             n_unknown = len(names) - len(pos_known)
             if n_unknown:
-                unknown_pos = np.nonzero(~known)[0].tolist()
+                unknown_pos = np.flatnonzero(~known)
                 if self.deny_unknown:
-                    for p in unknown_pos:
+                    for p in unknown_pos.tolist():
                         unresolvable[names[p]] = UNKNOWN_NODE_REASON
                     counts["unknown_node"] = n_unknown
                 else:
-                    passed_pos = sorted(passed_pos + unknown_pos)
+                    passed_pos = np.sort(np.concatenate([passed_pos, unknown_pos]))
             for code, n in counts.items():
                 self.metrics.rejections.labels(code).inc(n)
         self.metrics.decisions.labels("filter", "passed").inc(len(passed_pos))
@@ -252,25 +248,25 @@ class Extender:
 
     # -- prioritize --------------------------------------------------------------------------------------------
 
-    def prioritize(self, body: bytes | wire.ParsedArgs) -> list[dict[str, Any]]:
-        """A ``HostPriorityList``. Raises :class:`wire.WireError` for a bad body or a pod kelvin cannot read
-        (prioritize errors never block a pod: kube-scheduler ignores them)."""
-        args = body if isinstance(body, wire.ParsedArgs) else wire.parse_args(body)
+    def prioritize(self, body: bytes | wire.ParsedArgs) -> orjson.Fragment:
+        """A ``HostPriorityList`` (as its JSON text). Raises :class:`wire.WireError` for a bad body or a pod kelvin
+        cannot read (prioritize errors never block a pod: kube-scheduler ignores them)."""
+        args = body if isinstance(body, wire.ParsedArgs) else wire.parse_args(body, names=self.names)
         try:
             req = parse_pod(args.pod)
         except RequestError as exc:
             raise wire.WireError(f"Pod: {exc}") from None
         self.memo.put(req)
         fleet = self.cache.snapshot.arrays
-        rows = self._rows(args.names)
+        rows = args.name_list.rows(fleet.index)
         scores = np.zeros(len(args.names), dtype=np.int64)
-        pos_known = np.nonzero(rows >= 0)[0]
+        pos_known = np.flatnonzero(rows >= 0)
         if pos_known.size and req.wants_gpu:
             ctx = self.framework.context(fleet, self.clock())
             ints, _raw = self.framework.prioritize(req, fleet, rows[pos_known], ctx)
             scores[pos_known] = ints
         self.metrics.decisions.labels("prioritize", "scored").inc(len(args.names))
-        return wire.priority_list(args.names, scores.tolist())
+        return orjson.Fragment(args.name_list.priority_json(scores))
 
     # -- bind --------------------------------------------------------------------------------------------------
 
@@ -443,7 +439,7 @@ class Extender:
         if candidates is None:
             cand = np.arange(fleet.n_nodes, dtype=np.int64)
         else:
-            rows = self._rows(candidates)
+            rows = wire.NodeNameList(candidates).rows(fleet.index)
             cand = rows[rows >= 0]
         ctx = self.framework.context(fleet, self.clock())
         out = self.framework.explain(req, fleet, row, ctx, candidates=cand).to_dict()

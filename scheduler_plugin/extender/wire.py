@@ -4,18 +4,24 @@ The pydantic models document and validate the format; the embedded Pod and Node 
 (camelCase dicts) and are never validated field by field: a 5,000-node request must not pay for that. The hot path
 uses :func:`parse_args`, which decodes with msgspec (Node objects stay undecoded JSON text) and checks only the shape
 kelvin relies on, and
-:func:`filter_result` / :func:`priority_list` to build replies that :func:`dumps` serialises with orjson.
+:func:`filter_result` / :meth:`NodeNameList.priority_json` to build replies that :func:`dumps` serialises with orjson.
 """
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import msgspec
+import numpy as np
+import numpy.typing as npt
 import orjson
 from pydantic import BaseModel, ConfigDict, Field
+
+IntA = npt.NDArray[np.int64]
 
 
 class WireError(ValueError):
@@ -82,17 +88,132 @@ class UnsupportedEncoding(WireError):
     """A body sent with a ``Content-Encoding`` kelvin does not decode (answered with HTTP 415, naming it)."""
 
 
+class NodeNameList:
+    """One request's candidate node names, duplicates dropped (the first one kept), with what the verbs derive from
+    them: their rows in a snapshot (:meth:`rows`) and the ``HostPriorityList`` reply (:meth:`priority_json`).
+
+    kube-scheduler sends the same list again and again (every node that passed its own filters, for pod after pod),
+    so a :class:`NameCache` keeps the lists it decoded by their JSON text, and each list keeps its rows for the
+    last snapshot index it was looked up in: a repeated list is neither decoded, nor checked, nor looked up again.
+    Read-only once built (``names`` and the arrays are shared by every request that sends the same text)."""
+
+    __slots__ = ("_by_row_index", "_host_offsets", "_host_template", "_names_array", "_replies", "names", "sent")
+
+    def __init__(self, names: list[str], sent: int | None = None) -> None:
+        self.names = names
+        self.sent = len(names) if sent is None else sent
+        """How many names the request listed (before duplicates were dropped): what ``max_node_names`` limits."""
+        self._by_row_index: tuple[Mapping[str, int], IntA] | None = None
+        self._names_array: npt.NDArray[np.object_] | None = None
+        self._host_template: bytes | None = None
+        self._host_offsets: IntA | None = None
+        self._replies = 0
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def rows(self, index: Mapping[str, int]) -> IntA:
+        """The row of each name in ``index`` (a snapshot's name -> row map), -1 for a name it does not hold.
+        Remembered for the last index (a snapshot's ledger overlays share its index)."""
+        hit = self._by_row_index
+        if hit is not None and hit[0] is index:
+            return hit[1]
+        try:  # the common case: every name known (a KeyError costs one retry)
+            rows = np.fromiter(map(index.__getitem__, self.names), dtype=np.int64, count=len(self.names))
+        except KeyError:
+            rows = np.array([index.get(n, -1) for n in self.names], dtype=np.int64)
+        rows.setflags(write=False)
+        self._by_row_index = (index, rows)
+        return rows
+
+    def subset(self, positions: IntA) -> list[str]:
+        """The names at ``positions`` (in that order)."""
+        n = len(self.names)
+        if positions.size == n and (n == 0 or (positions[0] == 0 and bool(np.all(np.diff(positions) == 1)))):
+            return self.names  # every one, in order
+        if self._names_array is None:
+            arr = np.empty(len(self.names), dtype=object)
+            arr[:] = self.names
+            self._names_array = arr
+        out: list[str] = self._names_array[positions].tolist()
+        return out
+
+    def priority_json(self, scores: IntA) -> bytes:
+        """The ``HostPriorityList`` JSON of these names with ``scores`` (integers 0..10, one per name, in order).
+
+        From the third reply on, written into a template of the whole reply made once per list: each score has a
+        two-character slot (``" 7"``, ``"10"``: JSON allows the blank), so a reply is one copy of the template and
+        two vectorised writes instead of a dict per node. The first two replies of a list are built as dicts (making
+        the template costs a few replies' worth; a list seen once or twice, such as the passed names while nodes fill
+        up, never pays for it)."""
+        scores = np.asarray(scores, dtype=np.int64)
+        if scores.shape != (len(self.names),):
+            raise ValueError(f"{scores.size} scores for {len(self.names)} names")
+        if scores.size and (scores.min() < 0 or scores.max() > 10):
+            raise ValueError(f"scores must lie in 0..10, not {int(scores.min())}..{int(scores.max())}")
+        self._replies += 1
+        if self._replies <= 2:
+            return orjson.dumps([{"Host": n, "Score": s} for n, s in zip(self.names, scores.tolist(), strict=True)])
+        if self._host_template is None or self._host_offsets is None:
+            heads = [b'{"Host":' + orjson.dumps(n) + b',"Score":' for n in self.names]
+            lengths = np.fromiter(map(len, heads), dtype=np.int64, count=len(heads))
+            # item i starts after "[" and the items before it, each followed by "," (its head, 2 slot bytes, "}")
+            starts = 1 + np.cumsum(lengths + 4) - (lengths + 4)
+            self._host_offsets = starts + lengths
+            self._host_template = b"[" + b",".join(h + b"  }" for h in heads) + b"]"
+        buf = bytearray(self._host_template)
+        out = np.frombuffer(buf, dtype=np.uint8)
+        out[self._host_offsets] = np.where(scores >= 10, ord("1"), ord(" "))
+        out[self._host_offsets + 1] = ord("0") + scores % 10
+        return bytes(buf)
+
+
+class NameCache:
+    """The :class:`NodeNameList` of recently seen ``NodeNames`` texts (LRU, at most ``size`` of them), so that a
+    list kube-scheduler repeats is decoded and looked up once. Lists under ``min_names`` are not kept (they cost
+    little to decode). Thread-safe: big bodies are parsed in worker threads."""
+
+    def __init__(self, size: int = 16, min_names: int = 64) -> None:
+        self.size = size
+        self.min_names = min_names
+        self._lists: OrderedDict[bytes, NodeNameList] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._lists)
+
+    def get(self, text: bytes) -> NodeNameList | None:
+        with self._lock:
+            hit = self._lists.get(text)
+            if hit is not None:
+                self._lists.move_to_end(text)
+            return hit
+
+    def put(self, text: bytes, names: NodeNameList) -> None:
+        if names.sent < self.min_names:
+            return
+        with self._lock:
+            self._lists[text] = names
+            self._lists.move_to_end(text)
+            while len(self._lists) > self.size:
+                self._lists.popitem(last=False)
+
+
 @dataclass(frozen=True, slots=True)
 class ParsedArgs:
     """What the hot path needs from :class:`ExtenderArgs`. Duplicate node names are dropped (the first one kept)."""
 
     pod: Mapping[str, Any]
-    names: list[str]
+    name_list: NodeNameList
     node_objects: list[orjson.Fragment] | None
     """The Node objects (nodeCacheCapable false), in ``names`` order, as the undecoded JSON text they arrived as
     (copied out of the body while it is parsed, off the event loop): kelvin reads only ``metadata.name`` and echoes
     the nodes that pass back to kube-scheduler verbatim (it reads only the returned ``Nodes``). ``None`` in names
     mode."""
+
+    @property
+    def names(self) -> list[str]:
+        return self.name_list.names
 
     @property
     def node_cache_capable(self) -> bool:
@@ -116,7 +237,8 @@ class _Args(msgspec.Struct):
 
     Pod: Any = None
     Nodes: _NodeList | None = None
-    NodeNames: Any = None
+    NodeNames: msgspec.Raw = msgspec.Raw(b"null")
+    """Left undecoded: a list seen before is not decoded again (:class:`NameCache`)."""
 
 
 _ARGS = msgspec.json.Decoder(_Args)
@@ -175,18 +297,49 @@ def _other_shape(body: bytes) -> tuple[Any, Any, list[msgspec.Raw] | None]:
     return data["Pod"], None, [msgspec.Raw(orjson.dumps(nd)) for nd in items]
 
 
-def parse_args(body: bytes, *, max_node_names: int | None = None) -> ParsedArgs:
+def _name_list(names_raw: Any, max_node_names: int | None) -> NodeNameList:
+    """The decoded ``NodeNames`` value, checked: a list of strings, at most ``max_node_names`` of them."""
+    if not isinstance(names_raw, list):
+        raise WireError(f"NodeNames: must be a list of node names, not {_type_name(names_raw)}")
+    if max_node_names is not None and len(names_raw) > max_node_names:
+        raise too_many_names("NodeNames", len(names_raw), max_node_names)
+    if not set(map(type, names_raw)) <= {str}:  # one C-level pass; JSON strings decode to exactly str
+        i, n = next((i, n) for i, n in enumerate(names_raw) if not isinstance(n, str))
+        raise WireError(f"NodeNames[{i}]: must be a string, not {_type_name(n)}")
+    unique = list(dict.fromkeys(names_raw))
+    return NodeNameList(unique if len(unique) < len(names_raw) else names_raw, len(names_raw))
+
+
+def _cached_name_list(text: bytes, max_node_names: int | None, cache: NameCache | None) -> NodeNameList:
+    """:func:`_name_list` of the ``NodeNames`` JSON ``text``, from ``cache`` when the same text came before."""
+    hit = cache.get(text) if cache is not None else None
+    if hit is None:
+        try:  # the body's decode skipped over it (Raw): its strings are checked (UTF-8, escapes) only here
+            decoded = msgspec.json.decode(text)
+        except msgspec.DecodeError as exc:
+            raise WireError(f"request body is not valid JSON: {exc}") from None
+        hit = _name_list(decoded, max_node_names)
+        if cache is not None:
+            cache.put(text, hit)
+    elif max_node_names is not None and hit.sent > max_node_names:
+        raise too_many_names("NodeNames", hit.sent, max_node_names)
+    return hit
+
+
+def parse_args(body: bytes, *, max_node_names: int | None = None, names: NameCache | None = None) -> ParsedArgs:
     """Decode an ``ExtenderArgs`` body. Raises :class:`WireError` naming the bad field, :class:`TooLarge` when it
-    lists more than ``max_node_names`` nodes.
+    lists more than ``max_node_names`` nodes. ``names``: where ``NodeNames`` lists seen before are kept.
 
     The Node objects of a nodeCacheCapable=false body are not decoded into dicts: one msgspec pass (C, ~3 ms a MB)
     finds where each one starts and ends, and only its ``metadata.name`` is read, one node at a time, so that a big
     body neither builds a tree of dicts ten times its size nor holds the GIL for a whole decode."""
     if not body:
         raise WireError("empty request body: expected a JSON object with Pod and Nodes or NodeNames")
+    names_text: bytes | None = None
     try:
         data = _ARGS.decode(body)
-        pod, names_raw = data.Pod, data.NodeNames
+        pod, names_raw = data.Pod, None
+        names_text = bytes(data.NodeNames)
         items = None if data.Nodes is None else data.Nodes.items or []
     except msgspec.ValidationError:  # (a subclass of DecodeError) valid JSON of another shape
         pod, names_raw, items = _other_shape(body)
@@ -195,16 +348,10 @@ def parse_args(body: bytes, *, max_node_names: int | None = None) -> ParsedArgs:
     except RecursionError:  # msgspec's own depth limit (also while it skips over a Node object)
         raise WireError(_TOO_DEEP) from None
     _check_pod(pod)
+    if names_text is not None and names_text != b"null":
+        return ParsedArgs(pod=pod, name_list=_cached_name_list(names_text, max_node_names, names), node_objects=None)
     if names_raw is not None:
-        if not isinstance(names_raw, list):
-            raise WireError(f"NodeNames: must be a list of node names, not {_type_name(names_raw)}")
-        if max_node_names is not None and len(names_raw) > max_node_names:
-            raise too_many_names("NodeNames", len(names_raw), max_node_names)
-        if not set(map(type, names_raw)) <= {str}:  # one C-level pass; JSON strings decode to exactly str
-            i, n = next((i, n) for i, n in enumerate(names_raw) if not isinstance(n, str))
-            raise WireError(f"NodeNames[{i}]: must be a string, not {_type_name(n)}")
-        unique = list(dict.fromkeys(names_raw))
-        return ParsedArgs(pod=pod, names=unique if len(unique) < len(names_raw) else names_raw, node_objects=None)
+        return ParsedArgs(pod=pod, name_list=_name_list(names_raw, max_node_names), node_objects=None)
     if items is None:
         raise WireError("Nodes and NodeNames are both null: one of them must list the candidate nodes")
     if max_node_names is not None and len(items) > max_node_names:
@@ -233,7 +380,7 @@ def parse_args(body: bytes, *, max_node_names: int | None = None) -> ParsedArgs:
         if name not in seen:
             seen[name] = None
             kept.append(orjson.Fragment(text))
-    return ParsedArgs(pod=pod, names=list(seen), node_objects=kept)
+    return ParsedArgs(pod=pod, name_list=NodeNameList(list(seen), len(items)), node_objects=kept)
 
 
 def parse_binding(body: bytes) -> ExtenderBindingArgs:
@@ -254,7 +401,7 @@ def parse_binding(body: bytes) -> ExtenderBindingArgs:
 
 def filter_result(
     args: ParsedArgs,
-    passed: Sequence[int],
+    passed: Sequence[int] | IntA,
     failed: Mapping[str, str],
     unresolvable: Mapping[str, str],
     error: str = "",
@@ -263,7 +410,7 @@ def filter_result(
     if args.node_objects is None:
         return {
             "Nodes": None,
-            "NodeNames": list(map(args.names.__getitem__, passed)),
+            "NodeNames": args.name_list.subset(np.asarray(passed, dtype=np.int64)),
             "FailedNodes": dict(failed),
             "FailedAndUnresolvableNodes": dict(unresolvable),
             "Error": error,
@@ -281,11 +428,6 @@ def error_result(message: str) -> dict[str, Any]:
     """A filter reply carrying only ``Error``: kube-scheduler marks the pod unschedulable with this message
     (``PodScheduled=False``, reason ``SchedulerError``) and retries with backoff; ignorable extenders are skipped."""
     return {"Nodes": None, "NodeNames": None, "FailedNodes": {}, "FailedAndUnresolvableNodes": {}, "Error": message}
-
-
-def priority_list(names: Sequence[str], scores: Sequence[int]) -> list[dict[str, Any]]:
-    """A ``HostPriorityList``; ``scores`` are Python ints (``ndarray.tolist()``), one per name."""
-    return [{"Host": n, "Score": s} for n, s in zip(names, scores, strict=True)]
 
 
 def dumps(obj: Any) -> bytes:

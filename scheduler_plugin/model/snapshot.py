@@ -16,7 +16,7 @@ from typing import Any, Generic, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from .claim import charge_milli_array, charged_milli
+from .claim import charge_milli_array
 from .gpu import GIB, MILLI_PER_GPU, GpuAssignment, GpuNode
 from .gpu_models import matches_any
 
@@ -32,7 +32,9 @@ DEFAULT_IDLE_USED_BYTES = 1 * GIB
 
 def assigned_memory(a: GpuAssignment, memory_total: int) -> int:
     """GPU memory an assignment holds on one of its GPUs: its pool, else its share of the GPU's memory (a whole GPU
-    holds all of it; a compute-only share of ``milli`` thousandths holds that share of the memory)."""
+    holds all of it; a compute-only share of ``milli`` thousandths holds that share of the memory). The scalar form of
+    what :meth:`FleetArrays.with_assumed` and the snapshot builder compute over arrays (used by the preemption
+    overlay)."""
     if a.memory_bytes is not None:
         return a.memory_bytes
     return memory_total * min(a.milli or 0, MILLI_PER_GPU) // MILLI_PER_GPU
@@ -102,39 +104,56 @@ class FleetArrays:
     def with_assumed(self, assumed: Mapping[str, Sequence[GpuAssignment]]) -> FleetArrays:
         """A view with extra (assumed, not yet visible) assignments subtracted from free capacity.
 
-        Only the capacity arrays are copied; everything else is shared with ``self``.
+        Only the capacity arrays are copied; everything else is shared with ``self``. Vectorised over the
+        assignments' GPUs (the extender rebuilds this view after every bind, with every assignment of the ledger's
+        TTL in it): each GPU is charged by :func:`~.claim.charge_milli_array` as :func:`~.claim.charged_milli`
+        would, on the first slot of the node that reports its index; nodes and GPUs the fleet does not hold are
+        skipped.
         """
         if not assumed:
             return self
-        free_milli = self.free_milli.copy()
-        free_mem = self.free_mem.copy()
-        assigned_milli = self.assigned_milli.copy()
-        assigned_mem = self.assigned_mem.copy()
-        tenants = self.tenants.copy()
+        a_rows: list[int] = []
+        a_gpu: list[int] = []
+        a_share: list[int] = []  # the compute share (0 when none)
+        a_pool: list[int] = []  # the memory pool in bytes (-1 when none)
+        index = self.index
         for node, entries in assumed.items():
-            i = self.index.get(node)
+            i = index.get(node)
             if i is None:
                 continue
             for a in entries:
                 for gi in a.gpu_indices:
-                    cols = np.nonzero(self.gpu_index[i] == gi)[0]
-                    if cols.size == 0:
-                        continue
-                    j = int(cols[0])
-                    total = int(self.mem_total[i, j])
-                    milli = charged_milli(a, total)
-                    assigned_milli[i, j] += milli
-                    free_milli[i, j] = max(0, free_milli[i, j] - milli)
-                    mem = assigned_memory(a, total)
-                    assigned_mem[i, j] += mem
-                    free_mem[i, j] = max(0, free_mem[i, j] - mem)
-                    tenants[i, j] += 1
+                    a_rows.append(i)
+                    a_gpu.append(gi)
+                    a_share.append(a.milli or 0)
+                    a_pool.append(-1 if a.memory_bytes is None else a.memory_bytes)
         out = replace(self)
-        out.free_milli = free_milli
-        out.free_mem = free_mem
-        out.assigned_milli = assigned_milli
-        out.assigned_mem = assigned_mem
-        out.tenants = tenants
+        out.free_milli = free_milli = self.free_milli.copy()
+        out.free_mem = free_mem = self.free_mem.copy()
+        out.assigned_milli = assigned_milli = self.assigned_milli.copy()
+        out.assigned_mem = assigned_mem = self.assigned_mem.copy()
+        out.tenants = tenants = self.tenants.copy()
+        if not a_rows:
+            return out
+        rows = np.asarray(a_rows, dtype=np.int64)
+        hit = self.gpu_index[rows] == np.asarray(a_gpu, dtype=np.int64)[:, None]  # (m, G)
+        known = hit.any(axis=1)
+        rows, cols = rows[known], hit[known].argmax(axis=1)  # the first slot with that index
+        share = np.asarray(a_share, dtype=np.int64)[known]
+        pool = np.asarray(a_pool, dtype=np.int64)[known]
+        total = self.mem_total[rows, cols]
+        milli = np.minimum(charge_milli_array(share, pool, total), MILLI_PER_GPU)
+        mem = np.where(pool >= 0, pool, total * np.minimum(share, MILLI_PER_GPU) // MILLI_PER_GPU)
+        at = (rows, cols)
+        charged = np.zeros(free_milli.shape, dtype=np.int64)
+        np.add.at(charged, at, milli)
+        held = np.zeros(free_mem.shape, dtype=np.int64)
+        np.add.at(held, at, mem)
+        assigned_milli += charged.astype(assigned_milli.dtype)
+        free_milli[...] = np.maximum(0, free_milli - charged)  # charges are >= 0: one clamp is the per-entry clamps
+        assigned_mem += held
+        free_mem[...] = np.maximum(0, free_mem - held)
+        np.add.at(tenants, at, 1)
         return out
 
 

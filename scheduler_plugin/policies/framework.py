@@ -30,6 +30,7 @@ from .eligibility import LIMITS_KEY
 from .fit import FitFilter, TelemetryFilter
 from .fragmentation import FragmentationBase, FragmentationPolicy, learn
 from .hot import HotNodeFilter
+from .normalize import finite
 from .topology import TopologyTables
 
 
@@ -280,7 +281,7 @@ class Framework:
         if total_w <= 0:
             return np.zeros(n, dtype=np.int64), combined
         for ws, _, norm in parts:
-            combined += ws.weight * np.nan_to_num(norm, nan=0.0)
+            combined += ws.weight * finite(norm, nan=0.0)
         combined /= total_w
         ints = np.clip(np.floor(combined + 0.5), 0, MAX_EXTENDER_PRIORITY).astype(np.int64)  # half up
         return ints, combined

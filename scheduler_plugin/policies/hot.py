@@ -40,29 +40,45 @@ class HotNodeFilter:
         return np.asarray(~self._hot_gpus(fleet)[idx].any(axis=1), dtype=np.bool_)
 
     def reasons(self, req: GpuRequest, fleet: FleetArrays, rows: IntA, ctx: CycleContext) -> list[Rejection]:
-        hot = self._hot_gpus(fleet)
-        return [self._why(fleet, int(r), hot[int(r)]) for r in rows]
+        """One :class:`Rejection` per row (rows that are not hot get "node is hot" too: only rejected rows are
+        asked for). The figures of every row are gathered with numpy; rows worded alike share one object."""
+        rows = np.asarray(rows, dtype=np.int64)
+        hot = self._hot_gpus(fleet)[rows]
+        j = hot.argmax(axis=1)  # the first hot GPU of each row
+        at = (rows, j)
+        worded: dict[tuple[object, ...], Rejection] = {}
+        out = []
+        for key in zip(
+            hot.sum(axis=1).tolist(),
+            fleet.gpu_index[at].tolist(),
+            fleet.temp[at].tolist(),
+            (fleet.throttle[at] & THERMAL_THROTTLE_MASK).tolist(),
+            fleet.trend[at].tolist(),
+            strict=True,
+        ):
+            rej = worded.get(key)
+            if rej is None:
+                rej = worded[key] = self._word(*key)
+            out.append(rej)
+        return out
 
     def explain(self, req: GpuRequest, fleet: FleetArrays, row: int, ctx: CycleContext) -> Rejection:
         return self.reasons(req, fleet, np.array([row], dtype=np.int64), ctx)[0]
 
-    def _why(self, fleet: FleetArrays, row: int, hot_row: BoolA) -> Rejection:
-        cols = np.nonzero(hot_row)[0]
-        if cols.size == 0:  # pragma: no cover - only called for rejected rows
+    def _word(self, n_hot: int, gpu: int, temp: float, throttle: int, trend: float) -> Rejection:
+        """Why a node is hot, from its first hot GPU (``n_hot`` of its GPUs meet the rule)."""
+        if n_hot == 0:  # pragma: no cover - only called for rejected rows
             return Rejection("node is hot", unresolvable=True, code="thermal")
-        j = int(cols[0])
-        gpu = int(fleet.gpu_index[row, j])
-        temp = float(fleet.temp[row, j])
         if temp >= self.cfg.hot_celsius:
             what = f"gpu {gpu} is at {temp:.0f} °C, at or above the hot threshold {self.cfg.hot_celsius:g} °C"
-        elif self.cfg.throttling_is_hot and int(fleet.throttle[row, j]) & THERMAL_THROTTLE_MASK:
+        elif self.cfg.throttling_is_hot and throttle:
             what = f"gpu {gpu} is thermally throttling"
         else:
             what = (
-                f"gpu {gpu} is at {temp:.0f} °C and rising {float(fleet.trend[row, j]):.1f} °C/min: it reaches its "
+                f"gpu {gpu} is at {temp:.0f} °C and rising {trend:.1f} °C/min: it reaches its "
                 f"slowdown threshold within {self.cfg.horizon_s:g} s"
             )
-        more = f" (and {cols.size - 1} more)" if cols.size > 1 else ""
+        more = f" (and {n_hot - 1} more)" if n_hot > 1 else ""
         return Rejection(
             f"{what}{more}; the operator drains hot nodes (kelvin.dev/thermal=hot)", unresolvable=True, code="thermal"
         )

@@ -20,6 +20,7 @@ from scheduler_plugin.cli import app
 from scheduler_plugin.config import ConfigError, Settings, is_loopback, load_settings
 from scheduler_plugin.extender.app import StartupError
 from scheduler_plugin.extender.server import ExtenderServers, listen
+from scheduler_plugin.extender.service import Extender
 
 
 def test_defaults_keep_the_verbs_on_loopback() -> None:
@@ -68,8 +69,13 @@ def _loopback() -> socket.socket:
 
 
 @pytest.fixture
-def servers() -> Iterator[ExtenderServers]:
-    ext = make_extender()[0]
+def extender() -> Extender:
+    return make_extender()[0]
+
+
+@pytest.fixture
+def servers(extender: Extender) -> Iterator[ExtenderServers]:
+    ext = extender
     srv = ExtenderServers(ext, ext.settings, log_level="warning", sockets=(_loopback(), _loopback()))
     th = threading.Thread(target=srv.run, daemon=True)
     th.start()
@@ -175,3 +181,31 @@ def test_the_cli_exits_3_when_startup_fails(monkeypatch: pytest.MonkeyPatch) -> 
     r = CliRunner().invoke(app, ["extender", "--port", "0", "--metrics-port", "0", "--log-level", "critical"])
     assert r.exit_code == 3, r.output
     assert "did not start" in r.stderr and "Traceback" not in r.output
+
+
+def test_probes_answer_while_the_verbs_loop_is_busy(
+    extender: Extender, servers: ExtenderServers, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The metrics listener has its own thread and event loop: a verb that holds the verbs' loop (here for 3 s, as
+    a queue of 5,000-node requests does under load) does not delay /healthz, /readyz or /metrics."""
+    ext = extender
+    real_filter = ext.filter
+
+    def slow_filter(body: Any) -> Any:
+        time.sleep(3.0)  # CPU work on the loop: nothing else on that loop runs meanwhile
+        return real_filter(body)
+
+    monkeypatch.setattr(ext, "filter", slow_filter)
+    busy = threading.Thread(
+        target=lambda: httpx.post(servers.verbs_url + "/filter", content=args(pod("p1")), timeout=30), daemon=True
+    )
+    busy.start()
+    time.sleep(0.5)  # the filter is running
+    assert servers.metrics_url is not None
+    with httpx.Client(base_url=servers.metrics_url, timeout=1.5) as m:
+        for path in ("/healthz", "/readyz", "/metrics"):
+            started = time.monotonic()
+            assert m.get(path).status_code == 200, path
+            assert time.monotonic() - started < 1.0, path
+    assert busy.is_alive()  # the verb was still holding its loop
+    busy.join(timeout=30)

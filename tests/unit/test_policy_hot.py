@@ -72,3 +72,23 @@ def test_framework_uses_the_shared_hotness_section() -> None:
     fw3 = Framework.from_config(PolicyConfig.from_mapping({"filters": {"hotNodes": False}}))
     out3 = fw3.filter(request(4), f, rows, CycleContext(now=NOW))
     assert {f.names[int(r)] for r in out3.passed} == {"cool", "hot", "rising", "warming"}
+
+
+def test_batch_reasons_word_each_row_and_share_alike_ones() -> None:
+    """reasons() for many rows at once: each row's own words (the first hot GPU, how many more), and rows whose
+    figures are alike share one Rejection object (worded once)."""
+    twin = node("hot-twin", [gpu(0, temp=84), *[gpu(i, temp=60) for i in range(1, 4)]])
+    two_hot = node("two-hot", [gpu(0, temp=60), gpu(1, temp=90), gpu(2, temp=85), gpu(3, temp=60)])
+    f = fleet(*_fleet(), twin, two_hot)  # type: ignore[arg-type]
+    filt = HotNodeFilter(CFG)
+    rows = np.array([f.index[n] for n in ("hot", "throttling", "hot-twin", "rising", "two-hot")], dtype=np.int64)
+    rejs = filt.reasons(request(1), f, rows, CycleContext(now=NOW))
+    assert [r.reason.split(";")[0] for r in rejs] == [
+        "gpu 0 is at 84 °C, at or above the hot threshold 83 °C",
+        "gpu 0 is thermally throttling",
+        "gpu 0 is at 84 °C, at or above the hot threshold 83 °C",
+        "gpu 0 is at 78 °C and rising 2.0 °C/min: it reaches its slowdown threshold within 300 s",
+        "gpu 1 is at 90 °C, at or above the hot threshold 83 °C (and 1 more)",
+    ]
+    assert rejs[0] is rejs[2]
+    assert all(r.unresolvable and r.code == "thermal" for r in rejs)

@@ -106,3 +106,13 @@ def test_combined_scores_are_ints_in_range(
     assert ints.dtype == np.int64
     assert np.all((ints >= 0) & (ints <= 10))
     assert np.all(np.abs(ints - comb) <= 0.5 + 1e-9)
+
+
+def test_finite_is_nan_to_num_and_keeps_finite_arrays_as_they_are() -> None:
+    from scheduler_plugin.policies.normalize import finite
+
+    x = np.array([0.0, 2.5, 10.0])
+    assert finite(x) is x  # nothing to replace: no copy
+    y = np.array([np.nan, np.inf, -np.inf, 3.0])
+    assert np.array_equal(finite(y, nan=0.0, posinf=1.0, neginf=0.0), [0.0, 1.0, 0.0, 3.0])
+    assert np.array_equal(finite(y), np.nan_to_num(y, nan=0.0))

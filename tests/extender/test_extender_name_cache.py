@@ -1,0 +1,111 @@
+"""The hot path's reuse of repeated NodeNames lists (wire.NameCache) and the templated prioritize reply: same
+answers as decoding every list and building a dict per node, checks kept on a cache hit."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import orjson
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from scheduler_plugin.extender import wire
+
+POD: dict[str, object] = {"metadata": {"name": "p", "namespace": "default", "uid": "u1"}}
+
+
+def body(names: list[str], pod: dict[str, object] = POD) -> bytes:
+    return json.dumps({"Pod": pod, "NodeNames": names}).encode()
+
+
+NAMES = [f"gpu-node-{i}" for i in range(200)]
+
+
+def test_a_repeated_names_list_is_decoded_once() -> None:
+    cache = wire.NameCache()
+    a = wire.parse_args(body(NAMES), names=cache)
+    b = wire.parse_args(body(NAMES, {"metadata": {"name": "q", "uid": "u2"}}), names=cache)
+    assert a.name_list is b.name_list and b.names == NAMES
+    assert b.pod["metadata"]["name"] == "q"  # the pod is the request's own
+    other = wire.parse_args(body(NAMES[:150]), names=cache)
+    assert other.name_list is not a.name_list and other.names == NAMES[:150]
+    assert len(cache) == 2
+
+
+def test_the_cache_is_bounded_and_skips_short_lists() -> None:
+    cache = wire.NameCache(size=2, min_names=10)
+    wire.parse_args(body(NAMES[:5]), names=cache)
+    assert len(cache) == 0
+    first = wire.parse_args(body(NAMES[:20]), names=cache).name_list
+    for n in (30, 40):
+        wire.parse_args(body(NAMES[:n]), names=cache)
+    assert len(cache) == 2
+    assert wire.parse_args(body(NAMES[:20]), names=cache).name_list is not first  # evicted: decoded again
+    assert (
+        wire.parse_args(body(NAMES[:40]), names=cache).name_list
+        is wire.parse_args(body(NAMES[:40]), names=cache).name_list
+    )
+
+
+def test_max_node_names_holds_on_a_cache_hit() -> None:
+    cache = wire.NameCache()
+    wire.parse_args(body(NAMES), max_node_names=1000, names=cache)
+    with pytest.raises(wire.TooLarge, match="NodeNames: 200 nodes, more than max_node_names"):
+        wire.parse_args(body(NAMES), max_node_names=100, names=cache)
+
+
+def test_duplicates_are_counted_as_sent_and_dropped() -> None:
+    cache = wire.NameCache(min_names=1)
+    names = ["a", "b", "a", "c", "b"]
+    first = wire.parse_args(body(names), names=cache)
+    again = wire.parse_args(body(names), names=cache)
+    assert again.names == ["a", "b", "c"] and again.name_list.sent == 5 and again.name_list is first.name_list
+    with pytest.raises(wire.TooLarge, match="5 nodes"):
+        wire.parse_args(body(names), max_node_names=4, names=cache)
+
+
+def test_bad_names_are_refused_on_the_cached_path_too() -> None:
+    cache = wire.NameCache(min_names=1)
+    with pytest.raises(wire.WireError, match=r"NodeNames\[1\]: must be a string, not int"):
+        wire.parse_args(b'{"Pod": {"metadata": {"name": "p"}}, "NodeNames": ["a", 1]}', names=cache)
+    with pytest.raises(wire.WireError, match="not valid JSON"):
+        wire.parse_args(b'{"Pod": {"metadata": {"name": "p"}}, "NodeNames": ["\xff"]}', names=cache)
+    assert len(cache) == 0
+
+
+def test_rows_follow_the_index_they_are_asked_for() -> None:
+    names = wire.NodeNameList(["a", "b", "x"])
+    one = {"a": 0, "b": 1}
+    two = {"b": 0, "x": 4}
+    assert names.rows(one).tolist() == [0, 1, -1]
+    assert names.rows(one) is names.rows(one)  # remembered for the same index
+    assert names.rows(two).tolist() == [-1, 0, 4]
+    assert not names.rows(two).flags.writeable  # shared between requests: read-only
+
+
+def test_subset_keeps_the_order_given() -> None:
+    names = wire.NodeNameList(["a", "b", "c"])
+    assert names.subset(np.array([0, 1, 2])) is names.names
+    assert names.subset(np.array([2, 0, 1])) == ["c", "a", "b"]
+    assert names.subset(np.array([1])) == ["b"]
+    assert names.subset(np.array([], dtype=np.int64)) == []
+
+
+@given(st.lists(st.text(st.characters(exclude_categories=["Cs"]), min_size=1, max_size=12), max_size=40), st.data())
+def test_the_priority_template_is_the_list_of_hosts_and_scores(names: list[str], data: st.DataObject) -> None:
+    unique = list(dict.fromkeys(names))  # any text JSON can carry: quotes, backslashes, controls, non-ASCII
+    scores = data.draw(st.lists(st.integers(0, 10), min_size=len(unique), max_size=len(unique)))
+    nl = wire.NodeNameList(unique)
+    for s in (scores, scores[::-1], scores, scores[::-1]):  # as dicts twice, then into the list's template
+        reply = nl.priority_json(np.asarray(s, dtype=np.int64))
+        assert orjson.loads(reply) == [{"Host": n, "Score": v} for n, v in zip(unique, s, strict=True)]
+
+
+def test_the_priority_template_refuses_scores_out_of_range() -> None:
+    nl = wire.NodeNameList(["a", "b"])
+    with pytest.raises(ValueError, match=r"0\.\.10"):
+        nl.priority_json(np.array([3, 11]))
+    with pytest.raises(ValueError, match="1 scores for 2 names"):
+        nl.priority_json(np.array([3]))
