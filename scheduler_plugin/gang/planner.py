@@ -299,12 +299,17 @@ class GangPlanner:
             for i, d in zip(sub, col.tolist(), strict=True):
                 groups.setdefault(int(d), []).append(i)
             cap = {d: int(sum(int(main.slots[rows[i]]) for i in g)) for d, g in groups.items()}
+            # a sub-domain with a node of poor thermal quality comes after every good one, whatever its size
+            poor = {d: any(bool(quality[rows[i]] < good) for i in g) for d, g in groups.items()}
             picked: list[int] = []
             left = dict(groups)
             rem = remaining
             while left:
                 holding = [d for d in left if cap[d] >= rem > 0]
-                d = min(holding, key=lambda k: cap[k]) if holding else max(left, key=lambda k: cap[k])
+                if holding:
+                    d = min(holding, key=lambda k: (poor[k], cap[k]))
+                else:
+                    d = min(left, key=lambda k: (poor[k], -cap[k]))
                 picked.append(d)
                 rem -= cap[d]
                 del left[d]
