@@ -17,7 +17,7 @@ import kopf
 from scheduler_plugin.kube import KubeConfig
 from scheduler_plugin.model import annotations as ann
 
-from . import webhooks
+from . import gangs, webhooks
 from .config import OperatorConfig
 from .logs import demote_kopf_success
 from .runtime import Runtime, webhook_cert
@@ -135,7 +135,7 @@ def build_registry(
                     dict(body),
                     webhooks.GpuSizes.of(rt.snapshot()),
                     shared_gpu_resource=cfg.webhook.shared_gpu_resource,
-                )
+                ) or gangs.refusal(dict(body), cfg.gang, rt.snapshot())
             except Exception:
                 rt.metrics.webhook_requests.labels("validate", "error").inc()
                 raise
@@ -161,11 +161,14 @@ def build_registry(
                     framework_env=cfg.webhook.framework_env,
                     shared_gpu_resource=cfg.webhook.shared_gpu_resource,
                 )
+                gates = gangs.gated(dict(body), cfg.gang) if cfg.webhook.gang_gates else None
             except Exception:
                 rt.metrics.webhook_requests.labels("mutate", "error").inc()
                 raise
             rt.metrics.webhook_requests.labels("mutate", "allowed").inc()
             if containers is not None:
                 patch.spec["containers"] = containers
+            if gates is not None:
+                patch.spec["schedulingGates"] = gates
 
     return registry
