@@ -50,7 +50,7 @@ def main() -> int:
     ap.add_argument("--png", type=Path, help="write the plot here")
     ap.add_argument("--csv", type=Path, help="write the table here")
     args = ap.parse_args()
-    con = Console()
+    con = Console(width=200)
     con.print(load_line())
     seeds = tuple(int(s) for s in args.seeds.split(","))
     all_rows = []

@@ -11,6 +11,7 @@ Each level names a node label whose value is the node's domain at that level (no
         - name: zone
           label: topology.kubernetes.io/zone
       goodThermalQuality: 0.5
+      minThermalQuality: 0.2
 
 Levels are validated at load: names and labels unique, labels valid Kubernetes label keys, ``node`` and ``cluster``
 reserved (a node is always its own innermost domain, the cluster the outermost one). A node without a level's label
@@ -32,6 +33,7 @@ _LABEL_PREFIX = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]
 _LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 
 DEFAULT_GOOD_THERMAL_QUALITY = 0.5
+DEFAULT_MIN_THERMAL_QUALITY = 0.2
 
 
 def label_key_problem(key: str) -> str | None:
@@ -83,6 +85,10 @@ class GangPolicy(_Model):
     """A gang's thermal quality is its worst member's (0..1, the thermal policy's per-GPU quality: headroom below
     slowdown now and under load). Among the domains that fit, those whose gang quality reaches this are preferred;
     best fit decides among them."""
+    min_thermal_quality: float = Field(DEFAULT_MIN_THERMAL_QUALITY, ge=0, le=1)
+    """A node whose thermal quality is below this never takes a member: with the default thermal policy, 0.2 is a GPU
+    predicted to settle within 3 °C of its slowdown under load (a poorly cooled node that would throttle), or one
+    without a temperature reading. One such member would be the straggler of the whole gang."""
     max_domains_tried: int = Field(8, ge=1, le=1000)
     """How many of the best-fitting domains of a level are planned in full before one is chosen."""
 

@@ -17,7 +17,8 @@ the capacity that every planned member is charged to (``FleetArrays.with_assumed
 * **thermal evenness**: a gang's thermal quality is its *worst* member node's (the thermal policy's per-GPU quality,
   0..1: headroom below slowdown now and predicted under load). Domains whose gang quality reaches
   ``goodThermalQuality`` are preferred; among the rest, the best worst member. A node that is hot or predicted hot
-  (the shared ``hotness`` rule) never takes a member, whether or not the extender's hot filter is on.
+  (the shared ``hotness`` rule, whether or not the extender's hot filter is on) or predicted to run out of headroom
+  under load (thermal quality below ``minThermalQuality``: a poorly cooled node) never takes a member.
 
 Pure: no I/O, no clock; the caller passes the fleet, the domains and the cycle context.
 """
@@ -171,6 +172,7 @@ class GangPlanner:
     def _shapes(self, gang: Gang, fleet: FleetArrays, view: FleetArrays, ctx: CycleContext) -> list[_Shape]:
         rows = np.arange(fleet.n_nodes, dtype=np.int64)
         hot = self._hot.get(view)
+        hot = hot | (self.node_quality(view) < self.policy.min_thermal_quality)  # predicted hot under load
         out = []
         for req, count in Counter(shape_of(m.request) for m in gang.members).items():
             passed = self.fw.filter(req, fleet, rows, ctx).passed

@@ -158,3 +158,21 @@ def test_without_levels_a_small_gang_shares_one_node() -> None:
     gpus = [g for pl in result.placements for g in pl.gpus]
     assert sorted(gpus) == list(range(8))
     assert np.unique(gpus).size == 8
+
+
+def test_a_node_predicted_to_throttle_under_load_never_takes_a_member() -> None:
+    # rack 'a' is the only rack with 4 free nodes, but one of them is poorly cooled: idle at 50 °C, it would settle
+    # past slowdown under a pod (0.15 °C/W * 340 W). The gang waits (required=rack) rather than take it.
+    nodes = [*rack("a", 4), *rack("b", 4, busy=[0])]
+    fleet = build_arrays(nodes)
+    fleet.power = np.where(fleet.gpu_present, 60.0, np.nan)
+    fleet.thermal_resistance = np.where(fleet.gpu_present, 0.03, np.nan)
+    fleet.thermal_resistance[1] = 0.15
+    fleet.power[7, 0], fleet.util[7, 0] = 400.0, 0.9  # a busy GPU tells the thermal policy what a pod draws
+    p = planner()
+    domains = build_domains(fleet.names, [nd.labels for nd in nodes], POLICY)
+    assert p.node_quality(fleet)[1] < POLICY.min_thermal_quality <= p.node_quality(fleet)[0]
+    result = p.plan(gang(4, topology=TopologyAsk("rack", True)), fleet, domains, p.fw.context(fleet, NOW))
+    assert isinstance(result, PlanFailure) and "the best rack (a) has 3" in result.reason
+    three = p.plan(gang(3, topology=TopologyAsk("rack", True)), fleet, domains, p.fw.context(fleet, NOW))
+    assert isinstance(three, GangPlan) and "a-n1" not in three.nodes
