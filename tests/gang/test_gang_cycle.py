@@ -10,7 +10,7 @@ from scheduler_plugin.gang.cycle import gangs_of, gated_member, plan_gang, stale
 from scheduler_plugin.model import annotations as ann
 from scheduler_plugin.model import build_arrays
 from scheduler_plugin.telemetry.assignments import assignment_of_pod
-from tests.gang.test_gang_planner import POLICY, planner, rack
+from tests.gang.gang_helpers import POLICY, planner, rack
 from tests.unit.fleet_helpers import NOW
 
 
