@@ -4,9 +4,9 @@ The mutating webhook gates every gang member (``spec.schedulingGates: [{name: ke
 minimum number of members exists, :func:`plan_gang` plans all of them at once and returns what to write:
 
 * on success, per member one patch: the plan as annotations (``kelvin.dev/gang-planned-node`` and
-  ``-planned-gpus``, plus ``kelvin.dev/gpu-assigned`` and ``-assigned-node``, which the extender's pod listing
-  already counts as taken, so no other pod takes the planned capacity before the members bind) and the gate
-  removed, so kube-scheduler schedules the member; the extender's filter then passes only the planned node;
+  ``-planned-gpus``, which the extender's pod listing counts as taken until the member binds, so no other pod takes
+  the planned capacity) and the gate removed, so kube-scheduler schedules the member; the extender's filter then
+  passes only the planned node and its bind gives the planned GPUs;
 * on failure, nothing for the pods (they stay gated and hold nothing) and an Event's reason (``unresolvable``
   when no domain could ever hold the gang).
 
@@ -88,8 +88,6 @@ def _patch(pod_gates: Sequence[Mapping[str, Any]], node: str, gpus: tuple[int, .
             "annotations": {
                 ann.GANG_PLANNED_NODE: node,
                 ann.GANG_PLANNED_GPUS: text,
-                ann.GPU_ASSIGNED: text,
-                ann.GPU_ASSIGNED_NODE: node,
             }
         },
         "spec": {"schedulingGates": [dict(g) for g in pod_gates if g.get("name") != ann.GANG_SCHEDULING_GATE]},

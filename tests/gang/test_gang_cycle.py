@@ -9,7 +9,7 @@ from scheduler_plugin.gang import TopologyAsk, build_domains
 from scheduler_plugin.gang.cycle import gangs_of, gated_member, plan_gang, stale_members
 from scheduler_plugin.model import annotations as ann
 from scheduler_plugin.model import build_arrays
-from scheduler_plugin.telemetry.assignments import assignment_of_pod
+from scheduler_plugin.telemetry.assignments import assignments_from_pods
 from tests.gang.gang_helpers import POLICY, planner, rack
 from tests.unit.fleet_helpers import NOW
 
@@ -59,8 +59,12 @@ def test_a_planned_gang_lifts_only_kelvins_gate_and_its_capacity_counts_as_assig
         a = patch["metadata"]["annotations"]
         assert a[ann.GANG_PLANNED_NODE].startswith("a-") and a[ann.GANG_PLANNED_GPUS] == "0,1,2,3,4,5,6,7"
         merged = {**p, "metadata": {**p["metadata"], "annotations": {**p["metadata"]["annotations"], **a}}}
-        found = assignment_of_pod(merged)  # the extender's pod listing counts the planned GPUs as taken
-        assert found is not None and found[0] == a[ann.GANG_PLANNED_NODE] and len(found[1].gpu_indices) == 8
+        found = assignments_from_pods([merged])  # the extender's pod listing counts the planned GPUs as taken
+        (taken,) = found[a[ann.GANG_PLANNED_NODE]]
+        assert taken.gpu_indices == tuple(range(8)) and taken.pod_key == f"ml/{p['metadata']['name']}"
+        assert taken.pod_uid is None  # not bound yet: the extender's bind must not take it for a done bind
+        bound = {**merged, "spec": {**merged["spec"], "nodeName": "x"}}
+        assert assignments_from_pods([bound]) == {}  # bound: the binder's gpu-assigned annotations count instead
 
 
 def test_a_gang_that_cannot_fit_gets_a_reason_and_no_patch() -> None:
