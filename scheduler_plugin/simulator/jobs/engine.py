@@ -99,7 +99,8 @@ class _Pending:
     idx: int
     reqs: list[GpuRequest]
     placed: list[tuple[int, tuple[int, ...]]] = field(default_factory=list)
-    held_since: list[float] = field(default_factory=list)
+    failed_at: int = -1
+    """The count of releases when it last failed to be placed: no capacity has freed since, it is not tried again."""
 
 
 def _requests(job: JobSpec) -> list[GpuRequest]:
@@ -141,6 +142,7 @@ def simulate_jobs(
     held_incomplete = 0
     held_gpu_s = running_gpu_s = incomplete_gpu_s = 0.0
     now = 0.0
+    releases = 0  # capacity only grows when a job finishes: a failed job is tried again after the next release
 
     def advance(t: float) -> None:
         nonlocal held_gpu_s, running_gpu_s, incomplete_gpu_s, now
@@ -194,6 +196,8 @@ def simulate_jobs(
             if tries >= max_tries or largest == 0:
                 break
             j = outcomes[p.idx].job
+            if p.failed_at == releases:
+                continue
             if scheduler.per_pod:
                 while len(p.placed) < j.members and tries < max_tries:
                     req = p.reqs[len(p.placed)]
@@ -202,6 +206,7 @@ def simulate_jobs(
                     tries += 1
                     got = scheduler.place_pod(req, work, now)
                     if got is None:
+                        p.failed_at = releases
                         break
                     apply_placement(work, req, got[0], got[1])
                     whole[got[0]] -= req.count
@@ -222,6 +227,7 @@ def simulate_jobs(
                 tries += 1
                 got_all = scheduler.place_job(j, p.reqs, work, now)
                 if got_all is None:
+                    p.failed_at = releases
                     continue
                 for (row, gpus), req in zip(got_all, p.reqs, strict=True):
                     apply_placement(work, req, row, gpus)
@@ -247,6 +253,7 @@ def simulate_jobs(
                 release(work, req, row, gpus)
             held -= o.job.gpus
             held_running -= o.job.gpus
+            releases += 1
         # events at the same instant are all applied before the queue is tried
         if events and events[0][0] == t:
             continue
