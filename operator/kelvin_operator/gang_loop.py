@@ -37,12 +37,21 @@ class GangKube(Protocol):
 
 
 class GangLoop:
-    def __init__(self, cfg: OperatorConfig, kube: GangKube) -> None:
+    def __init__(self, cfg: OperatorConfig, kube: GangKube, interval_s: float = 5.0) -> None:
         self.cfg = cfg
         self.kube = kube
+        self.interval_s = interval_s
+        self._last = float("-inf")
         fw = Framework.from_config(PolicyConfig(hotness=cfg.hotness))
         self.planner = GangPlanner(fw, cfg.gang, hotness=cfg.hotness)
         self._told: dict[str, str] = {}
+
+    def due(self, now: float) -> bool:
+        """Whether a planning pass is due (at most one per ``interval_s``); marks it started."""
+        if now - self._last < self.interval_s:
+            return False
+        self._last = now
+        return True
 
     async def run(
         self,

@@ -32,7 +32,8 @@ RuntimeFactory = Callable[[OperatorConfig], Awaitable[Runtime]]
 #: The operations both webhooks judge: the chart's webhook configurations send pods on CREATE only. A review of any
 #: other operation (UPDATE, DELETE, CONNECT) is admitted as it is.
 JUDGED_OPERATIONS: tuple[kopf.Operation, ...] = ("CREATE",)
-#: Seconds between two planning attempts of a gated gang (a gang that does not fit is retried as capacity frees up).
+#: Seconds between two planning passes over the gated gangs (a gang that does not fit is retried as capacity frees
+#: up); a pass runs from the node timer, so at most every ``interval_s`` when that is longer.
 GANG_INTERVAL_S = 5.0
 #: The webhooks' handler ids, which are their paths (/gpu-memory, /gpu-env: the chart's webhook configurations).
 VALIDATING_ID, MUTATING_ID = "gpu-memory", "gpu-env"
@@ -129,6 +130,22 @@ def build_registry(
         index: kopf.Index[str, Any] = kwargs["pods_by_node"]
         pods = [dict(p) for p in index.get(name, [])]
         await rt.reconciler.reconcile_node(dict(body), rt.snapshot().node(name), pods, time.time())
+        await _plan_gangs(memo, kwargs)
+
+    async def _plan_gangs(memo: kopf.Memo, kwargs: dict[str, Any]) -> None:
+        """Plan the gated gangs (docs/jobs.md), at most every GANG_INTERVAL_S whichever node's cycle runs: no timer
+        on the pods themselves (a kopf timer puts a finalizer on every object it runs for)."""
+        rt: Runtime = memo.runtime
+        if getattr(memo, "gangs", None) is None:
+            memo.gangs = GangLoop(cfg, operator_kube(cfg, rt.client), GANG_INTERVAL_S)
+        now = time.time()
+        if not memo.gangs.due(now):
+            return
+        gated: kopf.Index[str, Any] = kwargs["gated_gangs"]
+        labels: kopf.Index[str, Any] = kwargs["node_labels"]
+        node_labels = {n: dict(next(iter(v), {})) for n, v in labels.items()}
+        for key in list(gated):
+            await memo.gangs.run([dict(p) for p in gated.get(key, [])], rt.snapshot(), node_labels, now)
 
     @kopf.index("nodes", id="node_labels", registry=registry)
     def node_labels(name: str, labels: kopf.Labels, **_: Any) -> dict[str, dict[str, str]]:
@@ -138,21 +155,6 @@ def build_registry(
     def gated_gangs(body: kopf.Body, **_: Any) -> dict[str, dict[str, Any]]:
         member = gang_cycle.gated_member(dict(body), cfg.gang)
         return {member.ref.key: dict(body)} if member is not None else {}
-
-    @kopf.timer("pods", id="gang_planner", registry=registry, interval=GANG_INTERVAL_S, when=_gated_gang_pod)
-    async def gang_planner(body: kopf.Body, memo: kopf.Memo, **kwargs: Any) -> None:
-        """One member of each gated gang (the first by name) plans the whole gang (docs/jobs.md)."""
-        member = gang_cycle.gated_member(dict(body), cfg.gang)
-        index: kopf.Index[str, Any] = kwargs["gated_gangs"]
-        pods = [dict(p) for p in index.get(member.ref.key, [])] if member is not None else []
-        if member is None or min((p["metadata"]["name"] for p in pods), default=None) != member.name:
-            return
-        labels: kopf.Index[str, Any] = kwargs["node_labels"]
-        node_labels = {n: dict(next(iter(v), {})) for n, v in labels.items()}
-        rt: Runtime = memo.runtime
-        if getattr(memo, "gangs", None) is None:
-            memo.gangs = GangLoop(cfg, operator_kube(cfg, rt.client))
-        await memo.gangs.run(pods, rt.snapshot(), node_labels, time.time())
 
     if cfg.webhook.enabled:
         # kopf runs a handler for every operation of the resource (``operations`` only shapes the webhook

@@ -91,3 +91,8 @@ async def test_an_incomplete_gang_waits_and_dry_run_writes_nothing() -> None:
     gl, kube = loop(dry_run=True)
     d = await gl.run([member(i) for i in range(4)], snap, {}, NOW)
     assert d is not None and d.planned and kube.patches == [] and kube.events[0][1] == "GangPlanned"
+
+
+def test_a_planning_pass_is_due_at_most_once_per_interval() -> None:
+    gl, _ = loop()
+    assert gl.due(100.0) and not gl.due(102.0) and gl.due(105.0)
