@@ -18,6 +18,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from .gang.config import GangPolicy
 from .hotness import HotnessConfig
 
 ENV_PREFIX = "KELVIN_OPERATOR_"
@@ -87,6 +88,11 @@ class WebhookConfig(_Section):
         description="kelvin device plugins advertise kelvin.dev/shared-gpu: the mutating webhook requests one for a "
         "pool-only pod (kelvin.dev/gpu-memory or gpu-share, no GPU resource); off: the validating webhook rejects it",
     )
+    gang_gates: bool = Field(
+        False,
+        description="the mutating webhook adds the kelvin.dev/gang scheduling gate to gang members, held until the "
+        "operator's gang planner has planned the whole gang (docs/jobs.md)",
+    )
 
     @field_validator("addr")
     @classmethod
@@ -116,6 +122,7 @@ class OperatorConfig(BaseSettings):
     max_telemetry_age_s: float = Field(120.0, gt=0, description="older node telemetry counts as missing")
     thermal_enabled: bool = True
     hotness: HotnessConfig = HotnessConfig()
+    gang: GangPolicy = GangPolicy()
     limits: LimitsConfig = LimitsConfig()
     protection: ProtectionConfig = ProtectionConfig()
     checkpoint: CheckpointConfig = CheckpointConfig()

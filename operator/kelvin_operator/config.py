@@ -52,7 +52,8 @@ def _merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
 
 
 def read_policy_section(path: Path) -> dict[str, Any]:
-    """The ``operator:`` section of the policy file in field names, with the shared top-level ``hotness:`` folded in.
+    """The ``operator:`` section of the policy file in field names, with the shared top-level ``hotness:`` and
+    ``gang:`` folded in.
 
     The whole file is validated as the extender validates it (duplicate, unknown and bad keys in every section, the
     ``operator:`` section included, unknown policy names and args: :class:`ConfigError` naming the path). Keys in the
@@ -76,6 +77,8 @@ def read_policy_section(path: Path) -> dict[str, Any]:
     out: dict[str, Any] = dict(policy.operator)  # validated and in field names (PolicyConfig.from_mapping)
     if "hotness" in policy.model_fields_set and "hotness" not in out:
         out["hotness"] = policy.hotness.model_dump()
+    if "gang" in policy.model_fields_set and "gang" not in out:
+        out["gang"] = policy.gang.model_dump()
     return out
 
 

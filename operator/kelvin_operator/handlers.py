@@ -14,13 +14,15 @@ from typing import Any
 
 import kopf
 
+from scheduler_plugin.gang import cycle as gang_cycle
 from scheduler_plugin.kube import KubeConfig
 from scheduler_plugin.model import annotations as ann
 
-from . import webhooks
+from . import gangs, webhooks
 from .config import OperatorConfig
+from .gang_loop import GangLoop
 from .logs import demote_kopf_success
-from .runtime import Runtime, webhook_cert
+from .runtime import Runtime, operator_kube, webhook_cert
 from .webhook_server import AdmissionServer
 
 log = logging.getLogger("kelvin.operator")
@@ -30,6 +32,9 @@ RuntimeFactory = Callable[[OperatorConfig], Awaitable[Runtime]]
 #: The operations both webhooks judge: the chart's webhook configurations send pods on CREATE only. A review of any
 #: other operation (UPDATE, DELETE, CONNECT) is admitted as it is.
 JUDGED_OPERATIONS: tuple[kopf.Operation, ...] = ("CREATE",)
+#: Seconds between two planning passes over the gated gangs (a gang that does not fit is retried as capacity frees
+#: up); a pass runs from the node timer, so at most every ``interval_s`` when that is longer.
+GANG_INTERVAL_S = 5.0
 #: The webhooks' handler ids, which are their paths (/gpu-memory, /gpu-env: the chart's webhook configurations).
 VALIDATING_ID, MUTATING_ID = "gpu-memory", "gpu-env"
 
@@ -41,6 +46,11 @@ def _gpu_pod(spec: kopf.Spec, annotations: kopf.Annotations, **_: Any) -> bool:
     if ann.GPU_MEMORY in annotations or ann.GPU_SHARE in annotations:
         return True
     return webhooks.requests_gpu_resource({"spec": spec})
+
+
+def _gated_gang_pod(spec: kopf.Spec, **_: Any) -> bool:
+    """Pods held by kelvin's gang gate (not yet planned)."""
+    return any(g.get("name") == ann.GANG_SCHEDULING_GATE for g in spec.get("schedulingGates") or [])
 
 
 def _gpu_node(body: kopf.Body, **_: Any) -> bool:
@@ -120,6 +130,31 @@ def build_registry(
         index: kopf.Index[str, Any] = kwargs["pods_by_node"]
         pods = [dict(p) for p in index.get(name, [])]
         await rt.reconciler.reconcile_node(dict(body), rt.snapshot().node(name), pods, time.time())
+        await _plan_gangs(memo, kwargs)
+
+    async def _plan_gangs(memo: kopf.Memo, kwargs: dict[str, Any]) -> None:
+        """Plan the gated gangs (docs/jobs.md), at most every GANG_INTERVAL_S whichever node's cycle runs: no timer
+        on the pods themselves (a kopf timer puts a finalizer on every object it runs for)."""
+        rt: Runtime = memo.runtime
+        if getattr(memo, "gangs", None) is None:
+            memo.gangs = GangLoop(cfg, operator_kube(cfg, rt.client), GANG_INTERVAL_S)
+        now = time.time()
+        if not memo.gangs.due(now):
+            return
+        gated: kopf.Index[str, Any] = kwargs["gated_gangs"]
+        labels: kopf.Index[str, Any] = kwargs["node_labels"]
+        node_labels = {n: dict(next(iter(v), {})) for n, v in labels.items()}
+        for key in list(gated):
+            await memo.gangs.run([dict(p) for p in gated.get(key, [])], rt.snapshot(), node_labels, now)
+
+    @kopf.index("nodes", id="node_labels", registry=registry)
+    def node_labels(name: str, labels: kopf.Labels, **_: Any) -> dict[str, dict[str, str]]:
+        return {name: dict(labels)}
+
+    @kopf.index("pods", id="gated_gangs", registry=registry, when=_gated_gang_pod)
+    def gated_gangs(body: kopf.Body, **_: Any) -> dict[str, dict[str, Any]]:
+        member = gang_cycle.gated_member(dict(body), cfg.gang)
+        return {member.ref.key: dict(body)} if member is not None else {}
 
     if cfg.webhook.enabled:
         # kopf runs a handler for every operation of the resource (``operations`` only shapes the webhook
@@ -135,7 +170,7 @@ def build_registry(
                     dict(body),
                     webhooks.GpuSizes.of(rt.snapshot()),
                     shared_gpu_resource=cfg.webhook.shared_gpu_resource,
-                )
+                ) or gangs.refusal(dict(body), cfg.gang, rt.snapshot())
             except Exception:
                 rt.metrics.webhook_requests.labels("validate", "error").inc()
                 raise
@@ -161,11 +196,14 @@ def build_registry(
                     framework_env=cfg.webhook.framework_env,
                     shared_gpu_resource=cfg.webhook.shared_gpu_resource,
                 )
+                gates = gangs.gated(dict(body), cfg.gang) if cfg.webhook.gang_gates else None
             except Exception:
                 rt.metrics.webhook_requests.labels("mutate", "error").inc()
                 raise
             rt.metrics.webhook_requests.labels("mutate", "allowed").inc()
             if containers is not None:
                 patch.spec["containers"] = containers
+            if gates is not None:
+                patch.spec["schedulingGates"] = gates
 
     return registry

@@ -88,6 +88,10 @@ class OperatorKube:
             f"/api/v1/namespaces/{namespace}/pods/{name}", {"metadata": {"annotations": dict(annotations)}}
         )
 
+    async def patch_pod(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
+        """A JSON merge patch of a pod (the gang planner: its plan annotations and its scheduling gates)."""
+        await self.client.patch_merge(f"/api/v1/namespaces/{namespace}/pods/{name}", dict(patch))
+
     async def set_taint(self, node: str, key: str, value: str, effect: str, present: bool) -> bool:
         """Add (``present``) or remove the taint ``key``; returns whether the node changed.
 

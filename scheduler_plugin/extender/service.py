@@ -38,7 +38,7 @@ from ..policies.framework import Framework
 from ..telemetry.cache import SnapshotCache
 from ..telemetry.ledger import AssumedLedger
 from ..telemetry.source import TelemetrySource
-from . import wire
+from . import gangs, wire
 from .binder import Binder, BindError
 from .bindings import BindRecord, BindRecords, BindState
 from .metrics import ExtenderMetrics, rejection_code
@@ -213,6 +213,12 @@ class Extender:
                 self.metrics.rejections.labels("stale_telemetry").inc(len(names))
                 self.metrics.decisions.labels("filter", "rejected").inc(len(names))
                 return wire.filter_result(args, [], {}, {}, error=down)
+            planned = gangs.planned_node(args.pod)
+            if planned is not None:  # a gang member: its node was planned with the whole gang
+                passed, refused = gangs.planned_filter(planned, names, fleet, self.framework)
+                self.metrics.decisions.labels("filter", "passed").inc(len(passed))
+                self.metrics.decisions.labels("filter", "rejected").inc(len(refused))
+                return wire.filter_result(args, passed, refused, {})
             known = rows >= 0
             pos_known = np.flatnonzero(known)
             outcome = self.framework.filter(req, fleet, rows[pos_known], ctx)
@@ -374,7 +380,9 @@ class Extender:
                     return failed(f"node {b.Node}: {UNKNOWN_NODE_REASON}")
                 else:
                     ctx = self.framework.context(fleet, now)
-                    gpus = self.framework.pick(req, fleet, row, ctx)
+                    gpus = gangs.planned_gpus(self.cache.snapshot, b.Node, key) or self.framework.pick(
+                        req, fleet, row, ctx
+                    )
                     if gpus is None:
                         why = self.framework.explain(req, fleet, row, ctx)
                         reasons = "; ".join(v.reason for v in why.filters if v.reason) or "no GPUs left"

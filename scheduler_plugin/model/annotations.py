@@ -15,6 +15,11 @@ GPU_SHARE = PREFIX + "gpu-share"  # compute share of one GPU in thousandths, 1..
 GPU_MODELS = PREFIX + "gpu-models"  # allowed GPU models, comma separated: "A100,H100"
 TOPOLOGY = PREFIX + "topology"  # multi-GPU pods: "nvlink-required" | "nvlink-preferred" | "any"
 MAX_TEMPERATURE = PREFIX + "max-temperature"  # Celsius: "78"
+# Gangs (multi-pod jobs planned as a whole; docs/jobs.md)
+GANG = PREFIX + "gang"  # the gang's name, unique in its namespace: "llama-70b"
+GANG_SIZE = PREFIX + "gang-size"  # members that must all be placed at once, a positive integer: "4"
+GANG_TOPOLOGY = PREFIX + "gang-topology"  # "required=<level>" | "preferred=<level>" (levels: the policy's gang:)
+GANG_INDEX = PREFIX + "gang-index"  # the member's rank, 0..size-1, when no Job/JobSet/LWS index says it
 
 # Pod annotations read by the operator (set by users)
 EVICTABLE = PREFIX + "evictable"  # "false" protects the pod from kelvin's evictions
@@ -32,6 +37,9 @@ GPU_ASSIGNED_AT = PREFIX + "gpu-assigned-at"
 # GPU indices `kelvin device-plugin` handed to each container so far, ";" between containers: "0;0,1"
 GPU_ALLOCATED = PREFIX + "gpu-allocated"
 CHECKPOINT_REQUESTED = PREFIX + "checkpoint-requested"
+GANG_PLANNED_NODE = PREFIX + "gang-planned-node"  # the node the gang planner chose for this member
+GANG_PLANNED_GPUS = PREFIX + "gang-planned-gpus"  # the GPU indices it chose there: "0,1,2,3"
+GANG_SCHEDULING_GATE = PREFIX + "gang"  # spec.schedulingGates name held until the whole gang is planned
 
 # Node taint written by the operator
 THERMAL_TAINT_KEY = PREFIX + "thermal"

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .. import yamlfile
 from ..config import error_message
+from ..gang.config import GangPolicy
 from ..hotness import HotnessConfig
 from ..operator_settings import FileSection
 from . import registry
@@ -100,6 +101,8 @@ class PolicyConfig(CamelModel):
     ledger: LedgerPolicy = Field(default_factory=LedgerPolicy)
     hotness: HotnessConfig = Field(default_factory=HotnessConfig)
     """Hot-node thresholds, shared with the operator (``scheduler_plugin.hotness``); validated here too."""
+    gang: GangPolicy = Field(default_factory=GangPolicy)
+    """Gang planning: the topology levels (node labels, innermost first) multi-pod jobs are placed in (docs/jobs.md)."""
     operator: dict[str, Any] = Field(default_factory=dict)
     """The operator's section of the shared policy file, in the operator's field names; validated by
     :meth:`from_mapping` with the operator's own model (:class:`~scheduler_plugin.operator_settings.FileSection`), so

@@ -18,6 +18,9 @@ from ..console import console, fail
 from ..policies.registry import PolicyConfigError
 from ..textfile import decode_problem, first_undecodable
 from .engine import RunResult, prepare, run
+from .jobs.report import aggregate, goals, table, write_csv, write_png
+from .jobs.run import JobRun, run_all
+from .jobs.schedulers import SCHEDULERS
 from .policies import POLICIES, build_policy
 from .report import json_summary, summary_table, write_curve_csv, write_plot
 from .thermal import THERMAL_POLICIES, ThermalResult, ThermalScenario, run_thermal
@@ -76,6 +79,28 @@ def _thermal(err: Console, seeds: list[int], hours: float, json_out: bool, progr
         sys.stdout.write(json.dumps({"thermal": [dict(seed=s, **r.as_dict()) for s, r in results]}, indent=2) + "\n")
 
 
+def _jobs(err: Console, job_run: JobRun, out: Path, json_out: bool, progress: bool) -> None:
+    with _progress(err, progress) as bar:
+        task = bar.add_task("jobs", total=None)
+        try:
+            jf, what, results = run_all(job_run, lambda d: bar.update(task, description=d))
+        except (TraceError, ValueError) as exc:
+            fail(exc)
+    rows = aggregate(results)
+    human = err if json_out else console()
+    human.print(jf.describe())
+    human.print(what)
+    human.print(table(rows, f"Jobs on {job_run.nodes.name}"))
+    for name, met, figures in goals(rows):
+        human.print(f"{'met' if met else 'NOT met'}: {name} ({figures})")
+    write_csv(rows, out / "jobs.csv")
+    write_png(rows, out / "jobs.png", title=f"{job_run.nodes.name}: {what.split(':')[0]}")
+    where = out.absolute()
+    human.print(f"table: {escape(str(where / 'jobs.csv'))}  plot: {escape(str(where / 'jobs.png'))}")
+    if json_out:
+        sys.stdout.write(json.dumps({"fleet": jf.describe(), "jobs": what, "rows": rows}, indent=2) + "\n")
+
+
 def simulate(
     nodes: Annotated[
         Path | None,
@@ -125,10 +150,37 @@ def simulate(
             "instead of being given the trace's (the paper's protocol)"
         ),
     ] = False,
+    jobs: Annotated[
+        str | None,
+        typer.Option(
+            metavar="generate|PATH",
+            help="job-level mode (docs/jobs.md): multi-pod jobs over time on --nodes, from the seeded generator "
+            "('generate') or a job CSV (name,arrival_seconds,duration_seconds,members,gpus_per_member); compares "
+            f"{', '.join(SCHEDULERS)} (--policy picks some); with --thermal also the poorly-cooled-nodes scenario",
+        ),
+    ] = None,
+    job_count: Annotated[int, typer.Option(metavar="N", help="--jobs generate: jobs per seed", min=1)] = 2000,
+    load: Annotated[
+        float, typer.Option(metavar="RATIO", help="--jobs generate: offered GPU demand / capacity", min=0.05)
+    ] = 1.3,
+    rack_nodes: Annotated[
+        int, typer.Option(metavar="N", help="--jobs: nodes per assumed rack (one GPU model and size)", min=1)
+    ] = 16,
 ) -> None:
     """Replay a trace with the FGD paper's protocol (seeded shuffle, inflation to --target %) and compare policies."""
     err = console(stderr=True)
     seeds = seed or [42]
+    if jobs is not None:
+        if nodes is None:
+            fail("--jobs needs --nodes (the fleet: the spot-GPU node list, openb's or kelvin's own)")
+        _jobs(
+            err,
+            JobRun(nodes, jobs, job_count, load, tuple(seeds), tuple(policy or SCHEDULERS), rack_nodes, thermal),
+            out,
+            json_out,
+            progress,
+        )
+        return
     if thermal:
         unknown = [p for p in policy or () if p not in THERMAL_POLICIES]
         if unknown:

@@ -77,10 +77,30 @@ def _warn_once(pod: str, msg: str, *args: object) -> None:
     log.warning(msg, *args)
 
 
+def planned_assignment_of_pod(pod: Mapping[str, Any]) -> tuple[str, GpuAssignment] | None:
+    """(node, assignment) for a gang member the operator planned that is not bound yet (``kelvin.dev/gang-planned-*``,
+    docs/jobs.md): its planned GPUs count as taken, so no other pod takes them before it binds. Recorded without the
+    pod's UID: the pod is not bound, and the extender's bind must not take the plan for an earlier bind of it."""
+    meta = pod.get("metadata") or {}
+    annotations = meta.get("annotations") or {}
+    if (pod.get("spec") or {}).get("nodeName") or ann.GPU_ASSIGNED in annotations:
+        return None
+    node = annotations.get(ann.GANG_PLANNED_NODE)
+    gpus = parse_gpu_indices(annotations.get(ann.GANG_PLANNED_GPUS))
+    if not isinstance(node, str) or not node or not gpus or (pod.get("status") or {}).get("phase") in _DONE_PHASES:
+        return None
+    key = f"{meta.get('namespace', 'default')}/{meta.get('name', '')}"
+    try:
+        req, _ = parse_bound_pod(pod)
+    except RequestError:
+        return node, GpuAssignment(pod_key=key, gpu_indices=gpus)
+    return node, replace(claim_of(req, gpus, pod_key=key), pod_uid=None)
+
+
 def assignments_from_pods(pods: Iterable[Mapping[str, Any]]) -> dict[str, list[GpuAssignment]]:
     out: dict[str, list[GpuAssignment]] = {}
     for pod in pods:
-        got = assignment_of_pod(pod)
+        got = assignment_of_pod(pod) or planned_assignment_of_pod(pod)
         if got is not None:
             out.setdefault(got[0], []).append(got[1])
     return out

@@ -1,0 +1,274 @@
+"""The job simulator's event loop: arrivals and completions over time, a FIFO queue with backfill, and the metrics.
+
+Per-pod schedulers see a job's pods one by one: a pod placed holds its GPUs while the job waits for the rest (the
+job starts when its last pod is placed; GPU-hours held that way are *held by incomplete gangs*). Whole-job schedulers
+place every pod of a job at once or none. Both try the queue in arrival order at every event (backfill: a later job
+that fits starts before an earlier one that does not), at most ``max_tries`` jobs (or pods) per event.
+
+A job runs ``duration * network factor / straggler speed``: the network factor from :class:`.network.Network` (its
+ring over the placed GPUs against the tightest layout), the straggler speed that of
+:class:`.cluster.CoolingScenario` when a member sits on a poorly cooled node (in the thermal scenario).
+The run stops when every job has finished or at ``horizon`` (jobs not started by then count with the time they
+waited so far).
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ...model import MILLI_PER_GPU, FleetArrays, GpuRequest
+from ..fleet import apply_placement
+from .cluster import CoolingScenario, JobFleet, release
+from .network import Network
+from .schedulers import JobScheduler
+from .workload import JobSpec
+
+
+@dataclass(slots=True)
+class JobOutcome:
+    job: JobSpec
+    started: float | None = None
+    finished: float | None = None
+    slowdown: float = 1.0
+    """Communication slowdown of its ring against the tightest layout."""
+    straggler: bool = False
+    nodes: int = 0
+    racks: int = 0
+    min_nodes: int = 1
+    min_racks: int = 1
+    straggler_gpu_hours: float = 0.0
+
+
+@dataclass(slots=True)
+class RunMetrics:
+    scheduler: str
+    seed: int
+    thermal: bool
+    jobs: list[JobOutcome]
+    capacity_gpus: int
+    window_s: float
+    held_gpu_s: float
+    """GPU-seconds allocated (running or held) within the measured window: the arrival window after its first
+    ``warmup_share`` (the fleet starts empty)."""
+    running_gpu_s: float
+    incomplete_gpu_s: float
+    """GPU-seconds held by pods of jobs that had not all their pods placed (whole run)."""
+    seconds: float
+    horizon_s: float
+
+    def _delays_h(self) -> np.ndarray:
+        out = []
+        for o in self.jobs:
+            start = o.started if o.started is not None else self.horizon_s
+            out.append(max(0.0, start - o.job.arrival_s) / 3600.0)
+        return np.asarray(out)
+
+    def summary(self) -> dict[str, float | int | str | bool]:
+        delays = self._delays_h()
+        multi = [o for o in self.jobs if o.started is not None and o.job.gpus > 1]
+        placed = [o for o in self.jobs if o.started is not None]
+        over = [o for o in placed if o.job.members > 1 and (o.nodes > o.min_nodes or o.racks > o.min_racks)]
+        gang_jobs = [o for o in placed if o.job.members > 1]
+        denom = max(self.capacity_gpus * self.window_s, 1.0)
+        return {
+            "scheduler": self.scheduler,
+            "seed": self.seed,
+            "thermal": self.thermal,
+            "jobs": len(self.jobs),
+            "started": len(placed),
+            "incomplete_gang_gpu_hours": self.incomplete_gpu_s / 3600.0,
+            "queue_p50_hours": float(np.percentile(delays, 50)),
+            "queue_p95_hours": float(np.percentile(delays, 95)),
+            "over_spread_share": len(over) / max(len(gang_jobs), 1),
+            "mean_comm_slowdown": float(np.mean([o.slowdown for o in multi])) if multi else 1.0,
+            "allocation_ratio": self.held_gpu_s / denom,
+            "running_ratio": self.running_gpu_s / denom,
+            "straggler_gpu_hours": sum(o.straggler_gpu_hours for o in self.jobs),
+            "seconds": self.seconds,
+        }
+
+
+@dataclass(slots=True)
+class _Pending:
+    idx: int
+    reqs: list[GpuRequest]
+    placed: list[tuple[int, tuple[int, ...]]] = field(default_factory=list)
+    failed_at: int = -1
+    """The count of releases when it last failed to be placed: no capacity has freed since, it is not tried again."""
+
+
+def _requests(job: JobSpec) -> list[GpuRequest]:
+    return [GpuRequest(count=job.gpus_per_member, pod_key=f"sim/{job.name}-{m}") for m in range(job.members)]
+
+
+def simulate_jobs(
+    jobs: Sequence[JobSpec],
+    jf: JobFleet,
+    scheduler: JobScheduler,
+    *,
+    seed: int = 0,
+    fleet: FleetArrays | None = None,
+    poor: np.ndarray | None = None,
+    cooling: CoolingScenario | None = None,
+    network: Network | None = None,
+    max_tries: int = 64,
+    horizon_factor: float = 2.0,
+    warmup_share: float = 0.5,
+) -> RunMetrics:
+    """Run ``jobs`` through ``scheduler`` on a copy of ``fleet`` (default ``jf.fleet``)."""
+    started_at = time.perf_counter()
+    net = network or Network()
+    sc = cooling or CoolingScenario()
+    work = (fleet if fleet is not None else jf.fleet).copy()
+    node_gpus = int(work.gpu_count.max(initial=1))
+    window = max(j.arrival_s for j in jobs) if jobs else 0.0
+    warmup = window * warmup_share  # allocation is measured once the fleet has filled
+    horizon = max(window * horizon_factor, window + 24 * 3600.0)
+    outcomes = [JobOutcome(j) for j in jobs]
+    events: list[tuple[float, int, int]] = []  # (time, kind 0 finish / 1 arrival, job)
+    for i, j in enumerate(jobs):
+        heapq.heappush(events, (j.arrival_s, 1, i))
+    queue: deque[_Pending] = deque()
+    running: dict[int, list[tuple[int, tuple[int, ...]]]] = {}
+    requests: dict[int, list[GpuRequest]] = {}
+    held = 0  # GPUs allocated now
+    held_running = 0
+    held_incomplete = 0
+    held_gpu_s = running_gpu_s = incomplete_gpu_s = 0.0
+    now = 0.0
+    releases = 0  # capacity only grows when a job finishes: a failed job is tried again after the next release
+
+    def advance(t: float) -> None:
+        nonlocal held_gpu_s, running_gpu_s, incomplete_gpu_s, now
+        dt = t - now
+        if dt > 0:
+            w = max(0.0, min(t, window) - max(now, warmup))
+            held_gpu_s += held * w
+            running_gpu_s += held_running * w
+            incomplete_gpu_s += held_incomplete * dt
+        now = t
+
+    def start(p: _Pending) -> None:
+        nonlocal held_running, held_incomplete
+        o = outcomes[p.idx]
+        j = o.job
+        rows = [r for r, _ in p.placed]
+        gpu_nodes = [r for r, g in p.placed for _ in g]
+        gpu_racks = [int(jf.rack_of[r]) for r in gpu_nodes]
+        bw = net.ring_bandwidth(gpu_nodes, gpu_racks)
+        ideal = net.ideal_bandwidth(j.members, j.gpus_per_member, node_gpus, jf.rack_nodes)
+        o.slowdown = net.slowdown(bw, ideal)
+        o.nodes = len(set(rows))
+        o.racks = len({int(jf.rack_of[r]) for r in rows})
+        per_node = max(1, node_gpus // j.gpus_per_member)
+        o.min_nodes = -(-j.members // per_node)
+        o.min_racks = -(-o.min_nodes // jf.rack_nodes)
+        o.straggler = bool(poor is not None and any(bool(poor[r]) for r in rows))
+        base = j.duration_s * net.run_factor(o.slowdown)
+        run_s = base / sc.straggler_speed if o.straggler else base
+        o.straggler_gpu_hours = (run_s - base) * j.gpus / 3600.0
+        o.started = now
+        running[p.idx] = p.placed
+        requests[p.idx] = p.reqs
+        if scheduler.per_pod:
+            held_incomplete -= sum(len(g) for _, g in p.placed[:-1])  # the last pod was never waiting
+        held_running += j.gpus
+        heapq.heappush(events, (now + run_s, 0, p.idx))
+
+    def whole_free() -> np.ndarray:
+        return np.asarray(((work.free_milli >= MILLI_PER_GPU) & work.gpu_present).sum(axis=1), dtype=np.int64)
+
+    def schedule() -> None:
+        """Try the queue in arrival order; a job (pod) that cannot fit anywhere, even by count of free GPUs per
+        node, is skipped without asking the scheduler."""
+        nonlocal held, held_incomplete
+        tries = 0
+        whole = whole_free()
+        largest = int(whole.max(initial=0))
+        slots: dict[int, int] = {}  # GPUs per member -> members that fit by count (cleared on every placement)
+        for p in list(queue):
+            if tries >= max_tries or largest == 0:
+                break
+            j = outcomes[p.idx].job
+            if p.failed_at == releases:
+                continue
+            if scheduler.per_pod:
+                while len(p.placed) < j.members and tries < max_tries:
+                    req = p.reqs[len(p.placed)]
+                    if largest < req.count:
+                        break
+                    tries += 1
+                    got = scheduler.place_pod(req, work, now)
+                    if got is None:
+                        p.failed_at = releases
+                        break
+                    apply_placement(work, req, got[0], got[1])
+                    whole[got[0]] -= req.count
+                    largest = int(whole.max(initial=0))
+                    p.placed.append(got)
+                    held += req.count
+                    if len(p.placed) < j.members:
+                        held_incomplete += req.count
+                if len(p.placed) == j.members:
+                    queue.remove(p)
+                    start(p)
+            else:
+                gpm = j.gpus_per_member
+                if gpm not in slots:
+                    slots[gpm] = int((whole // gpm).sum())
+                if slots[gpm] < j.members:
+                    continue
+                tries += 1
+                got_all = scheduler.place_job(j, p.reqs, work, now)
+                if got_all is None:
+                    p.failed_at = releases
+                    continue
+                for (row, gpus), req in zip(got_all, p.reqs, strict=True):
+                    apply_placement(work, req, row, gpus)
+                    whole[row] -= len(gpus)
+                largest = int(whole.max(initial=0))
+                slots.clear()
+                p.placed = list(got_all)
+                held += j.gpus
+                queue.remove(p)
+                start(p)
+
+    while events:
+        t, kind, i = heapq.heappop(events)
+        if t > horizon:
+            break
+        advance(t)
+        if kind == 1:
+            queue.append(_Pending(i, _requests(jobs[i])))
+        else:
+            o = outcomes[i]
+            o.finished = t
+            for (row, gpus), req in zip(running.pop(i), requests.pop(i), strict=True):
+                release(work, req, row, gpus)
+            held -= o.job.gpus
+            held_running -= o.job.gpus
+            releases += 1
+        # events at the same instant are all applied before the queue is tried
+        if events and events[0][0] == t:
+            continue
+        schedule()
+    advance(min(horizon, max(now, window)))
+    return RunMetrics(
+        scheduler=scheduler.name,
+        seed=seed,
+        thermal=poor is not None,
+        jobs=outcomes,
+        capacity_gpus=jf.capacity_gpus,
+        window_s=max(window - warmup, 1.0),
+        held_gpu_s=held_gpu_s,
+        running_gpu_s=running_gpu_s,
+        incomplete_gpu_s=incomplete_gpu_s,
+        seconds=time.perf_counter() - started_at,
+        horizon_s=horizon,
+    )

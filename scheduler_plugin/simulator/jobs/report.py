@@ -1,0 +1,130 @@
+"""The job simulator's report: one table row per scheduler and scenario (mean over seeds), the issue's goals checked
+against it, a CSV and a PNG."""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Sequence
+from pathlib import Path
+from statistics import mean
+
+from rich.table import Table
+
+from .engine import RunMetrics
+
+#: (summary key, column title, format): the issue's metrics, in its order.
+COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("incomplete_gang_gpu_hours", "GPU-h held by\nincomplete gangs", "{:.1f}"),
+    ("queue_p50_hours", "queue p50\n(h)", "{:.2f}"),
+    ("queue_p95_hours", "queue p95\n(h)", "{:.2f}"),
+    ("over_spread_share", "over-spread\njobs", "{:.1%}"),
+    ("mean_comm_slowdown", "comm\nslowdown", "{:.2f}x"),
+    ("allocation_ratio", "allocation\nratio", "{:.2%}"),
+    ("running_ratio", "running\nratio", "{:.2%}"),
+    ("straggler_gpu_hours", "straggler\nGPU-h", "{:.1f}"),
+)
+
+
+def aggregate(results: Sequence[RunMetrics]) -> list[dict[str, float | str | int]]:
+    """Mean over seeds per (scenario, scheduler), in the order first seen."""
+    groups: dict[tuple[bool, str], list[dict[str, float | int | str | bool]]] = {}
+    for r in results:
+        groups.setdefault((r.thermal, r.scheduler), []).append(r.summary())
+    out: list[dict[str, float | str | int]] = []
+    for (thermal, name), rows in groups.items():
+        row: dict[str, float | str | int] = {
+            "scenario": "thermal" if thermal else "base",
+            "scheduler": name,
+            "seeds": len(rows),
+            "jobs": int(rows[0]["jobs"]),
+        }
+        for key, _, _ in COLUMNS:
+            row[key] = mean(float(x[key]) for x in rows)
+        row["seconds"] = mean(float(x["seconds"]) for x in rows)
+        out.append(row)
+    return out
+
+
+def table(rows: Sequence[dict[str, float | str | int]], title: str) -> Table:
+    t = Table(title=title)
+    t.add_column("scenario")
+    t.add_column("scheduler")
+    for _, head, _ in COLUMNS:
+        t.add_column(head, justify="right")
+    t.add_column("sim s", justify="right")
+    for r in rows:
+        t.add_row(
+            str(r["scenario"]),
+            str(r["scheduler"]),
+            *(fmt.format(float(r[k])) for k, _, fmt in COLUMNS),
+            f"{float(r['seconds']):.0f}",
+        )
+    return t
+
+
+def goals(rows: Sequence[dict[str, float | str | int]]) -> list[tuple[str, bool, str]]:
+    """The issue's goals, each (what, met, the figures)."""
+    by = {(str(r["scenario"]), str(r["scheduler"])): r for r in rows}
+    out: list[tuple[str, bool, str]] = []
+    base_gang, base_pod, base_tas = (
+        by.get(("base", "kelvin-gang")),
+        by.get(("base", "kelvin-pod")),
+        by.get(("base", "tas-greedy")),
+    )
+    if base_gang is not None:
+        v = float(base_gang["incomplete_gang_gpu_hours"])
+        out.append(("kelvin-gang holds no GPU for incomplete gangs", v == 0.0, f"{v:.1f} GPU-h"))
+    if base_gang is not None and base_pod is not None:
+        d = 100 * (float(base_gang["allocation_ratio"]) - float(base_pod["allocation_ratio"]))
+        out.append(("allocation within 0.5 pt of kelvin per pod", d >= -0.5, f"{d:+.2f} pt"))
+    if base_gang is not None and base_tas is not None:
+        d = 100 * (float(base_gang["allocation_ratio"]) - float(base_tas["allocation_ratio"]))
+        out.append(("allocation above the TAS-like greedy", d > 0, f"{d:+.2f} pt"))
+    th_gang, th_tas = by.get(("thermal", "kelvin-gang")), by.get(("thermal", "tas-greedy"))
+    if th_gang is not None and th_tas is not None:
+        g, t = float(th_gang["straggler_gpu_hours"]), float(th_tas["straggler_gpu_hours"])
+        cut = 1.0 - g / t if t > 0 else 0.0
+        out.append(("straggler GPU-h at least 80 % below the TAS-like greedy", cut >= 0.8, f"{cut:.0%} less"))
+    return out
+
+
+def write_csv(rows: Sequence[dict[str, float | str | int]], path: Path) -> None:
+    buf = io.StringIO()
+    keys = ["scenario", "scheduler", "seeds", "jobs", *(k for k, _, _ in COLUMNS), "seconds"]
+    w = csv.DictWriter(buf, fieldnames=keys, lineterminator="\n", extrasaction="ignore")
+    w.writeheader()
+    for r in rows:
+        w.writerow(r)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(buf.getvalue(), encoding="utf-8")
+
+
+def write_png(rows: Sequence[dict[str, float | str | int]], path: Path, title: str = "") -> None:
+    """One bar panel per metric, schedulers side by side, the base and thermal scenarios as two bar groups."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    scenarios = list(dict.fromkeys(str(r["scenario"]) for r in rows))
+    schedulers = list(dict.fromkeys(str(r["scheduler"]) for r in rows))
+    fig, axes = plt.subplots(2, 4, figsize=(16, 7))
+    width = 0.8 / max(len(schedulers), 1)
+    for ax, (key, head, _) in zip(axes.flat, COLUMNS, strict=True):
+        for k, s in enumerate(schedulers):
+            ys = [
+                next((float(r[key]) for r in rows if r["scheduler"] == s and r["scenario"] == sc), 0.0)
+                for sc in scenarios
+            ]
+            ax.bar([i + k * width for i in range(len(scenarios))], ys, width, label=s)
+        ax.set_xticks([i + width * (len(schedulers) - 1) / 2 for i in range(len(scenarios))], scenarios)
+        ax.set_title(head.replace("\n", " "), fontsize=10)
+        ax.grid(axis="y", alpha=0.3)
+    axes.flat[0].legend(fontsize=8)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,166 @@
+"""The job-level simulator: workload generator and trace, racks, the ring all-reduce model, and the four schedulers
+on small fleets (all or nothing, incomplete gangs, spread, stragglers)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from scheduler_plugin.cli import app
+from scheduler_plugin.simulator.jobs.cluster import CoolingScenario, apply_cooling, build_job_fleet, racks_of
+from scheduler_plugin.simulator.jobs.engine import simulate_jobs
+from scheduler_plugin.simulator.jobs.network import Network
+from scheduler_plugin.simulator.jobs.schedulers import SCHEDULERS, build_scheduler, nodes_to_score
+from scheduler_plugin.simulator.jobs.workload import JobMix, JobSpec, generate, read_jobs, write_jobs
+from scheduler_plugin.simulator.trace import TraceError, TraceNode
+
+GIB = 2**30
+
+
+def eight(n: int, model: str = "A100") -> list[TraceNode]:
+    return [TraceNode(f"{model}-{i}", 64000, 512 * GIB, 8, model) for i in range(n)]
+
+
+def test_generator_is_seeded_and_follows_its_mix() -> None:
+    mix = JobMix()
+    a = generate(mix, 10_000, 4000, seed=3)
+    assert a == generate(mix, 10_000, 4000, seed=3) and a != generate(mix, 10_000, 4000, seed=4)
+    small = sum(j.gpus <= 8 for j in a) / len(a)
+    assert 0.82 < small < 0.88  # 85 % of jobs take 1-8 GPUs
+    assert all(j.members == 1 or j.gpus_per_member == 8 for j in a)
+    assert max(j.gpus for j in a) == 256
+    rate = len(a) / (a[-1].arrival_s / 3600)
+    assert rate == pytest.approx(mix.rate_per_hour(10_000), rel=0.1)
+
+
+def test_job_trace_round_trips_and_bad_rows_name_row_and_column(tmp_path: Path) -> None:
+    jobs = generate(JobMix(), 1000, 20, seed=1)
+    path = tmp_path / "jobs.csv"
+    write_jobs(jobs, path)
+    back = read_jobs(path)
+    assert [(j.name, j.members, j.gpus_per_member) for j in back] == [
+        (j.name, j.members, j.gpus_per_member) for j in jobs
+    ]
+    path.write_text("name,arrival_seconds,duration_seconds,members,gpus_per_member\nx,0,60,two,8\n", encoding="utf-8")
+    with pytest.raises(TraceError, match="row 2, column members: 'two' is not a number"):
+        read_jobs(path)
+    path.write_text("name,arrival_seconds\nx,0\n", encoding="utf-8")
+    with pytest.raises(TraceError, match="missing column"):
+        read_jobs(path)
+
+
+def test_racks_are_consecutive_nodes_of_one_model_and_size() -> None:
+    nodes = [*eight(3), TraceNode("a10-0", 1000, GIB, 1, "A10"), *eight(3)]
+    assert (
+        racks_of(nodes, 4)
+        == [
+            "A100x8-r000",
+            "A100x8-r000",
+            "A100x8-r000",
+            "A10x1-r000",
+            "A100x8-r000",
+            "A100x8-r001",
+            "A100x8-r001",
+        ][: len(nodes)]
+    )
+
+
+def test_ring_model_nvlink_rack_spine_and_rank_order() -> None:
+    net = Network()
+    in_node = net.ring_bandwidth([0] * 8, [0] * 8)
+    in_rack = net.ring_bandwidth([0] * 8 + [1] * 8, [0] * 16)
+    two_racks = net.ring_bandwidth([0] * 8 + [1] * 8, [0] * 8 + [1] * 8)
+    assert in_node > in_rack > two_racks
+    ordered = net.ring_bandwidth([0, 0, 1, 1, 2, 2, 3, 3], [0, 0, 0, 0, 1, 1, 1, 1])
+    scattered = net.ring_bandwidth([0, 2, 1, 3, 0, 2, 1, 3], [0, 1, 0, 1, 0, 1, 0, 1])
+    assert scattered < ordered  # a rank-scattered ring leaves each node and rack many times
+    ideal = net.ideal_bandwidth(members=2, gpus_per_member=8, node_gpus=8, rack_nodes=4)
+    assert net.slowdown(in_rack, ideal) == 1.0 and net.slowdown(two_racks, ideal) > 1.0
+    assert net.run_factor(1.0) == 1.0
+
+
+def test_kube_scheduler_scores_a_sample_of_large_fleets() -> None:
+    assert nodes_to_score(50) == 100 and nodes_to_score(4278) == int(4278 * (50 - 4278 / 125) / 100)
+
+
+def test_per_pod_schedulers_hold_gpus_for_incomplete_gangs_and_gangs_do_not() -> None:
+    jf = build_job_fleet(eight(4), rack_nodes=4)
+    jobs = [JobSpec("a", 0.0, 3600.0, 3, 8), JobSpec("b", 1.0, 3600.0, 3, 8)]
+    held = {}
+    for name in SCHEDULERS:
+        m = simulate_jobs(jobs, jf, build_scheduler(name, jf, 1), seed=1)
+        s = m.summary()
+        assert s["started"] == 2
+        held[name] = float(s["incomplete_gang_gpu_hours"])
+    # b's first pod waits an hour on a node of its own while a runs
+    assert held["kube-default"] == pytest.approx(8.0, rel=0.05)
+    assert held["kelvin-pod"] == pytest.approx(8.0, rel=0.05)
+    assert held["tas-greedy"] == held["kelvin-gang"] == 0.0
+
+
+def test_gangs_stay_in_one_rack_where_per_pod_spreads() -> None:
+    jf = build_job_fleet(eight(16), rack_nodes=4)
+    jobs = [JobSpec(f"j{i}", i * 10.0, 7200.0, 2, 8) for i in range(6)]
+    spread = {}
+    for name in ("kube-default", "kelvin-gang"):
+        s = simulate_jobs(jobs, jf, build_scheduler(name, jf, 1), seed=1).summary()
+        spread[name] = (float(s["over_spread_share"]), float(s["mean_comm_slowdown"]))
+    assert spread["kelvin-gang"] == (0.0, 1.0)
+    assert spread["kube-default"][0] > 0.5 and spread["kube-default"][1] > 1.0
+
+
+def test_gang_planner_avoids_poorly_cooled_nodes_where_the_greedy_does_not() -> None:
+    jf = build_job_fleet(eight(32), rack_nodes=4)
+    fleet, poor = apply_cooling(jf, CoolingScenario(poor_share=0.25), seed=5)
+    assert 4 <= int(poor.sum()) <= 14
+    jobs = [JobSpec(f"j{i}", i * 600.0, 3600.0, 2, 8) for i in range(12)]
+    straggler = {}
+    for name in ("tas-greedy", "kelvin-gang"):
+        m = simulate_jobs(jobs, jf, build_scheduler(name, jf, 5), seed=5, fleet=fleet, poor=poor)
+        straggler[name] = float(m.summary()["straggler_gpu_hours"])
+    assert straggler["tas-greedy"] > 0
+    assert straggler["kelvin-gang"] <= 0.2 * straggler["tas-greedy"]
+
+
+def test_simulate_jobs_cli_writes_table_csv_and_png(tmp_path: Path) -> None:
+    nodes = tmp_path / "nodes.csv"
+    rows = ["gpu_model,gpu_capacity_num,cpu_num,node_name"]
+    rows += [f"A100-SXM4-80GB,8,128,{i}" for i in range(24)] + [f"A10,1,128,{100 + i}" for i in range(8)]
+    nodes.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    out = tmp_path / "out"
+    res = CliRunner().invoke(
+        app,
+        [
+            "simulate",
+            "--nodes",
+            str(nodes),
+            "--jobs",
+            "generate",
+            "--job-count",
+            "40",
+            "--thermal",
+            "--rack-nodes",
+            "8",
+            "--out",
+            str(out),
+            "--no-progress",
+            "--json",
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    assert (out / "jobs.csv").stat().st_size > 0 and (out / "jobs.png").stat().st_size > 0
+    assert "kelvin-gang" in (out / "jobs.csv").read_text(encoding="utf-8")
+
+
+def test_simulate_jobs_cli_refuses_a_bad_trace(tmp_path: Path) -> None:
+    nodes = tmp_path / "nodes.csv"
+    nodes.write_text("gpu_model,gpu_capacity_num,cpu_num,node_name\nA100,8,128,0\n", encoding="utf-8")
+    bad = tmp_path / "jobs.csv"
+    bad.write_text("name,arrival_seconds,duration_seconds,members,gpus_per_member\nx,0,60,0,8\n", encoding="utf-8")
+    res = CliRunner().invoke(app, ["simulate", "--nodes", str(nodes), "--jobs", str(bad), "--no-progress"])
+    assert res.exit_code != 0
+    assert "column members" in res.output and "Traceback" not in res.output
+    assert np.isfinite(1.0)
