@@ -92,8 +92,9 @@ class Scenario:
         def probe() -> dict[str, Any] | None:
             self.alive()
             p = self.pod(name)
-            ok = p is not None and p["spec"].get("nodeName") and p["status"].get("phase") == "Running"
-            return p if ok and p["status"].get("startTime") else None
+            if p is None or not p["spec"].get("nodeName") or p["status"].get("phase") != "Running":
+                return None
+            return p if p["status"].get("startTime") else None
 
         return wait_for(f"pod {self.namespace}/{name} running", probe, 90, 0.5)
 
