@@ -72,6 +72,14 @@ def exporter(
         str, typer.Option(metavar="MODEL", help="Model of the fake GPUs (H200, H100-SXM-80GB, A100-SXM-80GB...).")
     ] = ("H100-SXM-80GB"),
     fake_seed: Annotated[int, typer.Option(metavar="SEED", help="Seed of the fake backend (UUIDs, pod names).")] = 0,
+    fake_nvlink_islands: Annotated[
+        int,
+        typer.Option(
+            metavar="N",
+            help="Fake only: split the GPUs into N equal NVLink islands, linked directly within an island and not "
+            "across (1: every GPU on the NVSwitch fabric).",
+        ),
+    ] = 1,
     fake_vary: Annotated[bool, typer.Option(help="Let the fake GPUs' load and temperature vary over time.")] = True,
     fake_state_file: Annotated[
         Path | None,
@@ -85,7 +93,7 @@ def exporter(
 ) -> None:
     """Serve NVML GPU metrics for Prometheus (/metrics) and this node as JSON (/v1/node)."""
     from .app import Exporter
-    from .fake_nvml import FakeNvml, write_proc
+    from .fake_nvml import FakeNvml, island_members, write_proc
     from .fake_state import FakeStateError, FakeStateFile
 
     setup_logging(log_level)
@@ -94,11 +102,22 @@ def exporter(
     state: FakeStateFile | None = None
     if fake_state_file is not None and not fake:
         raise typer.BadParameter("is an option of the fake backend: give --fake too", param_hint="--fake-state-file")
+    if fake_nvlink_islands != 1 and not fake:
+        raise typer.BadParameter(
+            "is an option of the fake backend: give --fake too", param_hint="--fake-nvlink-islands"
+        )
     if fake:
         try:
-            fake_backend = FakeNvml(fake_gpus, fake_model, seed=fake_seed, vary=fake_vary)
+            island_members(fake_gpus, fake_nvlink_islands, True, fake_model)
         except ValueError as exc:
-            raise typer.BadParameter(str(exc), param_hint="--fake-model") from None
+            raise typer.BadParameter(str(exc), param_hint="--fake-nvlink-islands") from None
+        try:
+            fake_backend = FakeNvml(
+                fake_gpus, fake_model, seed=fake_seed, vary=fake_vary, nvlink_islands=fake_nvlink_islands
+            )
+        except ValueError as exc:
+            hint = "--fake-nvlink-islands" if "NVLink islands" in str(exc) else "--fake-model"
+            raise typer.BadParameter(str(exc), param_hint=hint) from None
         write: Callable[[], None] | None = None
         if proc_root == Path("/proc"):
             # fake pids could match unrelated host processes: attribute them through a generated /proc instead

@@ -8,6 +8,11 @@ pynvml's handle type, and raises ``pynvml.NVMLError(code)``, which pynvml maps t
 
 Faults can be injected: an error on chosen calls (:meth:`FakeNvml.set_error`), a GPU lost (:meth:`lose_gpu`), the
 driver gone (:meth:`driver_down`, which also makes ``nvmlInit`` fail), XID events (:meth:`inject_xid`).
+
+NVLink: a board with NVSwitch (H100/H200/A100 SXM) has every link to the switches (one NVLink fabric of all GPUs);
+``nvlink_islands=N`` instead splits the GPUs into ``N`` equal islands whose GPUs are linked directly to each other
+and to no GPU of another island (two 4-GPU islands: the boards of nodes with two NVLink groups), for tests of
+NVLink-group placement.
 """
 
 from __future__ import annotations
@@ -69,6 +74,9 @@ class FakeGpu:
     mig_devices: int = 0
     nvlink_links: int = 0
     nvlink_down: set[int] = field(default_factory=set)
+    nvlink_peers: tuple[int, ...] = ()
+    """GPUs this one links to directly (``nvlink_islands``), link ``l`` to ``nvlink_peers[l % len]``; empty: every
+    link goes to an NVSwitch."""
     processes: list[FakeProcess] = field(default_factory=list)
     energy_base_mj: int = 0
 
@@ -95,6 +103,7 @@ class FakeNvml:
         vary: bool = False,
         driver_version: str = "550.90.07",
         clock: Callable[[], float] = time.time,
+        nvlink_islands: int = 1,
     ) -> None:
         key = model_key(model)
         if key is None:
@@ -102,6 +111,7 @@ class FakeNvml:
             raise ValueError(f"fake model {model!r} is unknown; known models: {known}")
         if not 1 <= gpus <= 16:
             raise ValueError(f"fake gpus must be 1..16, got {gpus}")
+        islands = island_members(gpus, nvlink_islands, KNOWN_MODELS[key].nvswitch, model)
         self.spec = KNOWN_MODELS[key]
         self.driver_version = driver_version
         self.vary = vary
@@ -127,6 +137,7 @@ class FakeNvml:
                     bus_id=f"00000000:{bus:02X}:00.0",
                     numa_node=0 if i < max(1, gpus // 2) else 1,
                     nvlink_links=links,
+                    nvlink_peers=() if islands is None else tuple(p for p in islands[i] if p != i),
                     energy_base_mj=(seed + 1) * 10_000_000 + i * 1_000_000,
                 )
             )
@@ -350,11 +361,13 @@ class FakeNvml:
         return int(pynvml.NVML_FEATURE_DISABLED if link in gpu.nvlink_down else pynvml.NVML_FEATURE_ENABLED)
 
     def nvmlDeviceGetNvLinkRemoteDeviceType(self, handle: Any, link: int) -> int:
-        self._link(handle, link, "nvmlDeviceGetNvLinkRemoteDeviceType")
-        return int(pynvml.NVML_NVLINK_DEVICE_TYPE_SWITCH)
+        gpu = self._link(handle, link, "nvmlDeviceGetNvLinkRemoteDeviceType")
+        return int(pynvml.NVML_NVLINK_DEVICE_TYPE_GPU if gpu.nvlink_peers else pynvml.NVML_NVLINK_DEVICE_TYPE_SWITCH)
 
     def nvmlDeviceGetNvLinkRemotePciInfo(self, handle: Any, link: int) -> Any:
-        self._link(handle, link, "nvmlDeviceGetNvLinkRemotePciInfo")
+        gpu = self._link(handle, link, "nvmlDeviceGetNvLinkRemotePciInfo")
+        if gpu.nvlink_peers:  # an island: the links spread evenly over the island's other GPUs
+            return _pci(self.gpus[gpu.nvlink_peers[link % len(gpu.nvlink_peers)]].bus_id)
         # HGX baseboards: the links go to four NVSwitches, spread evenly
         return _pci(f"00000000:{0xA0 + link % 4:02X}:00.0")
 
@@ -451,6 +464,23 @@ class FakeNvml:
         with self._lock:
             key = ctypes.cast(event_set, ctypes.c_void_p).value or 0
             self._event_sets.pop(key, None)
+
+
+def island_members(gpus: int, islands: int, nvswitch: bool, model: str) -> list[tuple[int, ...]] | None:
+    """GPU index -> the GPUs of its NVLink island (itself included), for ``islands`` equal islands of consecutive
+    GPUs; None for one island (the NVSwitch fabric). ValueError naming the problem otherwise."""
+    if islands < 1:
+        raise ValueError(f"fake NVLink islands must be at least 1, got {islands}")
+    if islands == 1:
+        return None
+    if not nvswitch:
+        raise ValueError(f"fake model {model!r} has no NVLink: it cannot have {islands} NVLink islands")
+    size, rest = divmod(gpus, islands)
+    if rest or size < 2:
+        raise ValueError(
+            f"fake NVLink islands must split the {gpus} GPUs into equal islands of 2 or more, got {islands}"
+        )
+    return [tuple(range(i // size * size, (i // size + 1) * size)) for i in range(gpus)]
 
 
 def set_busy(gpu: FakeGpu, process: FakeProcess) -> None:

@@ -15,6 +15,7 @@ REASONS = (
     "topology",
     "thermal",
     "stale_telemetry",
+    "preemption_pending",
     "unknown_node",
     "bad_request",
 )

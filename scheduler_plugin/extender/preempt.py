@@ -149,6 +149,8 @@ class PreemptVerb:
                 "exact" if choice.exact else "bounded",
                 choice.evaluated,
             )
+        # the preemptor's next filter, once kube-scheduler deleted these, is retried until kelvin's listing sees them go
+        ext.pending_preemptions.record(req.pod_uid, {n: uids for n, (uids, _) in answer.items()}, now)
         return preemption_result(answer)
 
     def _candidates(

@@ -42,6 +42,7 @@ from . import gangs, wire
 from .binder import Binder, BindError
 from .bindings import BindRecord, BindRecords, BindState
 from .metrics import ExtenderMetrics, rejection_code
+from .preempt_pending import PendingPreemptions
 from .turns import LoopTurns
 
 log = logging.getLogger(__name__)
@@ -131,6 +132,9 @@ class Extender:
         #: NodeNames lists seen lately, decoded and looked up once (kube-scheduler repeats them pod after pod).
         self.names = wire.NameCache()
         self.binds = BindRecords()
+        #: Preemptions answered by the preempt verb, until kelvin's records show their victims gone
+        #: (:mod:`.preempt_pending`).
+        self.pending_preemptions = PendingPreemptions()
         #: One verb's CPU work per pass of the event loop, first come first served (:mod:`.turns`): between two
         #: verbs the loop accepts connections, reads sockets and answers /healthz.
         self.turn = LoopTurns()
@@ -139,6 +143,13 @@ class Extender:
         self.bind_timeout_s: float = self.settings.bind_timeout_s
 
     # -- helpers -----------------------------------------------------------------------------------------------
+
+    def _listed_uids(self, node: str, now: float) -> set[str]:
+        """UIDs of the pods kelvin's records show holding GPUs on ``node``: the snapshot's and the ledger's."""
+        nd = self.cache.snapshot.node(node)
+        listed = {a.pod_uid for a in nd.assignments if a.pod_uid} if nd is not None else set()
+        listed.update(a.pod_uid for a in self.ledger.entries(now).get(node, ()) if a.pod_uid)
+        return listed
 
     @property
     def deny_unknown(self) -> bool:
@@ -246,6 +257,16 @@ class Extender:
                     counts["unknown_node"] = n_unknown
                 else:
                     passed_pos = np.sort(np.concatenate([passed_pos, unknown_pos]))
+            if failed and len(passed_pos) == 0 and req.pod_uid:
+                wait = self.pending_preemptions.waiting(
+                    req.pod_uid, failed, lambda node: self._listed_uids(node, now), now
+                )
+                if wait is not None:  # a scheduling error: retried with backoff, not parked as unschedulable
+                    self.metrics.rejections.labels("preemption_pending").inc(len(names))
+                    self.metrics.decisions.labels("filter", "rejected").inc(len(names))
+                    return wire.filter_result(args, [], {}, {}, error=wait)
+            elif len(passed_pos) > 0 and req.pod_uid:
+                self.pending_preemptions.forget(req.pod_uid)
             for code, n in counts.items():
                 self.metrics.rejections.labels(code).inc(n)
         self.metrics.decisions.labels("filter", "passed").inc(len(passed_pos))

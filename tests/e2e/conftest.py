@@ -18,7 +18,15 @@ import pytest
 
 from tests.e2e.api import wait_for
 from tests.e2e.cluster import LoopbackCluster, running, spawn
-from tests.e2e.fleet import GPU_NODES, GPUS_PER_NODE, NODE_MODELS
+from tests.e2e.fleet import (
+    ALL_NODES,
+    GPU_NODES,
+    GPUS_PER_NODE,
+    ISLANDS_NODE,
+    ISLANDS_TAINT,
+    NODE_MODELS,
+    NODE_NVLINK_ISLANDS,
+)
 from tests.e2e.install import KOPF_CRDS, Step, documented_manifest_install, run_documented
 from tests.e2e.kelvin_scheduler import KelvinScheduler
 from tests.e2e.kelvin_scheduler import start as kelvin_scheduler_start
@@ -68,7 +76,8 @@ def cluster(kube_binaries: KubeBinaries, tmp_path_factory: pytest.TempPathFactor
 
 @pytest.fixture(scope="session")
 def gpu_nodes(cluster: LoopbackCluster) -> Iterator[tuple[str, ...]]:
-    """The fake GPU nodes, registered and Ready, their pods reported Running by the agent."""
+    """The fake GPU nodes every scenario shares (:data:`GPU_NODES`), registered and Ready, their pods reported
+    Running by the agent; the preemption scenario's tainted node (``fleet.ISLANDS_NODE``) is registered too."""
     p = cluster.pki
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     agent = spawn(
@@ -81,8 +90,9 @@ def gpu_nodes(cluster: LoopbackCluster) -> Iterator[tuple[str, ...]]:
             f"--ca={p.ca.cert}",
             f"--cert={p.admin.cert}",
             f"--key={p.admin.key}",
-            f"--nodes={','.join(GPU_NODES)}",
+            f"--nodes={','.join(ALL_NODES)}",
             f"--gpus={GPUS_PER_NODE}",
+            f"--taint={ISLANDS_NODE}:{ISLANDS_TAINT['key']}={ISLANDS_TAINT['value']}:{ISLANDS_TAINT['effect']}",
             f"--kubelet-version={cluster.bins.version}",
         ],
         cluster.logs,
@@ -93,7 +103,7 @@ def gpu_nodes(cluster: LoopbackCluster) -> Iterator[tuple[str, ...]]:
         def all_ready() -> bool:
             if not agent.alive():
                 raise RuntimeError(f"fakenodes exited ({agent.popen.returncode}):\n{agent.tail()}")
-            return all(cluster.node_ready(name) for name in GPU_NODES)
+            return all(cluster.node_ready(name) for name in ALL_NODES)
 
         wait_for("fake GPU nodes Ready", all_ready, 60)
         yield GPU_NODES
@@ -150,7 +160,7 @@ def telemetry(cluster: LoopbackCluster) -> Iterator[Telemetry]:
         if IN_CI:
             pytest.fail(str(exc))
         pytest.skip(str(exc))
-    with telemetry_running(cluster.workdir / "telemetry", cluster.logs, NODE_MODELS) as t:
+    with telemetry_running(cluster.workdir / "telemetry", cluster.logs, NODE_MODELS, NODE_NVLINK_ISLANDS) as t:
         yield t
 
 

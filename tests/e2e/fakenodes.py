@@ -43,7 +43,9 @@ def now_rfc3339(micro: bool = False) -> str:
     return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ") if micro else t.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def node_object(name: str, gpus: int, labels: dict[str, str]) -> dict[str, Any]:
+def node_object(
+    name: str, gpus: int, labels: dict[str, str], taints: list[dict[str, str]] | None = None
+) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Node",
@@ -57,7 +59,7 @@ def node_object(name: str, gpus: int, labels: dict[str, str]) -> dict[str, Any]:
                 **labels,
             },
         },
-        "spec": {},
+        "spec": {"taints": taints} if taints else {},
     }
 
 
@@ -146,7 +148,15 @@ def running_status(pod: dict[str, Any]) -> dict[str, Any]:
 
 
 class Agent:
-    def __init__(self, client: httpx.Client, names: list[str], gpus: int, version: str) -> None:
+    def __init__(
+        self,
+        client: httpx.Client,
+        names: list[str],
+        gpus: int,
+        version: str,
+        taints: dict[str, list[dict[str, str]]] | None = None,
+    ) -> None:
+        self.taints = taints or {}
         self.client = client
         self.names = names
         self.node_set = set(names)
@@ -158,7 +168,10 @@ class Agent:
     def register(self) -> None:
         for name in self.names:
             # with its status, as a kubelet registers: the node lifecycle controller sees it Ready at once
-            body = {**node_object(name, self.gpus, {}), "status": node_status(self.gpus, self.version)}
+            body = {
+                **node_object(name, self.gpus, {}, self.taints.get(name)),
+                "status": node_status(self.gpus, self.version),
+            }
             r = self.client.post("/api/v1/nodes", json=body)
             if r.status_code not in (201, 409):
                 raise RuntimeError(f"create Node {name}: {r.status_code} {r.text}")
@@ -270,14 +283,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nodes", required=True, help="comma-separated node names")
     parser.add_argument("--gpus", type=int, default=8)
     parser.add_argument("--kubelet-version", default="v0.0.0-fake")
+    parser.add_argument(
+        "--taint", action="append", default=[], metavar="NODE:KEY=VALUE:EFFECT", help="a taint of one node (repeatable)"
+    )
     args = parser.parse_args(argv)
+    taints: dict[str, list[dict[str, str]]] = {}
+    for text in args.taint:
+        try:
+            node, rest = text.split(":", 1)
+            pair, effect = rest.rsplit(":", 1)
+            key, value = pair.split("=", 1)
+        except ValueError:
+            parser.error(f"--taint {text!r}: must be NODE:KEY=VALUE:EFFECT")
+        if effect not in ("NoSchedule", "PreferNoSchedule", "NoExecute"):
+            parser.error(f"--taint {text!r}: the effect must be NoSchedule, PreferNoSchedule or NoExecute")
+        taints.setdefault(node, []).append({"key": key, "value": value, "effect": effect})
     names = [n for n in args.nodes.split(",") if n]
     if not names or not 1 <= args.gpus <= 16:
         parser.error("--nodes must name at least one node and --gpus be 1..16")
     context = ssl.create_default_context(cafile=args.ca)
     context.load_cert_chain(args.cert, args.key)
     client = httpx.Client(base_url=args.server, verify=context, timeout=30)
-    agent = Agent(client, names, args.gpus, args.kubelet_version)
+    agent = Agent(client, names, args.gpus, args.kubelet_version, taints)
     signal.signal(signal.SIGTERM, lambda *_: agent.stopping.set())
     agent.register()
     threads = [

@@ -11,8 +11,23 @@ GPUS_PER_NODE = 8
 GPU_MODEL = "H100-SXM-80GB"
 #: The PCIe-only node's boards: H100 PCIe has no NVLink to an NVSwitch (the fake exporter reports no NVLink series)
 PCIE_MODEL = "H100-PCIE-80GB"
+#: The preemption scenario's node (tests/e2e/test_preemption.py): H100 SXM boards as two 4-GPU NVLink islands (GPUs
+#: 0-3 and 4-7, linked within an island, not across: ``kelvin exporter --fake-nvlink-islands 2``), tainted with
+#: :data:`ISLANDS_TAINT` so that only pods tolerating it (that scenario's) go there; not in :data:`GPU_NODES`, the
+#: nodes every other scenario places on and counts.
+ISLANDS_NODE = "e2e-islands-1"
+ISLANDS = 2
+ISLANDS_TAINT = {"key": "kelvin.dev/e2e-preemption", "value": "true", "effect": "NoSchedule"}
+#: Every fake node (Node objects, exporters): the shared ones and the preemption scenario's own.
+ALL_NODES = (*GPU_NODES, ISLANDS_NODE)
 #: node -> the model its fake exporter reports (``kelvin exporter --fake-model``)
-NODE_MODELS = {**dict.fromkeys(NVSWITCH_NODES, GPU_MODEL), **dict.fromkeys(PCIE_NODES, PCIE_MODEL)}
+NODE_MODELS = {
+    **dict.fromkeys(NVSWITCH_NODES, GPU_MODEL),
+    **dict.fromkeys(PCIE_NODES, PCIE_MODEL),
+    ISLANDS_NODE: GPU_MODEL,
+}
+#: node -> NVLink islands of its fake exporter (``--fake-nvlink-islands``; absent: 1, the NVSwitch fabric or none)
+NODE_NVLINK_ISLANDS = {ISLANDS_NODE: ISLANDS}
 
 
 def fleet_file() -> dict[str, object]:

@@ -88,6 +88,73 @@ def scheduler_config(installed: str, extender_port: int, kubeconfig: Path) -> di
     return dict(config)
 
 
+def count_preemption_config(config: dict[str, Any], scheduler_name: str) -> dict[str, Any]:
+    """``config`` (from :func:`scheduler_config`) as a second kube-scheduler beside kelvin-scheduler: its one profile
+    named ``scheduler_name``, the extender's ``preemptVerb`` removed (as ``scheduler.extender.preempt: false``: the
+    count-based preemption of kube-scheduler alone), no leader election (the chart's Role grants only the
+    ``kelvin-scheduler`` Lease, which the first one holds)."""
+    out = yaml.safe_load(yaml.safe_dump(config))
+    (profile,) = out["profiles"]
+    profile["schedulerName"] = scheduler_name
+    (extender,) = out["extenders"]
+    assert extender.pop("preemptVerb") == "preempt", extender
+    out["leaderElection"] = {"leaderElect": False}
+    return dict(out)
+
+
+@dataclass
+class SecondScheduler:
+    """A second kube-scheduler process on kelvin-scheduler's extender (:func:`start_count_preemption`)."""
+
+    process: Process
+    scheduler_name: str
+
+    def stop(self) -> None:
+        self.process.stop()
+
+    def check_alive(self) -> None:
+        if not self.process.alive():
+            raise RuntimeError(f"{self.process.name} exited ({self.process.popen.returncode}):\n{self.process.tail()}")
+
+
+def start_count_preemption(cluster: LoopbackCluster, running: KelvinScheduler, scheduler_name: str) -> SecondScheduler:
+    """kube-scheduler with the installed configuration minus ``preemptVerb``, for pods of ``scheduler_name``, on the
+    running extender of ``running`` and the ``kelvin-scheduler`` ServiceAccount's token; returned once healthy."""
+    workdir = running.workdir / scheduler_name
+    workdir.mkdir(parents=True, exist_ok=True)
+    kubeconfig = cluster.token_kubeconfig(NAMESPACE, SERVICE_ACCOUNT)
+    installed = scheduler_config(_configmap(cluster, SCHEDULER_NAME, "scheduler-config.yaml"), running.extender_port,
+                                 kubeconfig)  # fmt: skip
+    config = workdir / "scheduler-config.yaml"
+    config.write_text(yaml.safe_dump(count_preemption_config(installed, scheduler_name)))
+    healthz = free_port()
+    argv = [
+        str(cluster.bins["kube-scheduler"]),
+        f"--config={config}",
+        f"--authentication-kubeconfig={kubeconfig}",
+        f"--authorization-kubeconfig={kubeconfig}",
+        "--bind-address=127.0.0.1",
+        f"--secure-port={healthz}",
+        f"--cert-dir={workdir / 'scheduler-certs'}",
+        "--v=2",
+    ]
+    second = SecondScheduler(spawn(scheduler_name, argv, cluster.logs), scheduler_name)
+
+    def healthy() -> bool:
+        second.check_alive()
+        try:
+            return httpx.get(f"https://127.0.0.1:{healthz}/healthz", verify=False, timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    try:
+        wait_for(f"{scheduler_name} /healthz", healthy, 90, 0.5)
+    except BaseException:
+        second.stop()
+        raise
+    return second
+
+
 def _kelvin() -> str:
     found = shutil.which("kelvin", path=str(Path(sys.executable).parent)) or shutil.which("kelvin")
     if found is None:

@@ -238,7 +238,7 @@ class Telemetry:
             exporter.stop()
 
 
-def start_exporter(node: str, model: str, workdir: Path, logs: Path) -> FakeExporter:
+def start_exporter(node: str, model: str, workdir: Path, logs: Path, nvlink_islands: int = 1) -> FakeExporter:
     port = free_port()
     state = workdir / f"state-{node}.yaml"
     argv = [
@@ -249,6 +249,7 @@ def start_exporter(node: str, model: str, workdir: Path, logs: Path) -> FakeExpo
         f"--fake-model={model}",
         f"--fake-seed={sum(node.encode())}",
         f"--fake-state-file={state}",
+        f"--fake-nvlink-islands={nvlink_islands}",
         f"--node-name={node}",
         "--host=127.0.0.1",
         f"--port={port}",
@@ -259,16 +260,19 @@ def start_exporter(node: str, model: str, workdir: Path, logs: Path) -> FakeExpo
     return FakeExporter(node, model, port, state, spawn(f"exporter-{node}", argv, logs, env=env))
 
 
-def start(workdir: Path, logs: Path, nodes: Mapping[str, str]) -> Telemetry:
-    """Exporters for ``nodes`` (node -> fake model) and Prometheus scraping them; returns once every node's GPUs are
-    in Prometheus. On failure, whatever started is stopped."""
+def start(
+    workdir: Path, logs: Path, nodes: Mapping[str, str], nvlink_islands: Mapping[str, int] | None = None
+) -> Telemetry:
+    """Exporters for ``nodes`` (node -> fake model; ``nvlink_islands``: node -> NVLink islands of its board, 1 when
+    absent) and Prometheus scraping them; returns once every node's GPUs are in Prometheus. On failure, whatever
+    started is stopped."""
     workdir.mkdir(parents=True, exist_ok=True)
     prometheus_binary()
     exporters: dict[str, FakeExporter] = {}
     prometheus: Prometheus | None = None
     try:
         for node, model in nodes.items():
-            exporters[node] = start_exporter(node, model, workdir, logs)
+            exporters[node] = start_exporter(node, model, workdir, logs, (nvlink_islands or {}).get(node, 1))
         for exporter in exporters.values():
             wait_for(f"exporter of {exporter.node} /healthz", exporter.healthy, 60, 0.25)
         config = workdir / "prometheus.yml"
@@ -287,8 +291,10 @@ def start(workdir: Path, logs: Path, nodes: Mapping[str, str]) -> Telemetry:
 
 
 @contextlib.contextmanager
-def running(workdir: Path, logs: Path, nodes: Mapping[str, str]) -> Iterator[Telemetry]:
-    telemetry = start(workdir, logs, nodes)
+def running(
+    workdir: Path, logs: Path, nodes: Mapping[str, str], nvlink_islands: Mapping[str, int] | None = None
+) -> Iterator[Telemetry]:
+    telemetry = start(workdir, logs, nodes, nvlink_islands)
     try:
         yield telemetry
     finally:

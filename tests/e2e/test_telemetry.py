@@ -11,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.e2e.api import wait_for
 from tests.e2e.cluster import LoopbackCluster
-from tests.e2e.fleet import GPU_NODES
+from tests.e2e.fleet import ALL_NODES, GPU_NODES
 from tests.e2e.kelvin_scheduler import KelvinScheduler
 from tests.e2e.pods import assigned, bound, gpu_pod, unschedulable
 from tests.e2e.telemetry import Telemetry
@@ -41,10 +41,10 @@ def test_extender_reads_every_fake_node_from_prometheus(
             for sample in family.samples:
                 if sample.name == "kelvin_telemetry_nodes" and sample.labels == {"source": "prometheus",
                                                                                   "state": "fresh"}:  # fmt: skip
-                    return sample.value if sample.value == len(GPU_NODES) else None
+                    return sample.value if sample.value == len(ALL_NODES) else None
         return None
 
-    assert wait_for("extender: every node fresh from prometheus", fresh_nodes, 30, 0.5) == len(GPU_NODES)
+    assert wait_for("extender: every node fresh from prometheus", fresh_nodes, 30, 0.5) == len(ALL_NODES)
 
 
 def test_hot_node_is_avoided(

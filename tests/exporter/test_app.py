@@ -130,3 +130,36 @@ def test_v1_node_names_the_gpus_it_could_not_read(served: tuple[str, FakeNvml]) 
     node = node_from_json(r.content)
     assert [g.index for g in node.gpus] == [0, 2, 3, 4, 5, 6, 7]
     assert r.headers[GPU_ERRORS_HEADER].startswith("gpu 1: ") and "lost" in r.headers[GPU_ERRORS_HEADER]
+
+
+def test_two_nvlink_islands_are_two_groups_in_v1_node_and_metrics(tmp_path: Path) -> None:
+    """``nvlink_islands=2``: GPUs 0-3 and 4-7 linked directly within their island, none across, no NVSwitch."""
+    fake = FakeNvml(8, "H100-SXM-80GB", seed=3, nvlink_islands=2)
+    exporter = Exporter(fake, "islands", proc_root=tmp_path / "proc", pods_dir=tmp_path / "pods", watch_xid=False)
+    port = exporter.start("127.0.0.1", 0)
+    try:
+        node = node_from_json(httpx.get(f"http://127.0.0.1:{port}/v1/node", timeout=5).content)
+        text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+    finally:
+        exporter.stop()
+    for g in node.gpus:
+        island = set(range(0, 4)) if g.index < 4 else set(range(4, 8))
+        assert g.nvlink_peers == frozenset(island - {g.index}), g.index
+    peers = {
+        (s.labels["gpu"], s.labels["peer_gpu"])
+        for f in text_string_to_metric_families(text)
+        if f.name == "kelvin_gpu_nvlink_link_up"
+        for s in f.samples
+    }
+    assert ("0", "3") in peers and ("5", "4") in peers
+    assert not any(p == "nvswitch" or (int(g) < 4) != (int(p) < 4) for g, p in peers), peers
+
+
+@pytest.mark.parametrize(
+    ("gpus", "islands", "model", "words"),
+    [(8, 3, "H100-SXM-80GB", "equal islands"), (8, 0, "H100-SXM-80GB", "at least 1"),
+     (8, 2, "H100-PCIE-80GB", "has no NVLink")],
+)  # fmt: skip
+def test_bad_nvlink_islands_name_the_problem(gpus: int, islands: int, model: str, words: str) -> None:
+    with pytest.raises(ValueError, match=words):
+        FakeNvml(gpus, model, nvlink_islands=islands)

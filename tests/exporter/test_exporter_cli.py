@@ -35,3 +35,16 @@ def test_busy_port_is_a_clear_error() -> None:
         port = s.getsockname()[1]
         result = CliRunner().invoke(_app(), ["--fake", "--host", "127.0.0.1", "--port", str(port)])
     assert result.exit_code == 2 and "cannot listen on 127.0.0.1" in result.output
+
+
+def test_bad_fake_nvlink_islands_name_the_flag() -> None:
+    result = CliRunner().invoke(_app(), ["--fake", "--fake-nvlink-islands", "3", "--port", "0"])
+    assert result.exit_code == 2 and "--fake-nvlink-islands" in result.output and "equal islands" in result.output
+    result = CliRunner().invoke(
+        _app(),
+        ["--fake", "--fake-model", "H100-PCIE-80GB", "--fake-nvlink-islands", "2", "--port", "0"],
+        env={"COLUMNS": "300"},  # the whole message on one line of rich's box
+    )
+    assert result.exit_code == 2 and "--fake-nvlink-islands" in result.output and "has no NVLink" in result.output
+    result = CliRunner().invoke(_app(), ["--fake-nvlink-islands", "2", "--port", "0"])
+    assert result.exit_code == 2 and "give --fake too" in result.output

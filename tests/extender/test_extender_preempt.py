@@ -11,7 +11,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from ext_helpers import Clock, gpu_node, make_extender, pod
+from ext_helpers import Clock, args, gpu_node, make_extender, pod
 from fastapi.testclient import TestClient
 
 from scheduler_plugin.extender.app import create_app
@@ -236,3 +236,31 @@ def test_at_most_max_kept_nodes_are_answered_fewest_proposed_victims_first() -> 
         out = c.post("/preempt", content=meta_args(preemptor(), victims)).json()["NodeNameToMetaVictims"]
     assert len(out) == MAX_KEPT_NODES
     assert f"isl-{n - 1}" in out
+
+
+def test_the_preemptors_filter_is_retried_until_kelvin_sees_its_victims_gone(ext: Extender, client: TestClient) -> None:
+    """Seen on the e2e cluster: kube-scheduler deletes the victims and filters the preemptor at once; kelvin's pod
+    listing still shows them, and a refusal (FailedNodes) parked the pinned preemptor in the unschedulable queue with
+    its node freed. While victims kelvin chose are still in its records, the filter answers an error (retried with
+    backoff) instead; other pods, and the preemptor once the victims are gone, are judged as always."""
+    hi = preemptor()
+    r = client.post("/preempt", content=meta_args(hi, {"gpu-islands": ["uid-w0", "uid-w2", "uid-w4", "uid-w6"]}))
+    freed = victim_gpus(r.json())
+    # kube-scheduler deleted the victims; kelvin's listing has not caught up
+    r = client.post("/filter", content=args(hi, ["gpu-islands"]))
+    out = r.json()
+    assert r.status_code == 200 and out["NodeNames"] == [] and not out["FailedNodes"], out
+    assert "still shows 4 of them" in out["Error"], out
+    # another pod is refused as always: it has no preemption pending
+    other = pod("other", gpus=4, annotations={ann.TOPOLOGY: "nvlink-required"})
+    out = client.post("/filter", content=args(other, ["gpu-islands"])).json()
+    assert not out["Error"] and "gpu-islands" in out["FailedNodes"], out
+    # the listing catches up: the victims are gone, the preemptor passes
+    node = islands()
+    kept = tuple(a for a in node.assignments if a.gpu_indices[0] not in freed)
+    gpus = tuple(replace(g, memory_used_bytes=2**29) if g.index in freed else g for g in node.gpus)
+    ext.source.nodes = [replace(node, gpus=gpus, assignments=kept), gpu_node("gpu-node-2")]  # type: ignore[attr-defined]
+    client.portal.call(ext.cache.refresh_once)  # type: ignore[union-attr]
+    out = client.post("/filter", content=args(hi, ["gpu-islands"])).json()
+    assert out["NodeNames"] == ["gpu-islands"] and not out["Error"], out
+    assert len(ext.pending_preemptions) == 0
