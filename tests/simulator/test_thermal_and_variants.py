@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -13,8 +13,8 @@ from scheduler_plugin.policies.base import CycleContext
 from scheduler_plugin.simulator.fleet import apply_placement, build_fleet
 from scheduler_plugin.simulator.kube import LeastAllocated, NodeResourcesFit
 from scheduler_plugin.simulator.thermal import THERMAL_POLICIES, ThermalScenario, arrivals, run_thermal
-from scheduler_plugin.simulator.trace import TraceNode, load_trace
-from scheduler_plugin.simulator.variants import VARIANTS, variant
+from scheduler_plugin.simulator.trace import TraceNode, TracePod, load_trace
+from scheduler_plugin.simulator.variants import FAMILIES, variant, variants
 
 GIB = 2**30
 
@@ -49,20 +49,49 @@ def test_least_allocated_spreads_and_node_resources_fit_checks_cpu() -> None:
     assert "Insufficient cpu" in NodeResourcesFit().explain(big, fleet, 0, ctx).reason
 
 
+def _gpu_share(pods: tuple[TracePod, ...], cls: Callable[[TracePod], bool]) -> float:
+    gpu = [p for p in pods if p.num_gpu > 0]
+    return sum(cls(p) for p in gpu) / len(gpu)
+
+
 @pytest.mark.slow
-def test_variants_change_the_mix_they_claim(traces_dir: Path) -> None:
+@pytest.mark.parametrize(("family", "level"), variants())
+def test_each_variant_has_the_mix_its_level_claims(traces_dir: Path, family: str, level: float) -> None:
     full = load_trace(traces_dir / "openb_node_list_gpu_node.csv", traces_dir / "openb_pod_list_default.csv")
-    base = Counter((p.num_gpu > 1, p.num_gpu == 1 and p.gpu_milli < 1000, p.num_gpu == 0) for p in full.pods)
-    multi = variant(full, "multi-gpu")
-    assert sum(p.num_gpu > 1 for p in multi.pods) > 5 * base[(True, False, False)]
-    share = variant(full, "sharing")
-    assert sum(p.num_gpu == 1 and p.gpu_milli < 1000 for p in share.pods) > 1.4 * base[(False, True, False)]
-    spec = variant(full, "model-constrained")
-    models = {n.model for n in full.nodes}
-    constrained = [p for p in spec.pods if p.gpu_spec]
-    assert len(constrained) > 0.3 * len(spec.pods) and all((p.gpu_spec or frozenset()) <= models for p in constrained)
-    cpu = variant(full, "cpu-heavy")
-    assert sum(p.num_gpu == 0 for p in cpu.pods) == 3 * base[(False, False, True)]
-    assert set(VARIANTS) == {"multi-gpu", "sharing", "model-constrained", "cpu-heavy"}
-    with pytest.raises(ValueError, match="unknown variant"):
-        variant(full, "nope")
+    v = variant(full, family, level, seed=3)
+    assert v.nodes == full.nodes
+    assert v.pods == variant(full, family, level, seed=3).pods  # seeded
+    assert v.pods != variant(full, family, level, seed=4).pods or (family == "cpu-heavy" and level == 1.0)
+    if family == "multi-gpu":
+        assert abs(_gpu_share(v.pods, lambda p: p.num_gpu > 1) - level) < 0.02
+    elif family == "sharing":
+        assert abs(_gpu_share(v.pods, lambda p: p.num_gpu == 1 and p.gpu_milli < 1000) - level) < 0.02
+    elif family == "model-constrained":
+        assert abs(_gpu_share(v.pods, lambda p: p.gpu_spec is not None) - level) < 0.02
+        models = {n.model for n in full.nodes}
+        assert all(p.gpu_spec <= models for p in v.pods if p.gpu_spec is not None)
+    else:
+        cpu = sum(p.cpu_milli for p in v.pods if p.num_gpu == 0)
+        base = sum(p.cpu_milli for p in full.pods if p.num_gpu == 0)
+        biggest = max(p.cpu_milli for p in full.pods if p.num_gpu == 0)
+        assert abs(cpu - level * base) <= biggest
+        assert [p for p in v.pods if p.num_gpu] == [p for p in full.pods if p.num_gpu]  # GPU pods untouched
+    if family != "model-constrained":  # copies have names of their own (the simulator counts a name once)
+        assert len({p.name for p in v.pods}) == len(v.pods)
+    if family in ("multi-gpu", "sharing"):
+        assert len(v.pods) == len(full.pods)
+
+
+def test_variant_families_and_levels_are_checked(small_trace: tuple[Path, Path]) -> None:
+    trace = load_trace(*small_trace)
+    assert set(FAMILIES) == {"multi-gpu", "sharing", "model-constrained", "cpu-heavy"}
+    assert [lv for f, lv in variants(["cpu-heavy"])] == [0.5, 1.0, 1.5, 2.0, 2.5]
+    with pytest.raises(ValueError, match="unknown variant family 'nope'"):
+        variant(trace, "nope")
+    with pytest.raises(ValueError, match=r"level 1\.5 is outside 0\.\.1"):
+        variant(trace, "sharing", 1.5)
+    with pytest.raises(ValueError, match="unknown variant family"):
+        variants(["nope"])
+    all_sharing = variant(trace, "sharing", 1.0, seed=1)
+    assert all(p.num_gpu == 1 and p.gpu_milli < 1000 for p in all_sharing.pods if p.num_gpu)
+    assert len(variant(trace, "cpu-heavy", 3.0, seed=1).pods) == len(trace.pods) + 2
