@@ -64,7 +64,7 @@ from scheduler_plugin.simulator.thermal import (  # noqa: E402
     well_cooled,
 )
 from scheduler_plugin.simulator.trace import Trace, load_trace  # noqa: E402
-from scheduler_plugin.simulator.variants import FAMILIES, describe, variant, variants  # noqa: E402
+from scheduler_plugin.simulator.variants import FAMILIES, describe, thinned, variant, variants  # noqa: E402
 
 PUBLISHED_NAMES = {
     "01-Random": "random",
@@ -301,6 +301,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--families", default="", help=f"variant families, comma-separated (default: {', '.join(FAMILIES)})"
     )
     ap.add_argument("--variant-seeds", default="42-43")
+    ap.add_argument(
+        "--variant-scale",
+        type=int,
+        default=1,
+        help="build the variants from every K-th node (per GPU model) and pod of the trace: a cluster K times smaller",
+    )
     ap.add_argument("--thermal-seeds", default="42-46")
     ap.add_argument("--thermal-hours", type=float, default=4.0)
     ap.add_argument("--thermal", action="store_true", help="also run the thermal scenario")
@@ -370,8 +376,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         con.print(f"curves: {args.csv}")
     if args.variants:
         families = [f.strip() for f in args.families.split(",") if f.strip()] if args.families else None
+        base = thinned(trace, args.variant_scale)
+        if args.variant_scale > 1:
+            con.print(
+                f"variants built from every {args.variant_scale}th node and pod: {len(base.nodes)} nodes, "
+                f"{base.total_gpus} GPUs, {describe(base)}"
+            )
         con.print(
-            variant_table(trace, variants(families), parse_seeds(args.variant_seeds), args.jobs, args.learned, con)
+            variant_table(base, variants(families), parse_seeds(args.variant_seeds), args.jobs, args.learned, con)
         )
     if args.thermal:
         con.print(thermal_table(parse_seeds(args.thermal_seeds), args.thermal_hours, con))

@@ -37,7 +37,7 @@ from .fleet import apply_placement
 from .kube import LeastAllocated, NodeResourcesFit
 from .policies import kelvin_policy
 
-THERMAL_POLICIES = ("default", "kelvin-no-thermal", "kelvin", "kelvin+operator")
+THERMAL_POLICIES = ("default", "kelvin-no-thermal", "kelvin", "kelvin+operator", "kelvin+operator-pays")
 GPU_COUNTS = (1, 2, 4, 8)
 GPU_COUNT_P = (0.6, 0.2, 0.1, 0.1)
 
@@ -161,7 +161,7 @@ def thermal_policy(name: str) -> SimPolicy:
             update={"scoring": scoring, "filters": FilterPolicy(thermal_hard_limits=False, throttle_hard_limit=False)}
         )
         return kelvin_policy(cfg, name)
-    if name in ("kelvin", "kelvin+operator"):
+    if name in ("kelvin", "kelvin+operator", "kelvin+operator-pays"):
         return kelvin_policy(PolicyConfig(), name)
     raise ValueError(f"unknown thermal policy {name!r} (known: {', '.join(THERMAL_POLICIES)})")
 
@@ -198,13 +198,30 @@ class _Job:
 @dataclass(slots=True)
 class _Operator:
     """kelvin's operator in the scenario: per node the shared hot-node state machine (:mod:`scheduler_plugin.hotness`,
-    as the operator's reconcile runs it), the thermal taint (no new pod on a hot node), and evictions of the pods on
-    its warm GPUs, with the operator's protections (minimum age) and limits (per node per cycle, cluster-wide per
-    window). The cheapest to restart (least progress since the last checkpoint) goes first, as the planner ranks."""
+    as the operator's reconcile runs it), the thermal taint (no new pod on a hot node), and evictions with the
+    operator's protections (minimum age) and limits (per node per cycle, cluster-wide per window); the cheapest to
+    restart (least progress since the last checkpoint) goes first, as its planner ranks.
+
+    Which pods of a hot node are evicted (``rule``):
+
+    * ``warm`` (the operator's thermal strategy): every pod on a GPU that triggers hotness or is still warm;
+    * ``pays``: only a pod whose eviction costs less than staying: one of its GPUs is thermally throttling, and the
+      GPU-time it would still run there (its remaining work) exceeds what the eviction throws away (progress since
+      its last checkpoint plus the restart)."""
 
     cfg: OperatorConfig
+    rule: str = "warm"
+    restart_s: float = 0.0
     state: dict[str, hotness.NodeHotness] = field(default_factory=dict)
     recent: deque[float] = field(default_factory=deque)
+
+    def _wanted(self, j: _Job, node: GpuNode, warm: set[int], now: float) -> bool:
+        if now - j.started_at < self.cfg.protection.min_pod_age_s or not warm.intersection(j.gpus):
+            return False
+        if self.rule == "warm":
+            return True
+        throttling = any(g.thermally_throttled for g in node.gpus if g.index in j.gpus)
+        return throttling and j.pod.duration_s - j.done_s > j.done_s - j.saved_s + self.restart_s
 
     def cycle(self, nodes: list[GpuNode], running: list[_Job], names: tuple[str, ...], now: float) -> list[_Job]:
         """Advance every node's hotness; return the jobs to evict this cycle."""
@@ -223,11 +240,7 @@ class _Operator:
             if not st.hot:
                 continue
             warm = set(obs.warm_gpus)
-            jobs = [
-                j
-                for j in by_row.get(row_of[node.name], [])
-                if warm.intersection(j.gpus) and now - j.started_at >= self.cfg.protection.min_pod_age_s
-            ]
+            jobs = [j for j in by_row.get(row_of[node.name], []) if self._wanted(j, node, warm, now)]
             jobs.sort(key=lambda j: (j.done_s - j.saved_s, j.pod.key))
             for j in jobs[: lim.max_per_node_per_cycle]:
                 if len(self.recent) >= lim.max_total:
@@ -254,7 +267,10 @@ def run_thermal(
     (every ``checkpoint_min`` minutes of progress) and has to restart (``restart_s``) before progressing again."""
     started = time.perf_counter()
     policy = thermal_policy(policy_name)
-    operator = _Operator(OperatorConfig()) if policy_name.endswith("+operator") else None
+    operator = None
+    if "+operator" in policy_name:
+        rule = "pays" if policy_name.endswith("-pays") else "warm"
+        operator = _Operator(OperatorConfig(), rule, sc.restart_s)
     source = SimulatedFleetSource(sc.spec(), clock=lambda: 0.0)
     pods = arrivals(sc)
     steps = int(sc.hours * 3600.0 / sc.step_s)

@@ -10,7 +10,8 @@ level, and the paper's levels by default:
 * ``sharing`` (0.4, 0.6, 0.8, 1.0): that share of the GPU pods share a GPU; non-sharing GPU pods are replaced by
   copies of the trace's sharing pods (or, below the trace's own share, sharing pods by copies of the others);
 * ``model-constrained`` (0.1, 0.2, 0.25, 0.33): that share of the GPU pods get a ``gpu_spec`` naming one or two of
-  the cluster's GPU models (drawn weighted by how many GPUs of each model exist);
+  the cluster's GPU models (drawn weighted by how many GPUs of each model exist, among the models with a node that
+  has as many GPUs as the pod asks for);
 * ``cpu-heavy`` (0.5, 1, 1.5, 2, 2.5): the CPU-only pods' total CPU demand is that multiple of the trace's: CPU-only
   pods are dropped at random (below 1) or copies of them drawn at random are added (above 1), in random positions.
 
@@ -76,19 +77,21 @@ def sharing(trace: Trace, share: float, rng: np.random.Generator) -> Trace:
 
 def model_constrained(trace: Trace, share: float, rng: np.random.Generator) -> Trace:
     gpus = Counter[str]()
+    widest = Counter[str]()
     for n in trace.nodes:
         if n.gpus:
             gpus[n.model] += n.gpus
+            widest[n.model] = max(widest[n.model], n.gpus)
     if not gpus:
         raise ValueError("the trace has no GPU nodes to pin pods to")
-    models = sorted(gpus)
-    weights = np.array([gpus[m] for m in models], dtype=np.float64)
-    weights /= weights.sum()
     pods = []
     for p in trace.pods:
         if p.num_gpu > 0 and rng.random() < share:
+            # only models with a node wide enough for the pod: a pin nothing can satisfy says nothing about placement
+            models = sorted(m for m in gpus if widest[m] >= p.num_gpu)
+            weights = np.array([gpus[m] for m in models], dtype=np.float64)
             k = 1 if len(models) == 1 or rng.random() < 0.5 else 2
-            spec = frozenset(str(m) for m in rng.choice(models, size=k, replace=False, p=weights))
+            spec = frozenset(str(m) for m in rng.choice(models, size=k, replace=False, p=weights / weights.sum()))
             p = replace(p, gpu_spec=spec)
         pods.append(p)
     return Trace(trace.nodes, tuple(pods))
@@ -187,3 +190,14 @@ def describe(trace: Trace) -> str:
         f"{n} pods: {100 * cpu / n:.1f} % CPU-only ({cpu_demand:,.0f} cores); of the GPU pods "
         f"{100 * share / g:.1f} % sharing, {100 * multi / g:.1f} % multi-GPU, {100 * spec / g:.1f} % pinned"
     )
+
+
+def thinned(trace: Trace, every: int) -> Trace:
+    """Every ``every``-th node (ordered by GPU model, then name, so each model keeps its share of the fleet) and
+    every ``every``-th pod: the same mix on a cluster ``every`` times smaller, for runs the CPU budget allows."""
+    if every < 1:
+        raise ValueError(f"every must be at least 1, got {every}")
+    if every == 1:
+        return trace
+    nodes = sorted(trace.nodes, key=lambda n: (n.model, n.name))[::every]
+    return Trace(tuple(nodes), trace.pods[::every])
