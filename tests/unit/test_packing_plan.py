@@ -240,3 +240,19 @@ def test_without_a_cpu_surplus_cpu_only_pods_are_not_steered_by_stranding_either
     fgd_like = FragmentationPolicy.create(FragmentationArgs(stranding_weight=0, packing_plan=False))
     rows = np.array([0, 1])
     assert kelvin.score(req, fleet, rows, ctx).tolist() == fgd_like.score(req, fleet, rows, ctx).tolist()
+
+
+def test_stranding_never_credits_using_up_a_cpu_poor_nodes_gpus() -> None:
+    # An empty 8-GPU node short of CPU (24 cores, the workload needs ~4.4 per GPU) and a half-used CPU-rich one. A
+    # CPU-light 1-GPU pod on the poor node lowers its stranded GPU; credited (4x dF's scale) that outbid dF, which
+    # knows the 8-GPU pods of the workload need that empty node. Only an increase counts now.
+    fleet = build_arrays([node("poor", [0] * 8, cpu=24_000), node("rich", [1000] * 4 + [0] * 4, cpu=96_000)])
+    w = workload((WHOLE, 3), (PodShape(20_000, 1000, 8, None), 1), (PodShape(6000, 1000, 1, None), 3))
+    ctx = CycleContext(now=0.0, extras={WORKLOAD_KEY: w})
+    req = GpuRequest(count=1, cpu_milli=1000)
+    rows = np.array([0, 1])
+    pl = placements(req, fleet, rows, w, ctx, memory_aware=True)
+    assert stranding_change(req, pl, w)[0] < 0  # the poor node strands less after it
+    assert fragmentation.stranding_penalty(req, pl, w).tolist() == [0.0, 0.0]
+    kelvin = FragmentationPolicy.create(FragmentationArgs())
+    assert np.argmax(kelvin.score(req, fleet, rows, ctx)) == 1  # keeps the empty node whole, as dF says
