@@ -205,9 +205,9 @@ class _Operator:
     Which pods of a hot node are evicted (``rule``):
 
     * ``warm`` (the operator's thermal strategy): every pod on a GPU that triggers hotness or is still warm;
-    * ``pays``: only a pod whose eviction costs less than staying: one of its GPUs is thermally throttling, and the
-      GPU-time it would still run there (its remaining work) exceeds what the eviction throws away (progress since
-      its last checkpoint plus the restart)."""
+    * ``pays``: only a pod whose eviction costs less work than staying: one of its GPUs is thermally throttling, and
+      the work it would lose by staying at the current clocks (its remaining work times one minus the slowest GPU's
+      clock ratio) exceeds what the eviction throws away (progress since its last checkpoint plus the restart)."""
 
     cfg: OperatorConfig
     rule: str = "warm"
@@ -220,8 +220,13 @@ class _Operator:
             return False
         if self.rule == "warm":
             return True
-        throttling = any(g.thermally_throttled for g in node.gpus if g.index in j.gpus)
-        return throttling and j.pod.duration_s - j.done_s > j.done_s - j.saved_s + self.restart_s
+        mine = [g for g in node.gpus if g.index in j.gpus]
+        if not any(g.thermally_throttled for g in mine):
+            return False
+        # staying loses (1 - clock ratio) of the remaining work; leaving loses the progress since the checkpoint and
+        # the restart
+        speed = min(g.clock_ratio for g in mine)
+        return (j.pod.duration_s - j.done_s) * (1.0 - speed) > j.done_s - j.saved_s + self.restart_s
 
     def cycle(self, nodes: list[GpuNode], running: list[_Job], names: tuple[str, ...], now: float) -> list[_Job]:
         """Advance every node's hotness; return the jobs to evict this cycle."""
