@@ -3,9 +3,14 @@
 1. Validation: our ``best-fit`` and ``fgd`` (and, loosely, the other baselines) against the paper's published curves
    (``fgd_published_alloc_default.csv``), averaged over seeds 42-51, at 100 % and 130 % arrived workload.
 2. kelvin vs FGD: GPUs left unallocated at 100 % arrived workload.
-3. ``--variants``: the same policies on workload variants built from the trace (multi-GPU heavy, sharing heavy,
-   model constrained, CPU heavy), to check generality.
-4. ``--thermal``: the time-stepped thermal scenario (throttled GPU-minutes, placements on hot nodes).
+3. ``--variants``: kelvin, fgd and best-fit on the variant families built from the trace (``simulator/variants.py``:
+   multi-GPU heavy 20-50 %, sharing heavy 40-100 %, model constrained 10-33 %, CPU heavy 0.5-2.5x), every level,
+   in one table: % of GPUs unallocated at 100 % arrived, and kelvin's margin over fgd (target: >= 0.3 point).
+   ``--families`` picks families, ``--variant-seeds`` the seeds; with ``--learned`` also kelvin learning the
+   workload from the arrivals, and its distance to the trace-given mode (target: within 0.1 point).
+4. ``--thermal``: the time-stepped thermal scenario: useful work (GPU-hours at full clocks, against the same fleet
+   with every node well cooled), pods placed, throttled GPU-minutes, evictions and what they cost, for the default
+   scheduler, kelvin's extender without and with its thermal score, and the extender with its operator.
 5. ``--learned``: kelvin again, learning the target workload from the arrivals (as the extender does in a cluster)
    instead of being given the trace's M.
 
@@ -16,6 +21,7 @@ Usage::
 
     python bench/placement_quality.py                       # validation + kelvin vs FGD, seeds 42-51
     python bench/placement_quality.py --seeds 42-43 --variants --thermal --learned --jobs 2
+    python bench/placement_quality.py --seeds 42 --variants --families cpu-heavy --variant-seeds 42-44 --jobs 1
     python bench/placement_quality.py --plot docs/img/placement_quality.png --csv docs/img/placement_quality.csv
     python bench/placement_quality.py --plot-from docs/img/placement_quality.csv --plot docs/img/placement_quality.png
 
@@ -50,9 +56,15 @@ from scheduler_plugin.simulator.engine import Prepared, RunResult, prepare, run 
 from scheduler_plugin.simulator.policies import build_policy  # noqa: E402
 from scheduler_plugin.simulator.protocol import arrival_order  # noqa: E402
 from scheduler_plugin.simulator.report import plot_curves, read_curve_csv, write_curve_csv, write_plot  # noqa: E402
-from scheduler_plugin.simulator.thermal import THERMAL_POLICIES, ThermalScenario, run_thermal  # noqa: E402
+from scheduler_plugin.simulator.thermal import (  # noqa: E402
+    THERMAL_POLICIES,
+    ThermalResult,
+    ThermalScenario,
+    run_thermal,
+    well_cooled,
+)
 from scheduler_plugin.simulator.trace import Trace, load_trace  # noqa: E402
-from scheduler_plugin.simulator.variants import VARIANTS, describe, variant  # noqa: E402
+from scheduler_plugin.simulator.variants import FAMILIES, describe, thinned, variant, variants  # noqa: E402
 
 PUBLISHED_NAMES = {
     "01-Random": "random",
@@ -65,6 +77,11 @@ PUBLISHED_NAMES = {
 VALIDATED = ("best-fit", "fgd")
 TOLERANCE_PP = 0.5
 DEFAULT_POLICIES = ("kelvin", "kelvin-fragmentation", "fgd", "best-fit")
+VARIANT_POLICIES = ("kelvin", "fgd", "best-fit")
+MARGIN_PP = 0.3
+"""kelvin must leave at least this many points fewer GPUs unallocated than fgd on every variant."""
+LEARNED_PP = 0.1
+"""kelvin learning the workload must be within this many points of kelvin given the trace's M."""
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -183,13 +200,115 @@ def quality_table(title: str, results: Sequence[RunResult], pub: dict[str, tuple
     return t
 
 
+def _unallocated(runs: Sequence[RunResult]) -> float:
+    return mean(100 - r.alloc_at(100) for r in runs)
+
+
+def variant_table(
+    trace: Trace, todo: Sequence[tuple[str, float]], seeds: Sequence[int], jobs: int, learned: bool, con: Console
+) -> Table:
+    """One row per (family, level): % of GPUs unallocated at 100 % arrived (mean over ``seeds``) for kelvin, fgd
+    and best-fit (and kelvin learning the workload), kelvin's margin over fgd and whether the targets hold."""
+    t = Table(title=f"Variant families: % of GPUs unallocated at 100 % arrived (seeds {','.join(map(str, seeds))})")
+    cols = ["family", "level", "pods", *VARIANT_POLICIES]
+    if learned:
+        cols.append("kelvin learned")
+    cols += ["fgd - kelvin", "check"]
+    for col in cols:
+        t.add_column(col, justify="left" if col in {"family", "level", "check"} else "right")
+    wins = 0
+    for family, level in todo:
+        vt = variant(trace, family, level, seed=0)
+        key = f"{family}@{level:g}"
+        runs = run_all(key, vt, VARIANT_POLICIES, seeds, jobs)
+        by = {p: [r for r in runs if r.policy == p] for p in VARIANT_POLICIES}
+        un = {p: _unallocated(v) for p, v in by.items()}
+        margin = un["fgd"] - un["kelvin"]
+        ok = margin >= MARGIN_PP
+        row = [family, FAMILIES[family].describe_level(level), f"{len(vt.pods):,}", *(f"{un[p]:.2f}" for p in un)]
+        if learned:
+            lr = _unallocated(run_all(key, vt, ["kelvin"], seeds, jobs, learn=True))
+            row.append(f"{lr:.2f} ({lr - un['kelvin']:+.2f})")
+            ok = ok and lr - un["kelvin"] <= LEARNED_PP
+        wins += ok
+        row += [f"{margin:+.2f}", "[green]ok[/green]" if ok else "[red]MISS[/red]"]
+        t.add_row(*row)
+        con.log(f"{key}: {describe(vt)}; " + ", ".join(f"{p} {u:.2f}" for p, u in un.items()))
+    t.caption = (
+        f"targets: kelvin at least {MARGIN_PP} point below fgd"
+        + (f", kelvin learned within {LEARNED_PP} point of kelvin" if learned else "")
+        + f"; met on {wins} of {len(todo)}"
+    )
+    return t
+
+
+def thermal_table(seeds: Sequence[int], hours: float, con: Console) -> Table:
+    """The thermal scenario, means over ``seeds``: useful work against the same fleet with every node well cooled
+    (kelvin's extender there), pods placed, throttled GPU-minutes, evictions and their cost."""
+    sc0 = ThermalScenario(hours=hours)
+    con.print(
+        f"thermal scenario: {sc0.nodes} nodes x {sc0.gpus_per_node} {sc0.model}, {sc0.poor_cooling_fraction:.0%} of "
+        f"nodes with poor cooling, ambient {sc0.ambient_c:g} C, {hours:g} h in {sc0.step_s:g} s steps, target load "
+        f"{sc0.target_load:.0%}, mean pod work {sc0.mean_duration_min:g} min at full clocks, checkpoint every "
+        f"{sc0.checkpoint_min:g} min, restart {sc0.restart_s:g} s; seeds {','.join(map(str, seeds))}"
+    )
+    res: dict[str, list[ThermalResult]] = {p: [] for p in ("well-cooled", *THERMAL_POLICIES)}
+    for s in seeds:
+        sc = ThermalScenario(hours=hours, seed=s)
+        res["well-cooled"].append(run_thermal(well_cooled(sc), "kelvin"))
+        for p in THERMAL_POLICIES:
+            res[p].append(run_thermal(sc, p))
+    t = Table(title="Thermal scenario (means over the seeds)")
+    for col in (
+        "policy",
+        "useful GPU-h",
+        "vs well cooled",
+        "pods placed",
+        "pods done",
+        "throttled GPU-min",
+        "evictions",
+        "eviction cost GPU-min",
+        "throttled + cost vs default",
+        "mean wait s",
+    ):
+        t.add_column(col, justify="left" if col == "policy" else "right")
+    ref = mean(r.useful_gpu_hours for r in res["well-cooled"])
+    base = mean(r.cost_gpu_minutes for r in res["default"])
+    for p, rs in res.items():
+        cost = mean(r.cost_gpu_minutes for r in rs)
+        t.add_row(
+            "kelvin, every node well cooled" if p == "well-cooled" else p,
+            f"{mean(r.useful_gpu_hours for r in rs):.1f}",
+            f"{100 * mean(r.useful_gpu_hours for r in rs) / ref:.1f} %" if ref else "-",
+            f"{mean(r.placements for r in rs):.0f}",
+            f"{mean(r.pods_done for r in rs):.0f}",
+            f"{mean(r.throttled_gpu_minutes for r in rs):.1f}",
+            f"{mean(r.evictions for r in rs):.1f}",
+            f"{mean(r.lost_gpu_minutes for r in rs):.1f}",
+            "-" if p == "well-cooled" or not base else f"{100 * (cost - base) / base:+.0f} %",
+            f"{mean(r.mean_wait_s for r in rs):.0f}",
+        )
+    return t
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--traces", type=Path, default=SHARED / "traces" / "openb")
     ap.add_argument("--seeds", default="42-51")
     ap.add_argument("--policies", default=",".join(DEFAULT_POLICIES))
-    ap.add_argument("--variants", action="store_true", help="also run the workload variants")
+    ap.add_argument("--variants", action="store_true", help="also run the workload variant families")
+    ap.add_argument(
+        "--families", default="", help=f"variant families, comma-separated (default: {', '.join(FAMILIES)})"
+    )
     ap.add_argument("--variant-seeds", default="42-43")
+    ap.add_argument(
+        "--variant-scale",
+        type=int,
+        default=1,
+        help="build the variants from every K-th node (per GPU model) and pod of the trace: a cluster K times smaller",
+    )
+    ap.add_argument("--thermal-seeds", default="42-46")
+    ap.add_argument("--thermal-hours", type=float, default=4.0)
     ap.add_argument("--thermal", action="store_true", help="also run the thermal scenario")
     ap.add_argument(
         "--learned",
@@ -256,36 +375,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         write_curve_csv(results, args.csv)
         con.print(f"curves: {args.csv}")
     if args.variants:
-        vseeds = parse_seeds(args.variant_seeds)
-        for name in VARIANTS:
-            vt = variant(trace, name, seed=0)
-            con.print(f"variant {name}: {describe(vt)}")
-            vres = run_all(name, vt, policies, vseeds, args.jobs)
-            con.print(quality_table(f"Variant {name} (seeds {args.variant_seeds})", vres, {}))
-    if args.thermal:
-        sc = ThermalScenario()
-        con.print(
-            f"thermal scenario: {sc.nodes} nodes x {sc.gpus_per_node} {sc.model}, {sc.poor_cooling_fraction:.0%} of "
-            f"nodes with poor cooling, ambient {sc.ambient_c:g} C, {sc.hours:g} h in {sc.step_s:g} s steps, "
-            f"target load {sc.target_load:.0%}, mean pod duration {sc.mean_duration_min:g} min"
-        )
-        t = Table(title="Thermal scenario")
-        for col in ("policy", "throttled GPU-min", "vs default", "placements", "on hot nodes", "mean wait s"):
-            t.add_column(col, justify="left" if col == "policy" else "right")
-        base = None
-        for p in THERMAL_POLICIES:
-            r = run_thermal(sc, p)
-            base = r.throttled_gpu_minutes if base is None else base
-            rel = f"{100 * (r.throttled_gpu_minutes - base) / base:+.0f} %" if base else "-"
-            t.add_row(
-                p,
-                f"{r.throttled_gpu_minutes:.1f}",
-                rel,
-                str(r.placements),
-                str(r.placements_on_hot_nodes),
-                f"{r.mean_wait_s:.0f}",
+        families = [f.strip() for f in args.families.split(",") if f.strip()] if args.families else None
+        base = thinned(trace, args.variant_scale)
+        if args.variant_scale > 1:
+            con.print(
+                f"variants built from every {args.variant_scale}th node and pod: {len(base.nodes)} nodes, "
+                f"{base.total_gpus} GPUs, {describe(base)}"
             )
-        con.print(t)
+        con.print(
+            variant_table(base, variants(families), parse_seeds(args.variant_seeds), args.jobs, args.learned, con)
+        )
+    if args.thermal:
+        con.print(thermal_table(parse_seeds(args.thermal_seeds), args.thermal_hours, con))
     con.print(f"total {time.perf_counter() - started:.0f} s")
     return 0
 

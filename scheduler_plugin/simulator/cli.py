@@ -59,7 +59,18 @@ def _thermal(err: Console, seeds: list[int], hours: float, json_out: bool, progr
 
                 results.append((s, run_thermal(sc, p, progress=tick)))
     table = Table(title=f"Thermal scenario ({hours:g} h per seed)")
-    for col in ("seed", "policy", "throttled GPU-min", "vs default", "placements", "on hot nodes", "mean wait s"):
+    for col in (
+        "seed",
+        "policy",
+        "useful GPU-h",
+        "throttled GPU-min",
+        "vs default",
+        "evictions",
+        "eviction cost GPU-min",
+        "placements",
+        "on hot nodes",
+        "mean wait s",
+    ):
         table.add_column(col, justify="left" if col == "policy" else "right")
     base = {s: r.throttled_gpu_minutes for s, r in results if r.policy == "default"}
     for s, r in results:
@@ -68,8 +79,11 @@ def _thermal(err: Console, seeds: list[int], hours: float, json_out: bool, progr
         table.add_row(
             str(s),
             r.policy,
+            f"{r.useful_gpu_hours:.1f}",
             f"{r.throttled_gpu_minutes:.1f}",
             rel,
+            str(r.evictions),
+            f"{r.lost_gpu_minutes:.1f}",
             str(r.placements),
             str(r.placements_on_hot_nodes),
             f"{r.mean_wait_s:.0f}",

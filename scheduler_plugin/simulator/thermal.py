@@ -21,11 +21,13 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from ..model import GIB, THERMAL_THROTTLE_MASK, FleetArrays, GpuAssignment, GpuRequest, build_arrays
+from .. import hotness
+from ..model import GIB, THERMAL_THROTTLE_MASK, FleetArrays, GpuAssignment, GpuNode, GpuRequest, build_arrays
+from ..operator_settings import OperatorConfig
 from ..policies.config import FilterPolicy, PolicyConfig, ScorerConfig
 from ..policies.registry import build
 from ..telemetry.cooling import CoolingEstimator
@@ -35,7 +37,7 @@ from .fleet import apply_placement
 from .kube import LeastAllocated, NodeResourcesFit
 from .policies import kelvin_policy
 
-THERMAL_POLICIES = ("default", "kelvin-no-thermal", "kelvin")
+THERMAL_POLICIES = ("default", "kelvin-no-thermal", "kelvin", "kelvin+operator", "kelvin+operator-pays")
 GPU_COUNTS = (1, 2, 4, 8)
 GPU_COUNT_P = (0.6, 0.2, 0.1, 0.1)
 
@@ -55,6 +57,10 @@ class ThermalScenario:
     cpu_per_gpu: int = 8000
     memory_per_gpu: int = 64 * GIB
     seed: int = 42
+    checkpoint_min: float = 10.0
+    """A pod saves its progress every this many minutes of work (an eviction loses what came after)."""
+    restart_s: float = 120.0
+    """What an evicted pod pays to start again (image, process start, loading its checkpoint), holding its GPUs."""
 
     def spec(self) -> FleetSpec:
         return FleetSpec.parse(
@@ -111,11 +117,28 @@ class ThermalResult:
     gpu_hours_run: float
     max_temp_c: float
     seconds: float
+    useful_gpu_hours: float = 0.0
+    """Work kept at the end, in GPU-hours at full clocks: what finished pods did, plus the progress of running ones,
+    less what evictions threw away (progress since the last checkpoint)."""
+    pods_done: int = 0
+    """Pods whose work completed within the horizon."""
+    evictions: int = 0
+    lost_gpu_minutes: float = 0.0
+    """GPU-minutes evictions cost: the progress thrown away (at full clocks) plus the restarts (GPUs held, no work)."""
+
+    @property
+    def cost_gpu_minutes(self) -> float:
+        """Throttled GPU-minutes plus what evictions cost: the figure the operator is judged by."""
+        return self.throttled_gpu_minutes + self.lost_gpu_minutes
 
     def as_dict(self) -> dict[str, object]:
         return {
             "policy": self.policy,
             "throttled_gpu_minutes": round(self.throttled_gpu_minutes, 1),
+            "useful_gpu_hours": round(self.useful_gpu_hours, 2),
+            "pods_done": self.pods_done,
+            "evictions": self.evictions,
+            "lost_gpu_minutes": round(self.lost_gpu_minutes, 1),
             "placements": self.placements,
             "placements_on_hot_nodes": self.placements_on_hot_nodes,
             "mean_wait_s": round(self.mean_wait_s, 1),
@@ -138,36 +161,132 @@ def thermal_policy(name: str) -> SimPolicy:
             update={"scoring": scoring, "filters": FilterPolicy(thermal_hard_limits=False, throttle_hard_limit=False)}
         )
         return kelvin_policy(cfg, name)
-    if name == "kelvin":
+    if name in ("kelvin", "kelvin+operator", "kelvin+operator-pays"):
         return kelvin_policy(PolicyConfig(), name)
     raise ValueError(f"unknown thermal policy {name!r} (known: {', '.join(THERMAL_POLICIES)})")
 
 
 def _read(
     source: SimulatedFleetSource, at: float, previous: FleetArrays | None, dt: float, cooling: CoolingEstimator
-) -> FleetArrays:
+) -> tuple[list[GpuNode], FleetArrays]:
     """Telemetry as the extender's snapshot cache would publish it: trend over the last step, cooling quality
-    learned from every reading so far."""
-    fleet = build_arrays(source.snapshot_nodes(observed_at=at))
+    learned from every reading so far (and the nodes it was built from, which the operator reads)."""
+    nodes = source.snapshot_nodes(observed_at=at)
+    fleet = build_arrays(nodes)
     if previous is not None and dt > 0:
         fleet.trend = (fleet.temp - previous.temp) * (60.0 / dt)
     cooling.fill(fleet)
-    return fleet
+    return nodes, fleet
+
+
+@dataclass(slots=True)
+class _Job:
+    """One pod's life: its progress in seconds at full clocks, the progress its last checkpoint saved, the restart
+    it still has to go through (seconds holding its GPUs without progress), and where it runs."""
+
+    pod: Arrival
+    queued_at: float
+    done_s: float = 0.0
+    saved_s: float = 0.0
+    restart_s: float = 0.0
+    row: int = -1
+    gpus: tuple[int, ...] = ()
+    started_at: float = 0.0
+    placed_once: bool = False
+
+
+@dataclass(slots=True)
+class _Operator:
+    """kelvin's operator in the scenario: per node the shared hot-node state machine (:mod:`scheduler_plugin.hotness`,
+    as the operator's reconcile runs it), the thermal taint (no new pod on a hot node), and evictions with the
+    operator's protections (minimum age) and limits (per node per cycle, cluster-wide per window); the cheapest to
+    restart (least progress since the last checkpoint) goes first, as its planner ranks.
+
+    Which pods of a hot node are evicted (``rule``):
+
+    * ``warm`` (the operator's thermal strategy): every pod on a GPU that triggers hotness or is still warm;
+    * ``pays``: only a pod whose eviction costs less work than staying: one of its GPUs is thermally throttling, and
+      the work it would lose by staying at the current clocks (its remaining work times one minus the slowest GPU's
+      clock ratio) exceeds what the eviction throws away (progress since its last checkpoint plus the restart)."""
+
+    cfg: OperatorConfig
+    rule: str = "warm"
+    restart_s: float = 0.0
+    state: dict[str, hotness.NodeHotness] = field(default_factory=dict)
+    recent: deque[float] = field(default_factory=deque)
+
+    def _wanted(self, j: _Job, node: GpuNode, warm: set[int], now: float) -> bool:
+        if now - j.started_at < self.cfg.protection.min_pod_age_s or not warm.intersection(j.gpus):
+            return False
+        if self.rule == "warm":
+            return True
+        mine = [g for g in node.gpus if g.index in j.gpus]
+        if not any(g.thermally_throttled for g in mine):
+            return False
+        # staying loses (1 - clock ratio) of the remaining work; leaving loses the progress since the checkpoint and
+        # the restart
+        speed = min(g.clock_ratio for g in mine)
+        return (j.pod.duration_s - j.done_s) * (1.0 - speed) > j.done_s - j.saved_s + self.restart_s
+
+    def cycle(self, nodes: list[GpuNode], running: list[_Job], names: tuple[str, ...], now: float) -> list[_Job]:
+        """Advance every node's hotness; return the jobs to evict this cycle."""
+        lim = self.cfg.limits
+        while self.recent and self.recent[0] <= now - lim.window_s:
+            self.recent.popleft()
+        by_row: dict[int, list[_Job]] = {}
+        for j in running:
+            by_row.setdefault(j.row, []).append(j)
+        out: list[_Job] = []
+        row_of = {n: i for i, n in enumerate(names)}
+        for node in nodes:
+            obs = hotness.observe(node, self.cfg.hotness)
+            st, _ = hotness.step(self.state.get(node.name, hotness.NodeHotness()), obs, now, self.cfg.hotness)
+            self.state[node.name] = st
+            if not st.hot:
+                continue
+            warm = set(obs.warm_gpus)
+            jobs = [j for j in by_row.get(row_of[node.name], []) if self._wanted(j, node, warm, now)]
+            jobs.sort(key=lambda j: (j.done_s - j.saved_s, j.pod.key))
+            for j in jobs[: lim.max_per_node_per_cycle]:
+                if len(self.recent) >= lim.max_total:
+                    return out
+                self.recent.append(now)
+                out.append(j)
+        return out
+
+    def tainted(self) -> set[str]:
+        return {n for n, st in self.state.items() if st.hot}
+
+
+def well_cooled(sc: ThermalScenario) -> ThermalScenario:
+    """The same scenario (fleet, seed, arrivals) with every node well cooled: the reference for useful work."""
+    return replace(sc, poor_cooling_fraction=0.0)
 
 
 def run_thermal(
     sc: ThermalScenario, policy_name: str, *, progress: Callable[[int, int], None] | None = None
 ) -> ThermalResult:
+    """Run the scenario with one policy. Pods do ``duration_s`` of work at full clocks; a throttled GPU (its SM clock
+    below maximum) makes the pod's progress slower, the slowest of its GPUs setting the pace. With the operator
+    (``kelvin+operator``) an evicted pod goes back to the head of the queue with the progress of its last checkpoint
+    (every ``checkpoint_min`` minutes of progress) and has to restart (``restart_s``) before progressing again."""
     started = time.perf_counter()
     policy = thermal_policy(policy_name)
+    operator = None
+    if "+operator" in policy_name:
+        rule = "pays" if policy_name.endswith("-pays") else "warm"
+        operator = _Operator(OperatorConfig(), rule, sc.restart_s)
     source = SimulatedFleetSource(sc.spec(), clock=lambda: 0.0)
     pods = arrivals(sc)
     steps = int(sc.hours * 3600.0 / sc.step_s)
-    queue: deque[tuple[Arrival, float]] = deque()
-    ends: list[tuple[float, str]] = []
+    checkpoint_s = sc.checkpoint_min * 60.0
+    queue: deque[_Job] = deque()
+    running: list[_Job] = []
+    finished: list[_Job] = []
     nxt = 0
     throttled_s = 0.0
-    placed = hot_placed = 0
+    placed = hot_placed = evictions = 0
+    lost_gpu_s = 0.0
     waits: list[float] = []
     gpu_s = 0.0
     max_temp = 0.0
@@ -176,22 +295,49 @@ def run_thermal(
     for k in range(steps):
         t = (k + 1) * sc.step_s
         source.advance(sc.step_s)
-        for _end, key in [e for e in ends if e[0] <= t]:
-            source.release(key)
-        ends = [e for e in ends if e[0] > t]
-        fleet = _read(source, t, fleet, sc.step_s, cooling)
+        nodes, fleet = _read(source, t, fleet, sc.step_s, cooling)
+        still: list[_Job] = []
+        for j in running:
+            cols = np.flatnonzero(np.isin(fleet.gpu_index[j.row], j.gpus) & fleet.gpu_present[j.row])
+            speed = float(fleet.clock_ratio[j.row, cols].min()) if len(cols) else 1.0
+            dt = sc.step_s
+            if j.restart_s > 0:
+                r = min(j.restart_s, dt)
+                j.restart_s -= r
+                dt -= r
+            j.done_s = min(j.pod.duration_s, j.done_s + dt * speed)
+            j.saved_s = max(j.saved_s, (j.done_s // checkpoint_s) * checkpoint_s)
+            if j.done_s >= j.pod.duration_s:
+                source.release(j.pod.key)
+                finished.append(j)
+            else:
+                still.append(j)
+        running = still
         throttled = (fleet.throttle & THERMAL_THROTTLE_MASK) != 0
         throttled_s += float(throttled[fleet.gpu_present].sum()) * sc.step_s
         gpu_s += float((fleet.assigned_milli > 0).sum()) * sc.step_s
         max_temp = max(max_temp, float(fleet.temp[fleet.gpu_present].max()))
+        rows = np.arange(fleet.n_nodes, dtype=np.int64)
+        if operator is not None:
+            for j in operator.cycle(nodes, running, fleet.names, t):
+                running.remove(j)
+                source.release(j.pod.key)
+                lost_gpu_s += (j.done_s - j.saved_s + sc.restart_s) * j.pod.gpus
+                j.done_s = j.saved_s
+                j.restart_s = sc.restart_s
+                j.queued_at = t
+                evictions += 1
+                queue.appendleft(j)  # its GPUs free up on the next reading; it goes first then
+            tainted = operator.tainted()
+            rows = rows[[n not in tainted for n in fleet.names]]
         while nxt < len(pods) and pods[nxt].at_s <= t:
-            queue.append((pods[nxt], pods[nxt].at_s))
+            queue.append(_Job(pods[nxt], pods[nxt].at_s))
             nxt += 1
         hot_node = (fleet.temp >= fleet.slowdown).any(axis=1) | throttled.any(axis=1)
-        rows = np.arange(fleet.n_nodes, dtype=np.int64)
-        waiting: deque[tuple[Arrival, float]] = deque()
+        waiting: deque[_Job] = deque()
         while queue:
-            pod, since = queue.popleft()
+            job = queue.popleft()
+            pod = job.pod
             req = GpuRequest(
                 count=pod.gpus,
                 cpu_milli=sc.cpu_per_gpu * pod.gpus,
@@ -207,17 +353,21 @@ def run_thermal(
                 row = int(cand[int(np.argmax(score))])
                 gpus = policy.picker.pick(req, fleet, row, ctx)
             if gpus is None:
-                waiting.append((pod, since))
+                waiting.append(job)
                 continue
             apply_placement(fleet, req, row, gpus)
             source.record_binding(fleet.names[row], GpuAssignment(pod.key, tuple(gpus), pod_uid=pod.key))
-            ends.append((t + pod.duration_s, pod.key))
-            placed += 1
+            job.row, job.gpus, job.started_at = row, tuple(gpus), t
+            running.append(job)
+            if not job.placed_once:
+                job.placed_once = True
+                placed += 1
+                waits.append(t - job.queued_at)
             hot_placed += int(hot_node[row])
-            waits.append(t - since)
         queue = waiting
         if progress is not None:
             progress(k + 1, steps)
+    jobs = [*finished, *running, *queue]
     return ThermalResult(
         policy=policy_name,
         throttled_gpu_minutes=throttled_s / 60.0,
@@ -227,4 +377,8 @@ def run_thermal(
         gpu_hours_run=gpu_s / 3600.0,
         max_temp_c=max_temp,
         seconds=time.perf_counter() - started,
+        useful_gpu_hours=sum(j.done_s * j.pod.gpus for j in jobs) / 3600.0,
+        pods_done=len(finished),
+        evictions=evictions,
+        lost_gpu_minutes=lost_gpu_s / 60.0,
     )

@@ -72,8 +72,14 @@ def test_simulate_thermal_json() -> None:
     res = runner.invoke(app, ["simulate", "--thermal", "--hours", "0.25", "--seed", "5", "--json", "--no-progress"])
     assert res.exit_code == 0, res.output
     rows = json.loads(res.stdout)["thermal"]
-    assert [r["policy"] for r in rows] == ["default", "kelvin-no-thermal", "kelvin"]
-    assert all(r["seed"] == 5 and r["placements"] > 0 for r in rows)
+    assert [r["policy"] for r in rows] == [
+        "default",
+        "kelvin-no-thermal",
+        "kelvin",
+        "kelvin+operator",
+        "kelvin+operator-pays",
+    ]
+    assert all(r["seed"] == 5 and r["placements"] > 0 and r["useful_gpu_hours"] > 0 for r in rows)
 
 
 def test_simulate_needs_nodes_and_pods_without_thermal() -> None:

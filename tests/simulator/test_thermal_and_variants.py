@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections import Counter
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -12,9 +13,15 @@ from scheduler_plugin.model import GpuRequest
 from scheduler_plugin.policies.base import CycleContext
 from scheduler_plugin.simulator.fleet import apply_placement, build_fleet
 from scheduler_plugin.simulator.kube import LeastAllocated, NodeResourcesFit
-from scheduler_plugin.simulator.thermal import THERMAL_POLICIES, ThermalScenario, arrivals, run_thermal
-from scheduler_plugin.simulator.trace import TraceNode, load_trace
-from scheduler_plugin.simulator.variants import VARIANTS, variant
+from scheduler_plugin.simulator.thermal import (
+    THERMAL_POLICIES,
+    ThermalScenario,
+    arrivals,
+    run_thermal,
+    well_cooled,
+)
+from scheduler_plugin.simulator.trace import TraceNode, TracePod, load_trace
+from scheduler_plugin.simulator.variants import FAMILIES, thinned, variant, variants
 
 GIB = 2**30
 
@@ -37,6 +44,30 @@ def test_thermal_run_places_pods_and_accounts_heat(policy: str) -> None:
     assert 25 < r.max_temp_c < 110
 
 
+def test_throttled_gpus_slow_the_work_and_a_cool_fleet_does_all_of_it() -> None:
+    hot = ThermalScenario(nodes=4, hours=1.0, seed=5, poor_cooling_fraction=1.0, ambient_c=40.0, target_load=0.9)
+    r = run_thermal(hot, "default")
+    assert r.throttled_gpu_minutes > 0
+    # a throttled GPU runs below full clocks: the work done is less than the GPU-time held
+    assert 0 < r.useful_gpu_hours < r.gpu_hours_run - 0.05
+    cool = run_thermal(well_cooled(replace(hot, ambient_c=20.0)), "default")
+    assert cool.throttled_gpu_minutes == 0
+    assert abs(cool.useful_gpu_hours - cool.gpu_hours_run) < 0.1 * cool.gpu_hours_run  # full clocks: work = time
+
+
+def test_the_operator_evicts_from_hot_nodes_and_pays_for_it() -> None:
+    sc = ThermalScenario(nodes=4, hours=1.5, seed=5, poor_cooling_fraction=0.5, ambient_c=36.0, target_load=0.9)
+    alone = run_thermal(sc, "kelvin")
+    op = run_thermal(sc, "kelvin+operator")
+    assert alone.evictions == 0 and alone.lost_gpu_minutes == 0
+    assert op.evictions > 0
+    # each eviction costs at least its restart, on every GPU of the pod
+    assert op.lost_gpu_minutes >= op.evictions * sc.restart_s / 60.0
+    assert op.cost_gpu_minutes == op.throttled_gpu_minutes + op.lost_gpu_minutes
+    pays = run_thermal(sc, "kelvin+operator-pays")
+    assert pays.evictions <= op.evictions
+
+
 def test_least_allocated_spreads_and_node_resources_fit_checks_cpu() -> None:
     fleet = build_fleet([TraceNode("a", 16000, 64 * GIB, 2, "T4"), TraceNode("b", 16000, 64 * GIB, 2, "T4")])
     req = GpuRequest(count=1, cpu_milli=4000, host_memory_bytes=GIB)
@@ -49,20 +80,62 @@ def test_least_allocated_spreads_and_node_resources_fit_checks_cpu() -> None:
     assert "Insufficient cpu" in NodeResourcesFit().explain(big, fleet, 0, ctx).reason
 
 
+def _gpu_share(pods: tuple[TracePod, ...], cls: Callable[[TracePod], bool]) -> float:
+    gpu = [p for p in pods if p.num_gpu > 0]
+    return sum(cls(p) for p in gpu) / len(gpu)
+
+
 @pytest.mark.slow
-def test_variants_change_the_mix_they_claim(traces_dir: Path) -> None:
+@pytest.mark.parametrize(("family", "level"), variants())
+def test_each_variant_has_the_mix_its_level_claims(traces_dir: Path, family: str, level: float) -> None:
     full = load_trace(traces_dir / "openb_node_list_gpu_node.csv", traces_dir / "openb_pod_list_default.csv")
-    base = Counter((p.num_gpu > 1, p.num_gpu == 1 and p.gpu_milli < 1000, p.num_gpu == 0) for p in full.pods)
-    multi = variant(full, "multi-gpu")
-    assert sum(p.num_gpu > 1 for p in multi.pods) > 5 * base[(True, False, False)]
-    share = variant(full, "sharing")
-    assert sum(p.num_gpu == 1 and p.gpu_milli < 1000 for p in share.pods) > 1.4 * base[(False, True, False)]
-    spec = variant(full, "model-constrained")
-    models = {n.model for n in full.nodes}
-    constrained = [p for p in spec.pods if p.gpu_spec]
-    assert len(constrained) > 0.3 * len(spec.pods) and all((p.gpu_spec or frozenset()) <= models for p in constrained)
-    cpu = variant(full, "cpu-heavy")
-    assert sum(p.num_gpu == 0 for p in cpu.pods) == 3 * base[(False, False, True)]
-    assert set(VARIANTS) == {"multi-gpu", "sharing", "model-constrained", "cpu-heavy"}
-    with pytest.raises(ValueError, match="unknown variant"):
-        variant(full, "nope")
+    v = variant(full, family, level, seed=3)
+    assert v.nodes == full.nodes
+    assert v.pods == variant(full, family, level, seed=3).pods  # seeded
+    assert v.pods != variant(full, family, level, seed=4).pods or (family == "cpu-heavy" and level == 1.0)
+    if family == "multi-gpu":
+        assert abs(_gpu_share(v.pods, lambda p: p.num_gpu > 1) - level) < 0.02
+    elif family == "sharing":
+        assert abs(_gpu_share(v.pods, lambda p: p.num_gpu == 1 and p.gpu_milli < 1000) - level) < 0.02
+    elif family == "model-constrained":
+        assert abs(_gpu_share(v.pods, lambda p: p.gpu_spec is not None) - level) < 0.02
+        widest: dict[str, int] = {}
+        for n in full.nodes:
+            widest[n.model] = max(widest.get(n.model, 0), n.gpus)
+        pinned = [p for p in v.pods if p.gpu_spec is not None]
+        assert all(widest[m] >= p.num_gpu for p in pinned for m in p.gpu_spec)  # a node of the model fits it
+    else:
+        cpu = sum(p.cpu_milli for p in v.pods if p.num_gpu == 0)
+        base = sum(p.cpu_milli for p in full.pods if p.num_gpu == 0)
+        biggest = max(p.cpu_milli for p in full.pods if p.num_gpu == 0)
+        assert abs(cpu - level * base) <= biggest
+        assert [p for p in v.pods if p.num_gpu] == [p for p in full.pods if p.num_gpu]  # GPU pods untouched
+    if family != "model-constrained":  # copies have names of their own (the simulator counts a name once)
+        assert len({p.name for p in v.pods}) == len(v.pods)
+    if family in ("multi-gpu", "sharing"):
+        assert len(v.pods) == len(full.pods)
+
+
+def test_variant_families_and_levels_are_checked(small_trace: tuple[Path, Path]) -> None:
+    trace = load_trace(*small_trace)
+    assert set(FAMILIES) == {"multi-gpu", "sharing", "model-constrained", "cpu-heavy"}
+    assert [lv for f, lv in variants(["cpu-heavy"])] == [0.5, 1.0, 1.5, 2.0, 2.5]
+    with pytest.raises(ValueError, match="unknown variant family 'nope'"):
+        variant(trace, "nope")
+    with pytest.raises(ValueError, match=r"level 1\.5 is outside 0\.\.1"):
+        variant(trace, "sharing", 1.5)
+    with pytest.raises(ValueError, match="unknown variant family"):
+        variants(["nope"])
+    all_sharing = variant(trace, "sharing", 1.0, seed=1)
+    assert all(p.num_gpu == 1 and p.gpu_milli < 1000 for p in all_sharing.pods if p.num_gpu)
+    assert len(variant(trace, "cpu-heavy", 3.0, seed=1).pods) == len(trace.pods) + 2
+
+
+def test_thinned_keeps_every_kth_node_per_model_and_every_kth_pod(small_trace: tuple[Path, Path]) -> None:
+    trace = load_trace(*small_trace)
+    assert thinned(trace, 1) is trace
+    half = thinned(trace, 2)
+    assert [n.name for n in half.nodes] == ["n0", "n2"]
+    assert [p.name for p in half.pods] == ["p0", "p2", "p4", "p6"]
+    with pytest.raises(ValueError, match="at least 1"):
+        thinned(trace, 0)

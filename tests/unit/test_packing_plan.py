@@ -223,3 +223,36 @@ def test_a_failed_solve_is_logged_not_retried_and_scores_fall_back_to_fgd(
     req = GpuRequest(count=1, milli=320, cpu_milli=4000)
     idx = np.array([0, 1])
     assert kelvin.score(req, fleet, idx, ctx).tolist() == no_plan.score(req, fleet, idx, ctx).tolist()
+
+
+def test_without_a_cpu_surplus_cpu_only_pods_are_not_steered_by_stranding_either() -> None:
+    # The fleet's free CPU (8 + 20 cores) only just feeds its 4 free GPUs at the workload's 7 millicores per
+    # thousandth: every node strands whatever a CPU-only pod takes, so the stranding term is off for it too (as for
+    # GPU pods) and the pod is ranked by FGD's measure alone. Kept on, it spread CPU-only pods over the CPU-rich nodes
+    # until every node was just short of CPU (0.8 point more GPUs unallocated at 2.5x the trace's CPU-only demand).
+    fleet = build_arrays([node("poor", [0, 0], cpu=8_000), node("rich", [0, 0], cpu=20_000)])
+    w = workload((WHOLE, 3), (PodShape(6000, 1000, 1, None), 3), (PodShape(8000, 0, 0, None), 1))
+    ctx = CycleContext(now=0.0, extras={WORKLOAD_KEY: w})
+    req = GpuRequest(count=0, cpu_milli=4000)
+    pl = placements(req, fleet, np.array([0, 1]), w, ctx, memory_aware=True)
+    assert stranding_change(req, pl, w).tolist()[0] > 0  # the term alone would prefer the rich node
+    kelvin = FragmentationPolicy.create(FragmentationArgs())
+    fgd_like = FragmentationPolicy.create(FragmentationArgs(stranding_weight=0, packing_plan=False))
+    rows = np.array([0, 1])
+    assert kelvin.score(req, fleet, rows, ctx).tolist() == fgd_like.score(req, fleet, rows, ctx).tolist()
+
+
+def test_stranding_never_credits_using_up_a_cpu_poor_nodes_gpus() -> None:
+    # An empty 8-GPU node short of CPU (24 cores, the workload needs ~4.4 per GPU) and a half-used CPU-rich one. A
+    # CPU-light 1-GPU pod on the poor node lowers its stranded GPU; credited (4x dF's scale) that outbid dF, which
+    # knows the 8-GPU pods of the workload need that empty node. Only an increase counts now.
+    fleet = build_arrays([node("poor", [0] * 8, cpu=24_000), node("rich", [1000] * 4 + [0] * 4, cpu=96_000)])
+    w = workload((WHOLE, 3), (PodShape(20_000, 1000, 8, None), 1), (PodShape(6000, 1000, 1, None), 3))
+    ctx = CycleContext(now=0.0, extras={WORKLOAD_KEY: w})
+    req = GpuRequest(count=1, cpu_milli=1000)
+    rows = np.array([0, 1])
+    pl = placements(req, fleet, rows, w, ctx, memory_aware=True)
+    assert stranding_change(req, pl, w)[0] < 0  # the poor node strands less after it
+    assert fragmentation.stranding_penalty(req, pl, w).tolist() == [0.0, 0.0]
+    kelvin = FragmentationPolicy.create(FragmentationArgs())
+    assert np.argmax(kelvin.score(req, fleet, rows, ctx)) == 1  # keeps the empty node whole, as dF says
