@@ -117,7 +117,7 @@ def train_step(state: dict[str, float], lr: float = 0.05) -> None:
     state["step"] += 1
 
 
-def run(
+def run(  # noqa: PLR0913
     *,
     steps: int,
     checkpoint: Path,

@@ -269,7 +269,7 @@ class SimClock:
 
 
 class Demo:
-    def __init__(
+    def __init__(  # noqa: PLR0913
         self,
         *,
         pods: int = 200,
@@ -555,7 +555,7 @@ def baseline_policy(seed: int) -> PolicyConfig:
     return PolicyConfig.from_mapping(data, source="baseline policy")
 
 
-def run_demo(
+def run_demo(  # noqa: PLR0913
     *,
     pods: int = 200,
     nodes: int = 16,

@@ -62,7 +62,7 @@ def _gpu_node(body: kopf.Body, **_: Any) -> bool:
     return any(t.get("key") == ann.THERMAL_TAINT_KEY for t in taints)
 
 
-def build_registry(
+def build_registry(  # noqa: C901
     cfg: OperatorConfig,
     start_runtime: RuntimeFactory,
     kube_config: KubeConfig,

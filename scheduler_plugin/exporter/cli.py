@@ -18,7 +18,7 @@ from .backend import NvmlApi, real_nvml
 from .limits import ServeLimits
 
 
-def exporter(
+def exporter(  # noqa: C901
     host: Annotated[str, typer.Option(metavar="ADDRESS", help="Address to listen on.")] = "0.0.0.0",
     port: Annotated[
         int, typer.Option(min=0, max=65535, metavar="PORT", help="Port for /metrics, /v1/node and /healthz.")

@@ -111,7 +111,7 @@ async def decode(fn: Callable[[bytes], T], body: bytes) -> T:
     return await anyio.to_thread.run_sync(fn, body)
 
 
-def install_routes(app: FastAPI, ext: Extender, *, health: bool = True) -> None:
+def install_routes(app: FastAPI, ext: Extender, *, health: bool = True) -> None:  # noqa: C901
     """The verbs and /healthz; with ``health`` also /readyz and /metrics (one listener for everything)."""
     m = ext.metrics
     gate = ext.cache.gate  # the snapshot refresh steps aside while a verb is served

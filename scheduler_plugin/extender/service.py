@@ -194,7 +194,7 @@ class Extender:
 
     # -- filter ------------------------------------------------------------------------------------------------
 
-    def filter(self, body: bytes | wire.ParsedArgs) -> dict[str, Any]:
+    def filter(self, body: bytes | wire.ParsedArgs) -> dict[str, Any]:  # noqa: C901
         """An ``ExtenderFilterResult``. Raises :class:`wire.WireError` for a body that is not ExtenderArgs."""
         args = body if isinstance(body, wire.ParsedArgs) else wire.parse_args(body, names=self.names)
         names = args.names
@@ -349,7 +349,7 @@ class Extender:
         n = self.cache.snapshot.node(node)
         return n is not None and any(a.pod_uid == uid for a in n.assignments)
 
-    async def _bind(
+    async def _bind(  # noqa: C901
         self,
         b: wire.ExtenderBindingArgs,
         key: str,

@@ -326,7 +326,7 @@ def _cached_name_list(text: bytes, max_node_names: int | None, cache: NameCache 
     return hit
 
 
-def parse_args(body: bytes, *, max_node_names: int | None = None, names: NameCache | None = None) -> ParsedArgs:
+def parse_args(body: bytes, *, max_node_names: int | None = None, names: NameCache | None = None) -> ParsedArgs:  # noqa: C901
     """Decode an ``ExtenderArgs`` body. Raises :class:`WireError` naming the bad field, :class:`TooLarge` when it
     lists more than ``max_node_names`` nodes. ``names``: where ``NodeNames`` lists seen before are kept.
 

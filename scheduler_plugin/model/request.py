@@ -280,7 +280,7 @@ def parse_gpu_memory(raw: object, *, lenient: bool = False) -> int:
     return value
 
 
-def request_from_annotations(
+def request_from_annotations(  # noqa: C901
     annotations: Mapping[str, Any],
     *,
     count: int,

@@ -204,7 +204,7 @@ class FitFilter:
         keys[m, 1] = n_el[m]
         return _worded(keys, lambda key: self._word(req, fleet, key))
 
-    def _word(self, req: GpuRequest, fleet: FleetArrays, key: tuple[int, ...]) -> Rejection:
+    def _word(self, req: GpuRequest, fleet: FleetArrays, key: tuple[int, ...]) -> Rejection:  # noqa: C901
         c = key[0]
         k = req.count
         one = "GPU" if k == 1 else "GPUs"

@@ -201,7 +201,7 @@ def _greedy(judge: _Judge, pool: Sequence[int]) -> list[int] | None:
     return chosen
 
 
-def choose_victims(
+def choose_victims(  # noqa: PLR0913
     framework: Framework,
     fleet: FleetArrays,
     row: int,

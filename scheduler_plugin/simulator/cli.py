@@ -115,7 +115,7 @@ def _jobs(err: Console, job_run: JobRun, out: Path, json_out: bool, progress: bo
         sys.stdout.write(json.dumps({"fleet": jf.describe(), "jobs": what, "rows": rows}, indent=2) + "\n")
 
 
-def simulate(
+def simulate(  # noqa: C901
     nodes: Annotated[
         Path | None,
         typer.Option(

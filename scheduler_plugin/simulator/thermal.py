@@ -263,7 +263,7 @@ def well_cooled(sc: ThermalScenario) -> ThermalScenario:
     return replace(sc, poor_cooling_fraction=0.0)
 
 
-def run_thermal(
+def run_thermal(  # noqa: C901
     sc: ThermalScenario, policy_name: str, *, progress: Callable[[int, int], None] | None = None
 ) -> ThermalResult:
     """Run the scenario with one policy. Pods do ``duration_s`` of work at full clocks; a throttled GPU (its SM clock

@@ -227,7 +227,7 @@ class SnapshotCache:
     assignment. Used from one event loop: readers on that loop (or any thread) only read :attr:`snapshot`, which is
     never mutated, so they need no lock."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913
         self,
         source: TelemetrySource,
         *,
@@ -303,7 +303,7 @@ class SnapshotCache:
 
     # -- refresh -----------------------------------------------------------------------------------------------
 
-    async def refresh_once(self) -> bool:
+    async def refresh_once(self) -> bool:  # noqa: C901
         """Fetch and publish one snapshot. Never raises (except cancellation); returns whether it succeeded."""
         async with self._refresh_lock:
             started = time.perf_counter()

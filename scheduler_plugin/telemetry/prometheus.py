@@ -232,7 +232,7 @@ class PrometheusSource:
 
     name = "prometheus"
 
-    def __init__(
+    def __init__(  # noqa: PLR0913
         self,
         url: str,
         *,

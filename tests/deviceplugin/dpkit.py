@@ -86,7 +86,7 @@ async def until(check: Callable[[], bool], timeout_s: float = 10.0) -> None:
             await asyncio.sleep(0.02)
 
 
-def pod(
+def pod(  # noqa: PLR0913
     name: str,
     *,
     gpus: int = 0,

@@ -11,7 +11,7 @@ from scheduler_plugin.model.times import format_time
 T0 = 1_800_000_000.0  # a fixed "now" for pure tests
 
 
-def pod(
+def pod(  # noqa: PLR0913
     name: str,
     *,
     node: str = "n1",

@@ -20,7 +20,7 @@ from scheduler_plugin.model import annotations as ann
 NOW = 1_700_000_000.0
 
 
-def gpu(
+def gpu(  # noqa: PLR0913
     index: int,
     *,
     model: str = "A100",

@@ -107,7 +107,7 @@ def _requests(job: JobSpec) -> list[GpuRequest]:
     return [GpuRequest(count=job.gpus_per_member, pod_key=f"sim/{job.name}-{m}") for m in range(job.members)]
 
 
-def simulate_jobs(
+def simulate_jobs(  # noqa: C901, PLR0913
     jobs: Sequence[JobSpec],
     jf: JobFleet,
     scheduler: JobScheduler,
@@ -184,7 +184,7 @@ def simulate_jobs(
     def whole_free() -> np.ndarray:
         return np.asarray(((work.free_milli >= MILLI_PER_GPU) & work.gpu_present).sum(axis=1), dtype=np.int64)
 
-    def schedule() -> None:
+    def schedule() -> None:  # noqa: C901
         """Try the queue in arrival order; a job (pod) that cannot fit anywhere, even by count of free GPUs per
         node, is skipped without asking the scheduler."""
         nonlocal held, held_incomplete
