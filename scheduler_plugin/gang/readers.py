@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..model import annotations as ann
+from ..model.request import RequestError
 from .config import GangPolicy
 
 # JobSet (jobset.sigs.k8s.io) labels and annotations, stamped on every pod of a JobSet's Jobs.
@@ -35,14 +36,9 @@ JOB_COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 MAX_GANG_SIZE = 100_000
 
 
-class GangError(ValueError):
-    """A pod whose gang cannot be understood: ``field`` names the annotation or label at fault."""
-
-    def __init__(self, field: str, value: object, problem: str) -> None:
-        self.field = field
-        self.value = value
-        self.problem = problem
-        super().__init__(f"{field}={value!r}: {problem}")
+class GangError(RequestError):
+    """A pod whose gang cannot be understood: ``field`` names the annotation or label at fault (the same shape as a
+    bad GPU request's error, so callers that report one report the other)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.e2e.api import wait_for
 from tests.e2e.cluster import LoopbackCluster, Process, free_port, spawn
 from tests.e2e.fleet import GPU_MODEL, GPUS_PER_NODE
@@ -126,6 +128,27 @@ def gpu_telemetry(cluster: LoopbackCluster, workdir: Path, nodes: tuple[str, ...
     only these nodes' telemetry, never the shared fleet's."""
     with telemetry_running(workdir, cluster.logs, dict.fromkeys(nodes, GPU_MODEL)) as t:
         yield GpuState(t)
+
+
+def nodes_with_telemetry(nodes: tuple[str, ...], name: str) -> Any:
+    """A module-scoped fixture ``tel``: the scenario's own fake nodes (``nodes``) with their exporters and Prometheus
+    (:func:`gpu_telemetry`), removed at the end of the module. Skips without prometheus (fails under CI). Use it as
+    ``tel = nodes_with_telemetry((NODE,), "peering")`` at the top of a test module."""
+
+    @pytest.fixture(scope="module", name="tel")
+    def tel(
+        cluster: LoopbackCluster,
+        kelvin_installed: None,
+        prometheus_bin: str,
+        tmp_path_factory: pytest.TempPathFactory,
+    ) -> Iterator[GpuState]:
+        with (
+            fake_nodes(cluster, nodes),
+            gpu_telemetry(cluster, tmp_path_factory.mktemp(f"{name}-telemetry"), nodes) as t,
+        ):
+            yield t
+
+    return tel
 
 
 # ---- the operator --------------------------------------------------------------------------------------------------

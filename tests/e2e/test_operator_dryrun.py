@@ -8,11 +8,8 @@ from __future__ import annotations
 import os
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from tests.e2e.api import wait_for
 from tests.e2e.cluster import LoopbackCluster
@@ -22,7 +19,7 @@ from tests.e2e.opharness import (
     bind,
     events,
     fake_nodes,
-    gpu_telemetry,
+    nodes_with_telemetry,
     pods_of,
     replica_set,
     start_operator,
@@ -32,18 +29,7 @@ NODE = "e2e-op-dry-1"
 KOPF_FINALIZER = "kopf.zalando.org/KopfFinalizerMarker"
 
 
-@pytest.fixture(scope="module")
-def tel(
-    cluster: LoopbackCluster,
-    kelvin_installed: None,
-    prometheus_bin: str,  # skips without prometheus (fails under CI)
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[GpuState]:
-    with (
-        fake_nodes(cluster, (NODE,)),
-        gpu_telemetry(cluster, tmp_path_factory.mktemp("dryrun-telemetry"), (NODE,)) as t,
-    ):
-        yield t
+tel = nodes_with_telemetry((NODE,), "dryrun")
 
 
 def _bound(cluster: LoopbackCluster, ns: str, app: str, gpu: int, **annotations: str) -> dict[str, Any]:

@@ -6,11 +6,8 @@ memory-pool enforcement (``pools.mode: warn``) posts a Warning Event on the offe
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from tests.e2e.api import wait_for
 from tests.e2e.cluster import LoopbackCluster
@@ -18,8 +15,7 @@ from tests.e2e.opharness import (
     GpuState,
     bind,
     events,
-    fake_nodes,
-    gpu_telemetry,
+    nodes_with_telemetry,
     pods_of,
     replica_set,
     start_operator,
@@ -30,15 +26,7 @@ NODE = "e2e-op-noisy-1"
 POOL = {"kelvin.dev/gpu-memory": "20Gi"}
 
 
-@pytest.fixture(scope="module")
-def tel(
-    cluster: LoopbackCluster,
-    kelvin_installed: None,
-    prometheus_bin: str,  # skips without prometheus (fails under CI)
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[GpuState]:
-    with fake_nodes(cluster, (NODE,)), gpu_telemetry(cluster, tmp_path_factory.mktemp("noisy-telemetry"), (NODE,)) as t:
-        yield t
+tel = nodes_with_telemetry((NODE,), "noisy")
 
 
 def _bound(cluster: LoopbackCluster, ns: str, app: str) -> dict[str, Any]:

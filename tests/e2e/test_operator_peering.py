@@ -6,10 +6,7 @@ status, the node's taint and the Events' ``reportingInstance``."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from tests.e2e.api import wait_for
 from tests.e2e.cluster import LoopbackCluster
@@ -17,8 +14,7 @@ from tests.e2e.opharness import (
     GpuState,
     Replica,
     events,
-    fake_nodes,
-    gpu_telemetry,
+    nodes_with_telemetry,
     peers,
     start_operator,
     thermal_taint,
@@ -30,18 +26,7 @@ NODE = "e2e-op-peer-1"
 PEERING_LIFETIME_S = 60
 
 
-@pytest.fixture(scope="module")
-def tel(
-    cluster: LoopbackCluster,
-    kelvin_installed: None,
-    prometheus_bin: str,  # skips without prometheus (fails under CI)
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[GpuState]:
-    with (
-        fake_nodes(cluster, (NODE,)),
-        gpu_telemetry(cluster, tmp_path_factory.mktemp("peering-telemetry"), (NODE,)) as t,
-    ):
-        yield t
+tel = nodes_with_telemetry((NODE,), "peering")
 
 
 def _reported_by(cluster: LoopbackCluster, reason: str) -> list[str]:

@@ -7,11 +7,8 @@ once the GPUs cool. Asserted on what the API server shows: taints, pods, annotat
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from scheduler_plugin.model.times import format_time, parse_time
 from tests.e2e.api import wait_for
@@ -20,8 +17,7 @@ from tests.e2e.opharness import (
     GpuState,
     bind,
     events,
-    fake_nodes,
-    gpu_telemetry,
+    nodes_with_telemetry,
     pods_of,
     replica_set,
     start_operator,
@@ -32,18 +28,7 @@ HOT_1, HOT_2 = NODES = ("e2e-op-hot-1", "e2e-op-hot-2")
 CHECKPOINT_TIMEOUT_S = 15  # tests/e2e/opharness.py FAST
 
 
-@pytest.fixture(scope="module")
-def tel(
-    cluster: LoopbackCluster,
-    kelvin_installed: None,
-    prometheus_bin: str,  # skips without prometheus (fails under CI)
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[GpuState]:
-    with (
-        fake_nodes(cluster, NODES),
-        gpu_telemetry(cluster, tmp_path_factory.mktemp("thermal-telemetry"), NODES) as t,
-    ):
-        yield t
+tel = nodes_with_telemetry(NODES, "thermal")
 
 
 def _one_pod(cluster: LoopbackCluster, namespace: str, app: str, node: str, gpu: int, **annotations: str) -> str:
