@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SHARED = Path(os.environ.get("KELVIN_SHARED_DIR", ROOT.parent / "shared"))
 FIXTURES = SHARED / "fixtures" / "extender"
 TRACES = SHARED / "traces" / "openb"
+SPOT_TRACE = SHARED / "traces" / "spot-gpu-2026"
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 
 
@@ -59,6 +60,12 @@ def fixtures_dir(shared_dir: Path) -> Path:
 def traces_dir(shared_dir: Path) -> Path:
     """The public Alibaba GPU trace (openb) and FGD's published results (../shared/traces/openb)."""
     return _shared(TRACES)
+
+
+@pytest.fixture(scope="session")
+def spot_trace_dir(shared_dir: Path) -> Path:
+    """The heterogeneous production fleet of the ASPLOS '26 paper (../shared/traces/spot-gpu-2026)."""
+    return _shared(SPOT_TRACE)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

@@ -167,9 +167,9 @@ def simulate(  # noqa: C901
     jobs: Annotated[
         str | None,
         typer.Option(
-            metavar="generate|PATH",
-            help="job-level mode (docs/jobs.md): multi-pod jobs over time on --nodes, from the seeded generator "
-            "('generate') or a job CSV (name,arrival_seconds,duration_seconds,members,gpus_per_member); compares "
+            metavar="SOURCE",
+            help="job-level mode (docs/jobs.md): multi-pod jobs over time on --nodes; SOURCE is 'generate' (the "
+            "seeded generator) or the path of a job CSV (name,arrival_seconds,duration_seconds,members,gpus_per_member); compares "
             f"{', '.join(SCHEDULERS)} (--policy picks some); with --thermal also the poorly-cooled-nodes scenario",
         ),
     ] = None,

@@ -10,8 +10,8 @@ from scheduler_plugin.simulator.preemption import ISLAND_MODELS, Mix, jobs, read
 
 
 @pytest.fixture
-def nodes_csv(shared_dir: Path) -> Path:
-    return shared_dir / "traces" / "spot-gpu-2026" / "node_info_df.csv"
+def nodes_csv(spot_trace_dir: Path) -> Path:
+    return spot_trace_dir / "node_info_df.csv"
 
 
 def test_reads_the_8_gpu_nodes_with_the_stated_topology(nodes_csv: Path) -> None:
