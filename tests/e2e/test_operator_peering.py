@@ -81,7 +81,8 @@ def test_two_replicas_one_leader_and_takeover(cluster: LoopbackCluster, tel: Gpu
 
         wait_for("the follower lifting the taint", lifted, PEERING_LIFETIME_S + 45, 0.5)
         took_over_s = time.monotonic() - killed
-        cooled_by = _reported_by(cluster, "KelvinNodeCooled")
+        # the Event follows the taint's removal (a separate API call): wait for it rather than read it once
+        cooled_by = wait_for("Event KelvinNodeCooled", lambda: _reported_by(cluster, "KelvinNodeCooled"), 30)
         assert cooled_by == [follower], f"KelvinNodeCooled reported by {cooled_by}, the follower is {follower}"
         print(f"takeover after SIGKILL of the leader: {took_over_s:.1f} s (peering lifetime {PEERING_LIFETIME_S} s)")
         # the dead leader's entry is cleaned out of the peering object by the new leader

@@ -6,6 +6,7 @@ once the GPUs cool. Asserted on what the API server shows: taints, pods, annotat
 
 from __future__ import annotations
 
+import functools
 import time
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,10 @@ CHECKPOINT_TIMEOUT_S = 15  # tests/e2e/opharness.py FAST
 
 
 tel = nodes_with_telemetry(NODES, "thermal")
+
+
+def _node_events(cluster: LoopbackCluster, node: str, reason: str) -> list[dict[str, Any]]:
+    return events(cluster, name=node, reason=reason)
 
 
 def _one_pod(cluster: LoopbackCluster, namespace: str, app: str, node: str, gpu: int, **annotations: str) -> str:
@@ -91,7 +96,10 @@ def test_hot_nodes_tainted_drained_and_cooled(
 
         wait_for("both hot nodes tainted", tainted, 60, 0.5)
         for node in NODES:
-            (hot,) = events(cluster, name=node, reason="KelvinNodeHot")
+            # the Event follows the taint (a separate API call): wait for it rather than read it once
+            (hot,) = wait_for(
+                f"Event KelvinNodeHot on {node}", functools.partial(_node_events, cluster, node, "KelvinNodeHot"), 30
+            )
             assert hot["involvedObject"]["kind"] == "Node" and hot["type"] == "Warning", hot
             assert "kelvin.dev/thermal=hot:NoSchedule" in hot["message"], hot
 
@@ -155,7 +163,11 @@ def test_hot_nodes_tainted_drained_and_cooled(
             tel.temperature(node, gpu, 45)
         wait_for("the taints lifted", lambda: not any(thermal_taint(cluster, n) for n in NODES), 60, 0.5)
         for node in NODES:
-            (cooled,) = events(cluster, name=node, reason="KelvinNodeCooled")
+            (cooled,) = wait_for(
+                f"Event KelvinNodeCooled on {node}",
+                functools.partial(_node_events, cluster, node, "KelvinNodeCooled"),
+                30,
+            )
             assert cooled["message"].startswith("removed the thermal taint"), cooled
 
         # kept all along: the PDB-guarded pod, the protected pod and the pod on a cool GPU
