@@ -117,6 +117,21 @@ class SecondScheduler:
             raise RuntimeError(f"{self.process.name} exited ({self.process.popen.returncode}):\n{self.process.tail()}")
 
 
+def _scheduler_argv(cluster: LoopbackCluster, config: Path, kubeconfig: Path, workdir: Path, healthz: int) -> list[str]:
+    """kube-scheduler's command line on loopback: ``config``, its secure (healthz) port ``healthz``."""
+    return [
+        str(cluster.bins["kube-scheduler"]),
+        f"--config={config}",
+        # in the pod these come from the in-cluster config; the chart grants the delegated authn/authz reads
+        f"--authentication-kubeconfig={kubeconfig}",
+        f"--authorization-kubeconfig={kubeconfig}",
+        "--bind-address=127.0.0.1",
+        f"--secure-port={healthz}",
+        f"--cert-dir={workdir / 'scheduler-certs'}",
+        "--v=2",
+    ]
+
+
 def start_count_preemption(cluster: LoopbackCluster, running: KelvinScheduler, scheduler_name: str) -> SecondScheduler:
     """kube-scheduler with the installed configuration minus ``preemptVerb``, for pods of ``scheduler_name``, on the
     running extender of ``running`` and the ``kelvin-scheduler`` ServiceAccount's token; returned once healthy."""
@@ -128,16 +143,7 @@ def start_count_preemption(cluster: LoopbackCluster, running: KelvinScheduler, s
     config = workdir / "scheduler-config.yaml"
     config.write_text(yaml.safe_dump(count_preemption_config(installed, scheduler_name)))
     healthz = free_port()
-    argv = [
-        str(cluster.bins["kube-scheduler"]),
-        f"--config={config}",
-        f"--authentication-kubeconfig={kubeconfig}",
-        f"--authorization-kubeconfig={kubeconfig}",
-        "--bind-address=127.0.0.1",
-        f"--secure-port={healthz}",
-        f"--cert-dir={workdir / 'scheduler-certs'}",
-        "--v=2",
-    ]
+    argv = _scheduler_argv(cluster, config, kubeconfig, workdir, healthz)
     second = SecondScheduler(spawn(scheduler_name, argv, cluster.logs), scheduler_name)
 
     def healthy() -> bool:
@@ -240,18 +246,7 @@ def start(
             yaml.safe_dump(scheduler_config(_configmap(cluster, SCHEDULER_NAME, "scheduler-config.yaml"), port,
                                             kubeconfig))
         )  # fmt: skip
-        healthz = free_port()
-        scheduler_argv = [
-            str(cluster.bins["kube-scheduler"]),
-            f"--config={config}",
-            # in the pod these come from the in-cluster config; the chart grants the delegated authn/authz reads
-            f"--authentication-kubeconfig={kubeconfig}",
-            f"--authorization-kubeconfig={kubeconfig}",
-            "--bind-address=127.0.0.1",
-            f"--secure-port={healthz}",
-            f"--cert-dir={workdir / 'scheduler-certs'}",
-            "--v=2",
-        ]
+        scheduler_argv = _scheduler_argv(cluster, config, kubeconfig, workdir, free_port())
         scheduler = spawn("kelvin-kube-scheduler", scheduler_argv, cluster.logs)
         running = KelvinScheduler(extender, scheduler, port, metrics_port, workdir, env, cluster.logs, scheduler_argv)
 
