@@ -33,9 +33,10 @@ ENV_PREFIX = "KELVIN_"
 #: ``KELVIN_*`` variables that are not the extender's to refuse: the operator's settings (``kelvin_operator.config``;
 #: the chart gives the operator's container both its own and the shared telemetry settings) ...
 SIBLING_PREFIXES = ("KELVIN_OPERATOR_",)
-#: ... what kelvin's mutating webhook injects into workloads (``kelvin_operator.webhooks``), and where the tests and
-#: benchmarks find the shared fixtures and traces (tests/conftest.py).
-OTHER_VARIABLES = frozenset({"KELVIN_GPU_MEMORY_LIMIT_BYTES", "KELVIN_SHARED_DIR"})
+#: ... what kelvin's mutating webhook injects into workloads (``kelvin_operator.webhooks``), where the tests and
+#: benchmarks find the shared fixtures and traces (tests/conftest.py), and the cache root of the Kubernetes binaries
+#: (hack/build-kube.sh, docs/e2e.md): set for a test run, it reaches every kelvin process the e2e suite starts.
+OTHER_VARIABLES = frozenset({"KELVIN_GPU_MEMORY_LIMIT_BYTES", "KELVIN_SHARED_DIR", "KELVIN_KUBE_CACHE"})
 
 
 class ConfigError(ValueError):
