@@ -169,7 +169,8 @@ def simulate(  # noqa: C901
         typer.Option(
             metavar="SOURCE",
             help="job-level mode (docs/jobs.md): multi-pod jobs over time on --nodes; SOURCE is 'generate' (the "
-            "seeded generator) or the path of a job CSV (name,arrival_seconds,duration_seconds,members,gpus_per_member); compares "
+            "seeded generator) or the path of a job CSV "
+            "(name,arrival_seconds,duration_seconds,members,gpus_per_member); compares "
             f"{', '.join(SCHEDULERS)} (--policy picks some); with --thermal also the poorly-cooled-nodes scenario",
         ),
     ] = None,
