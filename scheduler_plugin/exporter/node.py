@@ -6,27 +6,16 @@ import math
 
 from ..model import GpuInfo, GpuNode, GpuProcess
 from ..model.catalogue import defaults_for
-from ..model.node_topology import nvlink_peers as node_nvlink_peers
-from ..model.node_topology import pcie_switches
-from .reader import GpuReading, NodeReading
-
-
-def pcie_groups(gpus: tuple[GpuReading, ...]) -> dict[int, str]:
-    """GPU index -> PCIe switch id (:func:`~scheduler_plugin.model.node_topology.pcie_switches` of NVML's levels)."""
-    return pcie_switches({g.index: g.topology for g in gpus})
-
-
-def nvlink_peers(gpus: tuple[GpuReading, ...]) -> dict[int, frozenset[int]]:
-    """GPU index -> GPUs it reaches over an up NVLink: direct links, plus every GPU on the same NVSwitch fabric."""
-    return node_nvlink_peers(
-        {g.index: {int(link.peer) for link in g.links if link.up and link.peer.isdigit()} for g in gpus},
-        {g.index for g in gpus if any(link.up and link.peer == "nvswitch" for link in g.links)},
-    )
+from ..model.node_topology import nvlink_peers, pcie_switches
+from .reader import NodeReading
 
 
 def to_gpu_node(reading: NodeReading) -> GpuNode:
-    switches = pcie_groups(reading.gpus)
-    peers = nvlink_peers(reading.gpus)
+    switches = pcie_switches({g.index: g.topology for g in reading.gpus})
+    peers = nvlink_peers(
+        {g.index: {int(link.peer) for link in g.links if link.up and link.peer.isdigit()} for g in reading.gpus},
+        {g.index for g in reading.gpus if any(link.up and link.peer == "nvswitch" for link in g.links)},
+    )
     gpus = []
     for g in reading.gpus:
         d = defaults_for(g.model)
