@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 
 from .gpu import MIB
@@ -76,7 +76,7 @@ class GpuModelSpec:
     (as NVIDIA sizes them)."""
     aliases: tuple[str, ...] = ()
     """Other names of the model accepted as input."""
-    thermal: SimThermal | None = field(default=None, compare=False)
+    thermal: SimThermal | None = None
     """The simulated fleet's thermal figures; ``None``: the simulated fleet cannot run this model."""
 
 
