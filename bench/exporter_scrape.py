@@ -22,7 +22,7 @@ from harness import load_line
 from prometheus_client import generate_latest
 
 from scheduler_plugin.exporter.app import Exporter
-from scheduler_plugin.exporter.fake_nvml import FakeNvml, write_proc
+from scheduler_plugin.nvml.fake import FakeNvml, write_proc
 
 PROMETHEUS_ACCEPT = (
     "application/openmetrics-text;version=1.0.0;escaping=underscores;q=0.5,"

@@ -12,7 +12,7 @@ python - <<'PY'
 import time
 from prometheus_client import generate_latest
 from scheduler_plugin.exporter.app import Exporter
-from scheduler_plugin.exporter.backend import real_nvml
+from scheduler_plugin.nvml.backend import real_nvml
 
 exp = Exporter(real_nvml(), "gpu-check", watch_xid=False)
 generate_latest(exp.registry)  # first scrape initialises NVML and discovers links/topology

@@ -22,7 +22,7 @@ from kelvin_operator.reconcile import Reconciler  # noqa: E402
 
 from scheduler_plugin import hotness  # noqa: E402
 from scheduler_plugin.model.times import format_time  # noqa: E402
-from scheduler_plugin.telemetry.simulated import SimulatedFleetSource  # noqa: E402
+from scheduler_plugin.simulator.simulated_fleet import SimulatedFleetSource  # noqa: E402
 
 
 class NullKube:

@@ -48,7 +48,7 @@ from .model import GIB, MILLI_PER_GPU, THERMAL_THROTTLE_MASK, GpuAssignment, Sna
 from .model import annotations as ann
 from .policies import baselines as _baselines  # noqa: F401  (registers the comparison policies)
 from .policies.config import PolicyConfig
-from .telemetry.simulated import FleetSpec, SimulatedFleetSource
+from .simulator.simulated_fleet import FleetSpec, SimulatedFleetSource
 
 #: A node with a GPU within this many degrees of its slowdown threshold (or throttling) counts as hot.
 HOT_MARGIN_C = 5.0

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from scheduler_plugin.exporter.backend import NvmlApi, real_nvml
+from scheduler_plugin.nvml.backend import NvmlApi, real_nvml
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = Path(os.environ.get("KELVIN_SHARED_DIR", ROOT.parent / "shared"))

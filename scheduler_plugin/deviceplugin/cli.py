@@ -74,10 +74,10 @@ def device_plugin(
     """Serve nvidia.com/gpu and kelvin.dev/shared-gpu to the kubelet, handing each pod the GPUs kelvin assigned."""
     import pynvml
 
-    from ..exporter.backend import NvmlApi, real_nvml
-    from ..exporter.events import XidWatcher
-    from ..exporter.fake_nvml import FakeNvml
     from ..kube import KubeClient, KubeConfig, KubeError
+    from ..nvml.backend import NvmlApi, real_nvml
+    from ..nvml.events import XidWatcher
+    from ..nvml.fake import FakeNvml
     from .plugin import DevicePluginRunner, PluginConfig
     from .pods import NodePods
 

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import pynvml
 
-from ..exporter.backend import NvmlApi
 from ..model import annotations as ann
+from ..nvml.backend import NvmlApi
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """Device health from NVML: a GPU NVML can no longer read (lost, off the bus, driver gone) or one that raised a
 critical XID is Unhealthy.
 
-XIDs come from the exporter's :class:`~scheduler_plugin.exporter.events.XidWatcher` (NVML critical-error events).
+XIDs come from the exporter's :class:`~scheduler_plugin.nvml.events.XidWatcher` (NVML critical-error events).
 As in NVIDIA's device plugin (``internal/rm/health.go``): every XID counts except those that report an application's
 own fault rather than the GPU's (:data:`APPLICATION_XIDS`, NVIDIA's list); a GPU with a critical XID stays Unhealthy
 until the plugin restarts; an XID NVML cannot attribute to a GPU (index -1) makes every GPU Unhealthy. A lost GPU (not
@@ -15,8 +15,8 @@ from collections.abc import Sequence
 
 import pynvml
 
-from ..exporter.backend import NvmlApi
-from ..exporter.events import XidWatcher
+from ..nvml.backend import NvmlApi
+from ..nvml.events import XidWatcher
 from .devices import Gpu
 
 log = logging.getLogger(__name__)

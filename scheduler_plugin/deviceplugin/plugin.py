@@ -21,8 +21,8 @@ from pathlib import Path
 
 import grpc
 
-from ..exporter.backend import NvmlApi
-from ..exporter.events import XidWatcher
+from ..nvml.backend import NvmlApi
+from ..nvml.events import XidWatcher
 from .devices import RESOURCES, Gpu, discover
 from .health import Health
 from .pods import NodePods

@@ -18,10 +18,10 @@ import orjson
 from prometheus_client import CollectorRegistry
 
 from ..model.serde import GPU_ERRORS_HEADER, node_to_json
-from .backend import NvmlApi
+from ..nvml.backend import NvmlApi
+from ..nvml.events import XidWatcher
 from .cgroups import PodDirectory
 from .collector import NvmlCollector
-from .events import XidWatcher
 from .exposition import ScrapeRenderer, maybe_gzip
 from .limits import ServeLimits
 from .node import to_gpu_node

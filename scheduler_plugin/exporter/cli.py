@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 
 from ..console import LogLevel, LogLevelOption, setup_logging
-from .backend import NvmlApi, real_nvml
+from ..nvml.backend import NvmlApi, real_nvml
 from .limits import ServeLimits
 
 
@@ -92,9 +92,9 @@ def exporter(  # noqa: C901
     log_level: LogLevelOption = LogLevel.info,
 ) -> None:
     """Serve NVML GPU metrics for Prometheus (/metrics) and this node as JSON (/v1/node)."""
+    from ..nvml.fake import FakeNvml, island_members, write_proc
+    from ..nvml.fake_state import FakeStateError, FakeStateFile
     from .app import Exporter
-    from .fake_nvml import FakeNvml, island_members, write_proc
-    from .fake_state import FakeStateError, FakeStateFile
 
     setup_logging(log_level)
     node = node_name or os.uname().nodename

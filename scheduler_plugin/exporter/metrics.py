@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from ..model import ThrottleReason
-from .events import COMMON_XIDS
+from ..nvml.events import COMMON_XIDS
 from .reader import GpuReading, NodeReading
 
 GPU_LABELS = ("node", "gpu", "uuid", "model")

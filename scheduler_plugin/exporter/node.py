@@ -4,50 +4,18 @@ from __future__ import annotations
 
 import math
 
-import pynvml
-
 from ..model import GpuInfo, GpuNode, GpuProcess
-from ..telemetry.model_defaults import defaults_for
-from .reader import GpuReading, NodeReading
-
-
-def pcie_groups(gpus: tuple[GpuReading, ...]) -> dict[int, str]:
-    """GPU index -> PCIe switch id: GPUs whose common ancestor is a PCIe switch (PIX/PXB) share one.
-
-    The id names the group's lowest-indexed GPU (``pcie0``), as the Prometheus source names it from the same levels.
-    """
-    parent = {g.index: g.index for g in gpus}
-
-    def find(i: int) -> int:
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
-
-    for g in gpus:
-        for peer, level in g.topology.items():
-            if peer in parent and level <= pynvml.NVML_TOPOLOGY_MULTIPLE:
-                a, b = find(g.index), find(peer)
-                parent[max(a, b)] = min(a, b)
-    if not any(g.topology for g in gpus):
-        return {g.index: "" for g in gpus}
-    return {g.index: f"pcie{find(g.index)}" for g in gpus}
-
-
-def nvlink_peers(gpus: tuple[GpuReading, ...]) -> dict[int, frozenset[int]]:
-    """GPU index -> GPUs it reaches over an up NVLink: direct links, plus every GPU on the same NVSwitch fabric."""
-    on_switch = {g.index for g in gpus if any(link.up and link.peer == "nvswitch" for link in g.links)}
-    out: dict[int, frozenset[int]] = {}
-    for g in gpus:
-        direct = {int(link.peer) for link in g.links if link.up and link.peer.isdigit()}
-        fabric = on_switch - {g.index} if g.index in on_switch else set()
-        out[g.index] = frozenset(direct | fabric)
-    return out
+from ..model.catalogue import defaults_for
+from ..model.node_topology import nvlink_peers, pcie_switches
+from .reader import NodeReading
 
 
 def to_gpu_node(reading: NodeReading) -> GpuNode:
-    switches = pcie_groups(reading.gpus)
-    peers = nvlink_peers(reading.gpus)
+    switches = pcie_switches({g.index: g.topology for g in reading.gpus})
+    peers = nvlink_peers(
+        {g.index: {int(link.peer) for link in g.links if link.up and link.peer.isdigit()} for g in reading.gpus},
+        {g.index for g in reading.gpus if any(link.up and link.peer == "nvswitch" for link in g.links)},
+    )
     gpus = []
     for g in reading.gpus:
         d = defaults_for(g.model)

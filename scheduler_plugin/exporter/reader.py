@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 import pynvml
 
-from .backend import NvmlApi
+from ..nvml.backend import NvmlApi
 from .cgroups import PodDirectory, pod_uid_for_pid
 
 log = logging.getLogger(__name__)

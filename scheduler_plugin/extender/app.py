@@ -23,11 +23,11 @@ from ..policies import fragmentation as _fragmentation  # noqa: F401  (registers
 from ..policies.config import PolicyConfig
 from ..policies.framework import Framework
 from ..policies.registry import PolicyConfigError
+from ..simulator.simulated_fleet import FleetSpecError, SimulatedFleetSource
 from ..telemetry import factory
 from ..telemetry.assignments import AssignedSource
 from ..telemetry.cache import SnapshotCache, TelemetryMetrics
 from ..telemetry.ledger import AssumedLedger
-from ..telemetry.simulated import FleetSpecError, SimulatedFleetSource
 from ..telemetry.source import TelemetrySource
 from .binder import Binder, KubeBinder, LocalBinder, NoApiBinder
 from .metrics import ExtenderMetrics

@@ -35,9 +35,9 @@ def _setting(text: str, field: str, env: bool = True) -> str:
 
 
 def _known_models() -> str:
-    from ..telemetry.thermal_model import PROFILES
+    from ..model.catalogue import valid_names
 
-    return ", ".join(PROFILES)
+    return valid_names(simulated=True)
 
 
 def extender(
@@ -136,16 +136,16 @@ def extender(
 
 
 def _check_fleet_model(settings: Settings) -> None:
-    """``--fleet-model``/``KELVIN_FLEET_MODEL`` must be a model the simulated fleet knows (a fleet file is checked
-    by its own loader)."""
-    from ..telemetry.thermal_model import PROFILES
+    """``--fleet-model``/``KELVIN_FLEET_MODEL`` must be a model the simulated fleet can run, read as every model
+    name is (:func:`~scheduler_plugin.model.catalogue.resolve`; a fleet file is checked by its own loader)."""
+    from ..model.catalogue import UnknownModelError, resolve
 
-    known = any(name.lower() == settings.fleet_model.strip().lower() for name in PROFILES)
-    if settings.source == "simulated" and settings.fleet_file is None and not known:
-        _fail(
-            f"configuration error: fleet_model (KELVIN_FLEET_MODEL, --fleet-model): unknown GPU model "
-            f"{settings.fleet_model!r}; known models: {_known_models()}"
-        )
+    if settings.source != "simulated" or settings.fleet_file is not None:
+        return
+    try:
+        resolve(settings.fleet_model, simulated=True)
+    except UnknownModelError as exc:
+        _fail(f"configuration error: fleet_model (KELVIN_FLEET_MODEL, --fleet-model): {exc}")
 
 
 def _read_docs(pod_file: Path) -> list[Any]:

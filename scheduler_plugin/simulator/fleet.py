@@ -8,37 +8,36 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..model import GIB, MILLI_PER_GPU, FleetArrays, GpuInfo, GpuNode, GpuRequest, build_arrays
+from ..model.catalogue import UnknownModelError, resolve
 from ..model.gpu_models import memory_gb
 
 if TYPE_CHECKING:
     from .trace import TraceNode
 
-#: GPU memory per model when the input does not give it: openb's models (whose names say nothing of their memory),
-#: plus common data-centre GPUs. Other names are read by :func:`~scheduler_plugin.model.gpu_models.memory_gb`
-#: (``NVIDIA L4``, ``A100-SXM4-40GB``); a model neither knows must come with its memory (``gpu_memory``).
-GPU_MEMORY_GIB: dict[str, float] = {
-    "t4": 16,
+#: GPU memory of openb's models, whose names say nothing of their memory and are no catalogue names. Other names
+#: are the catalogue's (:func:`~scheduler_plugin.model.catalogue.resolve`: ``H100-SXM-80GB``, ``NVIDIA A100-SXM4-80GB``)
+#: or read by :func:`~scheduler_plugin.model.gpu_models.memory_gb` (``NVIDIA L4``, ``A100-SXM4-40GB``); a model none
+#: of them knows must come with its memory (``gpu_memory``).
+TRACE_GPU_MEMORY_GIB: dict[str, float] = {
     "p100": 16,
     "v100m16": 16,
     "v100m32": 32,
     "v100": 32,
-    "a10": 24,
     "g2": 32,
     "g3": 32,
     "a100": 80,
-    "h100": 80,
-    "h200": 141,
-    "l40s": 48,
-    "l4": 24,
 }
 
 
 def known_gpu_memory_bytes(model: str) -> int | None:
     """The memory of one GPU of ``model`` as kelvin knows it (GB read as GiB, as NVIDIA sizes them); ``None`` when
     kelvin does not know the model."""
-    gib = GPU_MEMORY_GIB.get(model.strip().lower())
+    gib = TRACE_GPU_MEMORY_GIB.get(model.strip().lower())
     if gib is None:
-        gib = memory_gb(model)
+        try:
+            gib = resolve(model).memory_gb
+        except UnknownModelError:
+            gib = memory_gb(model)
     return None if gib is None else int(gib * GIB)
 
 

@@ -1,7 +1,7 @@
 """The thermal scenario: a time-stepped replay on the simulated fleet, where heat follows load.
 
-The fleet is :class:`~scheduler_plugin.telemetry.simulated.SimulatedFleetSource` (its thermal model is
-:mod:`scheduler_plugin.telemetry.thermal_model`: temperature follows load and cooling quality; a few nodes have poor
+The fleet is :class:`~scheduler_plugin.simulator.simulated_fleet.SimulatedFleetSource` (its thermal model is
+:mod:`scheduler_plugin.simulator.thermal_model`: temperature follows load and cooling quality; a few nodes have poor
 cooling). Pods arrive as a Poisson process, ask for 1-8 whole GPUs, run for an exponential time and leave; a pod that
 fits nowhere waits in a FIFO queue. Every step the fleet heats or cools, telemetry is read back into
 :class:`FleetArrays` (with the trend over the last step), finished pods leave and waiting pods are placed.
@@ -30,8 +30,8 @@ from ..model import GIB, THERMAL_THROTTLE_MASK, FleetArrays, GpuAssignment, GpuN
 from ..operator_settings import OperatorConfig
 from ..policies.config import FilterPolicy, PolicyConfig, ScorerConfig
 from ..policies.registry import build
+from ..simulator.simulated_fleet import FleetSpec, SimulatedFleetSource
 from ..telemetry.cooling import CoolingEstimator
-from ..telemetry.simulated import FleetSpec, SimulatedFleetSource
 from .engine import SimPolicy
 from .fleet import apply_placement
 from .kube import LeastAllocated, NodeResourcesFit

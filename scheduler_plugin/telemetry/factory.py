@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from ..config import Settings
 from ..kube import KubeClient, KubeConfig
+from ..simulator.simulated_fleet import FleetSpec, SimulatedFleetSource
 from .prometheus import PrometheusSource
 from .scrape import ScrapeSource
-from .simulated import FleetSpec, SimulatedFleetSource
 from .source import TelemetrySource
 
 
 def simulated_source(settings: Settings) -> SimulatedFleetSource:
     """The simulated fleet of ``fleet_file``, or a uniform one from the ``fleet_*`` settings. Raises
-    :class:`~scheduler_plugin.telemetry.simulated.FleetSpecError` naming the field."""
+    :class:`~scheduler_plugin.simulator.simulated_fleet.FleetSpecError` naming the field."""
     if settings.fleet_file is not None:
         return SimulatedFleetSource(FleetSpec.from_yaml(settings.fleet_file))
     return SimulatedFleetSource(

@@ -5,10 +5,10 @@ freshness comes from the samples' own timestamps (``timestamp(...)``), not from 
 vanish (exporter down: Prometheus marks them stale) keeps its last telemetry with its old ``observed_at``, so the
 cache marks that node stale instead of forgetting it, for ``forget_after_s``.
 
-dcgm-exporter lacks some signals by default (thresholds, max SM clock, topology): those come from
-:mod:`.model_defaults` per GPU model, overridable in config. The snapshot cache that calls :meth:`fetch` reports
-the refreshes, their duration and fresh/stale nodes as ``kelvin_telemetry_*{source="prometheus"}``.
-See docs/telemetry-sources.md.
+dcgm-exporter lacks some signals by default (thresholds, max SM clock, topology): those come from the GPU
+catalogue (:mod:`~scheduler_plugin.model.catalogue`) per GPU model, overridable in config. The snapshot cache that
+calls :meth:`fetch` reports the refreshes, their duration and fresh/stale nodes as
+``kelvin_telemetry_*{source="prometheus"}``. See docs/telemetry-sources.md.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ import httpx
 import orjson
 
 from ..model import MIB, GpuInfo, GpuNode, GpuProcess
-from .model_defaults import ModelDefaults, defaults_for
+from ..model.catalogue import GpuModelSpec, defaults_for
+from ..model.node_topology import nvlink_peers, pcie_switches
 from .sanity import (
     ANY,
     BITMASK,
@@ -240,7 +241,7 @@ class PrometheusSource:
         timeout_s: float = 5.0,
         forget_after_s: float = 3600.0,
         xid_window: str = "10m",
-        model_overrides: Mapping[str, ModelDefaults] | None = None,
+        model_overrides: Mapping[str, GpuModelSpec] | None = None,
         node_labels: Sequence[str] = DCGM_NODE_LABELS,
         max_concurrency: int = 4,
         static_every: int = 12,
@@ -464,8 +465,10 @@ class PrometheusSource:
         out: dict[str, GpuNode] = {}
         for node, members in by_node.items():
             members.sort(key=lambda g: g.index)
-            switches = _pcie_groups(members)
-            fabric = {g.index for g in members if g.on_nvswitch}
+            switches = pcie_switches({g.index: g.topology for g in members})
+            links = nvlink_peers(
+                {g.index: g.nvlink_peers for g in members}, {g.index for g in members if g.on_nvswitch}
+            )
             infos = []
             seen: list[float] = []
             for g in members:
@@ -482,10 +485,8 @@ class PrometheusSource:
                     )
                 if "seen" in v:
                     seen.append(v["seen"])
-                peers = set(g.nvlink_peers)
-                if g.index in fabric:
-                    peers |= fabric - {g.index}
-                elif dcgm and d.nvswitch:
+                peers = set(links[g.index])
+                if dcgm and d.nvswitch and not g.on_nvswitch:
                     # dcgm-exporter has no link metrics; an HGX board's GPUs all share the NVSwitch fabric
                     peers |= {m.index for m in members} - {g.index}
                 clock_max = v.get("clock_max")
@@ -508,7 +509,7 @@ class PrometheusSource:
                         power_watts=v.get("power"),
                         xid_errors=min(round(v.get("xid", 0.0)), int(COUNT.hi)),  # summed over XID codes
                         numa_node=int(v.get("numa", 0.0)),
-                        pcie_switch=switches.get(g.index, ""),
+                        pcie_switch=switches[g.index],
                         nvlink_peers=frozenset(peers),
                         processes=tuple(sorted(g.processes, key=lambda p: p.pid)),
                     )
@@ -556,23 +557,3 @@ def _kelvin_static(answers: Mapping[str, list[Sample]]) -> dict[GpuKey, _Gpu]:
         if found is not None and _is_index(labels.get("peer_gpu", "")):
             found.topology[int(labels["peer_gpu"])] = value
     return gpus
-
-
-def _pcie_groups(gpus: Iterable[_Gpu]) -> dict[int, str]:
-    """GPU index -> PCIe switch id from kelvin's topology levels (PIX/PXB, level <= 20, share a switch)."""
-    members = list(gpus)
-    parent = {g.index: g.index for g in members}
-
-    def find(i: int) -> int:
-        while parent[i] != i:
-            i = parent[i]
-        return i
-
-    for g in members:
-        for peer, level in g.topology.items():
-            if peer in parent and level <= 20:
-                a, b = find(g.index), find(peer)
-                parent[max(a, b)] = min(a, b)
-    if not any(g.topology for g in members):
-        return {}
-    return {g.index: f"pcie{find(g.index)}" for g in members}

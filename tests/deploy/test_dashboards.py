@@ -165,7 +165,7 @@ def _spawn(args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
 
 def _drive_extender(url: str, fixtures_dir: Path) -> int:
     """Filter, prioritize and bind a few pods (a real kube-scheduler request, varied) on the simulated fleet."""
-    from scheduler_plugin.telemetry.simulated import SimulatedFleetSource
+    from scheduler_plugin.simulator.simulated_fleet import SimulatedFleetSource
 
     nodes = SimulatedFleetSource.uniform(8).node_names  # the extender's fleet: --fleet-nodes 8, other defaults
     captured = json.loads((fixtures_dir / "filter-nodecache-true-ok-001.json").read_text())["request"]

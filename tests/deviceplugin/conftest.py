@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from scheduler_plugin.exporter.fake_nvml import FakeNvml
+from scheduler_plugin.nvml.fake import FakeNvml
 
 
 @pytest.fixture

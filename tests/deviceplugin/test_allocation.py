@@ -21,8 +21,8 @@ from scheduler_plugin.deviceplugin.allocation import (
 )
 from scheduler_plugin.deviceplugin.devices import Gpu, device_ids, discover
 from scheduler_plugin.deviceplugin.plugin import PluginConfig
-from scheduler_plugin.exporter.fake_nvml import FakeNvml
 from scheduler_plugin.model import annotations as ann
+from scheduler_plugin.nvml.fake import FakeNvml
 
 GPUS = [Gpu(i, f"GPU-{i:08d}-0000-0000-0000-000000000000", numa_node=i // 2) for i in range(4)]
 WHOLE = ann.GPU_RESOURCE

@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
         (["--node-name", "n1", "--shared-slots-per-gpu", "0"], "shared slots per GPU must be 1..128"),
         (["--node-name", "n1", "--device-list-strategy", "volume-mounts"], "'volume-mounts' is not one of env, cdi"),
         (["--node-name", "n1", "--log-level", "chatty"], "'chatty' is not one of 'debug', 'info', 'warning'"),
-        (["--node-name", "n1", "--fake-model", "Z9000"], "fake model 'Z9000' is unknown"),
+        (["--node-name", "n1", "--fake-model", "Z9000"], "fake model: unknown GPU model 'Z9000'"),
     ],
 )
 def test_bad_options_are_one_clear_error(args: list[str], message: str, socket_dir: Path) -> None:

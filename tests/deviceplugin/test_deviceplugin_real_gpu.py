@@ -13,8 +13,8 @@ from dpkit import add_pods, pod, running_plugin, stored_annotations
 from scheduler_plugin.deviceplugin.devices import discover
 from scheduler_plugin.deviceplugin.health import Health
 from scheduler_plugin.deviceplugin.v1beta1 import api_pb2 as pb
-from scheduler_plugin.exporter.backend import NvmlApi
 from scheduler_plugin.model import annotations as ann
+from scheduler_plugin.nvml.backend import NvmlApi
 
 pytestmark = pytest.mark.gpu
 

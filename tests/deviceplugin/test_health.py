@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from scheduler_plugin.deviceplugin.devices import discover
 from scheduler_plugin.deviceplugin.health import Health
-from scheduler_plugin.exporter.fake_nvml import FakeNvml
+from scheduler_plugin.nvml.fake import FakeNvml
 
 
 class Xids:

@@ -35,7 +35,7 @@ import httpx
 import orjson
 import yaml
 
-from scheduler_plugin.exporter.fake_state import parse_state
+from scheduler_plugin.nvml.fake_state import parse_state
 from tests.e2e.api import wait_for
 from tests.e2e.cluster import Process, free_port, spawn
 

@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 import yaml
 
-from scheduler_plugin.exporter.fake_nvml import FakeNvml
 from scheduler_plugin.extender.binder import KubeBinder
 from scheduler_plugin.kube import KubeClient, KubeConfig
+from scheduler_plugin.nvml.fake import FakeNvml
 from tests.e2e.api import wait_for
 from tests.e2e.cluster import LoopbackCluster, Process, spawn
 from tests.e2e.conftest import IN_CI

@@ -10,9 +10,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from scheduler_plugin.exporter.app import Exporter
-from scheduler_plugin.exporter.fake_nvml import FakeNvml, write_proc
 from scheduler_plugin.model import GpuAssignment, GpuInfo, GpuNode, GpuProcess
 from scheduler_plugin.model.serde import ModelJSONError, node_from_json, node_to_json, nodes_from_json, nodes_to_json
+from scheduler_plugin.nvml.fake import FakeNvml, write_proc
 
 
 @pytest.fixture

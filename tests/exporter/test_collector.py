@@ -13,8 +13,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
 from scheduler_plugin.exporter.app import Exporter
-from scheduler_plugin.exporter.fake_nvml import FakeNvml, write_proc
 from scheduler_plugin.model import ThrottleReason
+from scheduler_plugin.nvml.fake import FakeNvml, write_proc
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 

@@ -17,7 +17,6 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from scheduler_plugin.exporter.app import Exporter
 from scheduler_plugin.exporter.exposition import ScrapeRenderer
-from scheduler_plugin.exporter.fake_nvml import FakeNvml, write_proc
 from scheduler_plugin.exporter.metrics import (
     CACHED_PARTS,
     dynamic_families,
@@ -26,6 +25,7 @@ from scheduler_plugin.exporter.metrics import (
     hardware_key,
 )
 from scheduler_plugin.model import ThrottleReason
+from scheduler_plugin.nvml.fake import FakeNvml, write_proc
 
 OPENMETRICS = "application/openmetrics-text;version=1.0.0;escaping=underscores;q=0.5,text/plain;version=0.0.4;q=0.3"
 Row = tuple[str, tuple[tuple[str, str], ...], float | None]

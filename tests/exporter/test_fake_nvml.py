@@ -5,8 +5,8 @@ from __future__ import annotations
 import pynvml
 import pytest
 
-from scheduler_plugin.exporter.fake_nvml import FakeNvml
 from scheduler_plugin.model import MIB
+from scheduler_plugin.nvml.fake import FakeNvml
 
 
 @pytest.fixture
@@ -86,5 +86,5 @@ def test_xid_events_reach_registered_sets_only(nvml: FakeNvml) -> None:
 
 
 def test_unknown_model_is_rejected_with_the_known_ones() -> None:
-    with pytest.raises(ValueError, match=r"unknown; known models: .*H100-SXM-80GB"):
+    with pytest.raises(ValueError, match=r"unknown GPU model .Voodoo5.; known models: .*H100-SXM-80GB"):
         FakeNvml(8, "Voodoo5")

@@ -13,9 +13,9 @@ from typer.testing import CliRunner
 
 from scheduler_plugin.exporter.app import Exporter
 from scheduler_plugin.exporter.cli import exporter
-from scheduler_plugin.exporter.fake_nvml import FakeNvml
-from scheduler_plugin.exporter.fake_state import FakeStateError, FakeStateFile, load_state
 from scheduler_plugin.model import GIB, ThrottleReason
+from scheduler_plugin.nvml.fake import FakeNvml
+from scheduler_plugin.nvml.fake_state import FakeStateError, FakeStateFile, load_state
 
 
 def _write(path: Path, text: str) -> None:

@@ -9,7 +9,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from scheduler_plugin.exporter.app import Exporter
-from scheduler_plugin.exporter.backend import NvmlApi
+from scheduler_plugin.nvml.backend import NvmlApi
 
 pytestmark = pytest.mark.gpu
 

@@ -15,8 +15,8 @@ import pytest
 
 from scheduler_plugin.exporter.app import Exporter
 from scheduler_plugin.exporter.exposition import gzip_accepted
-from scheduler_plugin.exporter.fake_nvml import FakeNvml, write_proc
 from scheduler_plugin.exporter.limits import ServeLimits
+from scheduler_plugin.nvml.fake import FakeNvml, write_proc
 
 ROUTES = ("/metrics", "/v1/node", "/healthz")
 

@@ -17,7 +17,7 @@ from scheduler_plugin.extender.app import create_app
 from scheduler_plugin.extender.binder import BindError
 from scheduler_plugin.extender.service import Extender
 from scheduler_plugin.model import GpuAssignment
-from scheduler_plugin.telemetry.simulated import FleetSpec, SimulatedFleetSource
+from scheduler_plugin.simulator.simulated_fleet import FleetSpec, SimulatedFleetSource
 
 
 def binding(name: str, node: str = "gpu-node-2", uid: str = "") -> bytes:

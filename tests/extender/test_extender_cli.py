@@ -15,7 +15,7 @@ from scheduler_plugin.demo import Demo, fleet_state
 from scheduler_plugin.extender import cli
 from scheduler_plugin.extender.app import create_app
 from scheduler_plugin.extender.server import ServerThread
-from scheduler_plugin.telemetry.simulated import FleetSpec, SimulatedFleetSource
+from scheduler_plugin.simulator.simulated_fleet import FleetSpec, SimulatedFleetSource
 
 app = typer.Typer()
 app.command("extender")(cli.extender)

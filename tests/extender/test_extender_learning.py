@@ -18,7 +18,7 @@ from fastapi.testclient import TestClient
 from scheduler_plugin.extender.app import create_app
 from scheduler_plugin.extender.service import Extender
 from scheduler_plugin.policies.fragmentation import FragmentationBase, WorkloadEstimator
-from scheduler_plugin.telemetry.simulated import FleetSpec, SimulatedFleetSource
+from scheduler_plugin.simulator.simulated_fleet import FleetSpec, SimulatedFleetSource
 
 
 def binding(name: str, node: str, uid: str = "") -> bytes:

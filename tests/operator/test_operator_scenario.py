@@ -19,8 +19,8 @@ from kelvin_operator.reconcile import Reconciler
 from opkit import pod
 
 from scheduler_plugin.model.gpu import THERMAL_THROTTLE_MASK, GpuAssignment, GpuNode
+from scheduler_plugin.simulator.simulated_fleet import FleetSpec, SimulatedFleetSource
 from scheduler_plugin.telemetry.cache import SnapshotCache
-from scheduler_plugin.telemetry.simulated import FleetSpec, SimulatedFleetSource
 
 STEP_S = 30.0
 DURATION_S = 90 * 60.0

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from scheduler_plugin.model import FleetArrays, GpuAssignment, GpuNode, build_arrays
+from scheduler_plugin.simulator.simulated_fleet import FleetSpec, SimulatedFleetSource
 from scheduler_plugin.telemetry.cooling import CoolingEstimator
-from scheduler_plugin.telemetry.simulated import FleetSpec, SimulatedFleetSource
 
 STEP_S = 30.0
 

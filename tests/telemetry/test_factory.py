@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from scheduler_plugin.config import Settings
+from scheduler_plugin.simulator.simulated_fleet import SimulatedFleetSource
 from scheduler_plugin.telemetry.factory import build_source
 from scheduler_plugin.telemetry.prometheus import PrometheusSource
 from scheduler_plugin.telemetry.scrape import ScrapeSource
-from scheduler_plugin.telemetry.simulated import SimulatedFleetSource
 
 
 async def test_simulated() -> None:

@@ -17,8 +17,8 @@ import httpx
 import pytest
 
 from scheduler_plugin.exporter.app import Exporter
-from scheduler_plugin.exporter.fake_nvml import FakeNvml
 from scheduler_plugin.model import GIB, MIB, GpuNode, ThrottleReason
+from scheduler_plugin.nvml.fake import FakeNvml
 from scheduler_plugin.telemetry.prometheus import PrometheusSource
 from scheduler_plugin.telemetry.source import SourceError, TelemetrySource
 
@@ -229,9 +229,9 @@ async def test_auto_mode_reads_both_flavours(lab: Lab) -> None:
 async def test_model_defaults_can_be_overridden(lab: Lab) -> None:
     from dataclasses import replace
 
-    from scheduler_plugin.telemetry.model_defaults import KNOWN_MODELS
+    from scheduler_plugin.model.catalogue import CATALOGUE
 
-    custom = replace(KNOWN_MODELS["H100-SXM-80GB"], slowdown_celsius=84.0)
+    custom = replace(CATALOGUE["H100-SXM-80GB"], slowdown_celsius=84.0)
     source = PrometheusSource(lab.url, metrics="dcgm", model_overrides={"H100-SXM-80GB": custom})
     try:
         nodes = _by_name(list(await source.fetch()))

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 import pytest
 
 from scheduler_plugin.model import GpuAssignment, GpuNode
+from scheduler_plugin.simulator.simulated_fleet import TREND_MIN_S, SimulatedFleetSource
 from scheduler_plugin.telemetry.cache import RequestGate, SnapshotCache
-from scheduler_plugin.telemetry.simulated import TREND_MIN_S, SimulatedFleetSource
 
 
 class FakeClock:

@@ -10,8 +10,8 @@ import pytest
 
 from scheduler_plugin.model import GIB, GpuAssignment, Snapshot
 from scheduler_plugin.model.claim import charged_milli
-from scheduler_plugin.telemetry import thermal_model as tm
-from scheduler_plugin.telemetry.simulated import FleetSpec, FleetSpecError, SimulatedFleetSource, nvlink_peers
+from scheduler_plugin.simulator import thermal_model as tm
+from scheduler_plugin.simulator.simulated_fleet import FleetSpec, FleetSpecError, SimulatedFleetSource, nvlink_peers
 
 
 class FakeClock:
@@ -46,7 +46,7 @@ def test_first_order_lag_moves_63_percent_per_time_constant() -> None:
 def test_poor_cooling_throttles_and_levels_off_below_shutdown() -> None:
     p = tm.ThermalParams()
     hot = tm.settle(1.0, 0.75, p).temp_c
-    assert p.slowdown_c <= float(hot) < p.shutdown_c + 2
+    assert p.throttle_onset_c <= float(hot) < p.throttle_floor_c + 2
     bits = int(tm.throttle_bits(hot, 1.0, p))
     assert bits & 0x20  # sw thermal slowdown
     assert float(tm.sm_clock_mhz(hot, 1.0, p)) < p.max_clock_mhz

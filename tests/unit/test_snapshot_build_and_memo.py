@@ -11,7 +11,7 @@ from scheduler_plugin.model import GpuNode, GpuRequest, Snapshot, build_arrays
 from scheduler_plugin.model.snapshot import ArraysBuilder, ColumnMemo, FleetArrays
 from scheduler_plugin.policies.base import CycleContext
 from scheduler_plugin.policies.thermal import ThermalArgs, ThermalScore
-from scheduler_plugin.telemetry.simulated import SimulatedFleetSource
+from scheduler_plugin.simulator.simulated_fleet import SimulatedFleetSource
 from tests.unit.fleet_helpers import NOW, dgx, gpu, node, request, shared, whole
 
 

@@ -9,7 +9,7 @@ import yaml
 
 from scheduler_plugin import yamlfile
 from scheduler_plugin.kube import KubeConfig, KubeError
-from scheduler_plugin.telemetry.simulated import FleetSpec, FleetSpecError
+from scheduler_plugin.simulator.simulated_fleet import FleetSpec, FleetSpecError
 
 
 def problem(text: str) -> str:

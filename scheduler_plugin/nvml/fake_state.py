@@ -39,7 +39,7 @@ from ..config import error_message
 from ..model import ThrottleReason
 from ..model.quantity import QuantityError, parse_bytes
 from ..textfile import TextFileError, read_text
-from .fake_nvml import FakeGpu, FakeNvml, FakeProcess, set_busy
+from .fake import FakeGpu, FakeNvml, FakeProcess, set_busy
 
 log = logging.getLogger(__name__)
 

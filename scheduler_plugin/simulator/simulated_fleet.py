@@ -21,7 +21,6 @@ random comes from one seeded generator: the same seed and the same sequence of c
 from __future__ import annotations
 
 import asyncio
-import re
 import threading
 import time
 from collections import deque
@@ -39,6 +38,7 @@ from pydantic.alias_generators import to_camel
 from .. import yamlfile
 from ..config import error_message
 from ..model import GIB, MILLI_PER_GPU, GpuAssignment, GpuInfo, GpuNode
+from ..model.catalogue import CATALOGUE, resolve
 from ..model.claim import charged_milli
 from ..textfile import TextFileError, read_text
 from . import thermal_model as tm
@@ -47,7 +47,6 @@ FloatA = npt.NDArray[np.float64]
 TopologyKind = Literal["nvswitch", "hybrid-cube-mesh", "nvlink-pairs", "pcie"]
 
 DRIVER_OVERHEAD_BYTES = GIB // 2
-_MODEL_MEMORY = re.compile(r"(\d+)\s*GB", re.IGNORECASE)
 #: Memory pools (GiB) that pods placed before start use on shared GPUs.
 _SHARED_POOLS_GIB = (8, 10, 16, 20, 24, 40)
 #: Simulated seconds are capped per fetch, so a paused process does not jump an hour ahead.
@@ -80,7 +79,7 @@ class NodeGroup(_Spec):
     gpus: int = Field(8, ge=1, le=16)
     model: str = Field("H100-SXM-80GB", min_length=1)
     memory_gib: float | None = Field(None, gt=0, le=1024)
-    """GPU memory; default: the number before ``GB`` in the model name (80 for H100-SXM-80GB), else 80."""
+    """GPU memory; default: the catalogue's size of the model (80 for H100-SXM-80GB), read as GiB."""
     topology: TopologyKind = "nvswitch"
     """``nvswitch``: all-to-all NVLink; ``hybrid-cube-mesh``: DGX-1 style (8 GPUs); ``nvlink-pairs``: bridged
     pairs; ``pcie``: no NVLink."""
@@ -96,18 +95,14 @@ class NodeGroup(_Spec):
     @field_validator("model")
     @classmethod
     def _known_model(cls, v: str) -> str:
-        """Only models the thermal model knows (case-insensitive, returned as spelt in ``PROFILES``): an unknown
-        name would silently get H100 physics."""
-        for name in tm.PROFILES:
-            if name.lower() == v.strip().lower():
-                return name
-        raise ValueError(f"unknown GPU model {v!r}; known models: {', '.join(tm.PROFILES)}")
+        """Only catalogue models with thermal figures (any name :func:`~scheduler_plugin.model.catalogue.resolve`
+        reads, returned as the catalogue key): an unknown name would silently get another model's physics."""
+        return resolve(v, simulated=True).key
 
     def gpu_memory_bytes(self) -> int:
         if self.memory_gib is not None:
             return int(self.memory_gib * GIB)
-        m = _MODEL_MEMORY.search(self.model)
-        return int(m.group(1)) * GIB if m else 80 * GIB
+        return CATALOGUE[self.model].memory_gb * GIB
 
 
 class FleetSpec(_Spec):
@@ -243,6 +238,7 @@ class _GroupReading:
     def nodes(self, lo: int, hi: int) -> list[GpuNode]:
         """The ``GpuNode`` objects of rows ``lo`` to ``hi`` (exclusive)."""
         grp, g, p = self.grp, self.grp.spec, self.grp.params
+        spec = CATALOGUE[g.model]
         sl = slice(lo, hi)
         bits = self.bits[sl].tolist()
         clocks = self.clocks[sl].tolist()
@@ -266,8 +262,8 @@ class _GroupReading:
                     memory_total_bytes=grp.mem_total,
                     memory_used_bytes=mem_l[r][j],
                     temperature_celsius=temps_l[r][j],
-                    slowdown_celsius=p.slowdown_c,
-                    shutdown_celsius=p.shutdown_c,
+                    slowdown_celsius=p.throttle_onset_c,  # where the simulated clocks drop (see SimThermal)
+                    shutdown_celsius=spec.shutdown_celsius,
                     throttle_reasons=bits[r][j],
                     sm_clock_mhz=clocks[r][j],
                     sm_clock_max_mhz=p.max_clock_mhz,

@@ -1,6 +1,6 @@
 """A fake NVML: simulated GPUs behind the same function names, return types and errors as ``pynvml``.
 
-The collector talks to NVML through :class:`~scheduler_plugin.exporter.backend.NvmlApi`; the real implementation is
+The collector talks to NVML through :class:`~scheduler_plugin.nvml.backend.NvmlApi`; the real implementation is
 the ``pynvml`` module itself, this is the other one. It returns pynvml's own ctypes structures (``c_nvmlMemory_t``,
 ``c_nvmlUtilization_t``, ``nvmlPciInfo_t``, ``c_nvmlFieldValue_t`` arrays, ``c_nvmlEventData_t``), device handles of
 pynvml's handle type, and raises ``pynvml.NVMLError(code)``, which pynvml maps to its subclasses
@@ -30,12 +30,10 @@ from typing import Any
 import pynvml
 
 from ..model import GIB, ThrottleReason
-from ..telemetry.model_defaults import KNOWN_MODELS, ModelDefaults, model_key
+from ..model.catalogue import GpuModelSpec, UnknownModelError, resolve
 
 _HANDLE_BASE = 0x6B000
 _EVENTSET_BASE = 0x6E000
-#: NVLink links per GPU on the simulated boards (H100/H200 SXM: 18; A100 SXM: 12).
-_LINKS = {"H200": 18, "H100-SXM-80GB": 18, "A100-SXM-80GB": 12, "A100-SXM-40GB": 12}
 
 
 @dataclass
@@ -54,7 +52,7 @@ class FakeGpu:
     """The mutable state of one simulated GPU. Tests change the fields; the fake reports them."""
 
     index: int
-    spec: ModelDefaults
+    spec: GpuModelSpec
     uuid: str
     bus_id: str
     numa_node: int
@@ -105,14 +103,13 @@ class FakeNvml:
         clock: Callable[[], float] = time.time,
         nvlink_islands: int = 1,
     ) -> None:
-        key = model_key(model)
-        if key is None:
-            known = ", ".join(sorted(KNOWN_MODELS))
-            raise ValueError(f"fake model {model!r} is unknown; known models: {known}")
+        try:
+            self.spec = resolve(model)
+        except UnknownModelError as exc:
+            raise ValueError(f"fake model: {exc}") from None
         if not 1 <= gpus <= 16:
             raise ValueError(f"fake gpus must be 1..16, got {gpus}")
-        islands = island_members(gpus, nvlink_islands, KNOWN_MODELS[key].nvswitch, model)
-        self.spec = KNOWN_MODELS[key]
+        islands = island_members(gpus, nvlink_islands, self.spec.nvswitch, model)
         self.driver_version = driver_version
         self.vary = vary
         self._clock = clock
@@ -125,7 +122,7 @@ class FakeNvml:
         self._events: deque[tuple[int, int]] = deque()
         self._event_sets: dict[int, set[int]] = {}
         self._next_event_set = 0
-        links = _LINKS.get(key, 0) if self.spec.nvswitch else 0
+        links = self.spec.nvlink_links if self.spec.nvswitch else 0
         self.gpus: list[FakeGpu] = []
         for i in range(gpus):
             bus = 0x18 + 0x11 * i

@@ -1,6 +1,6 @@
 """The NVML interface the exporter uses: the functions of the ``pynvml`` module it calls, as a protocol.
 
-The real backend *is* the ``pynvml`` module (nvidia-ml-py); :class:`~.fake_nvml.FakeNvml` is the simulated one.
+The real backend *is* the ``pynvml`` module (nvidia-ml-py); :class:`~.fake.FakeNvml` is the simulated one.
 Both return pynvml's ctypes structures and raise pynvml's ``NVMLError`` subclasses.
 """
 

@@ -8,8 +8,11 @@ Physics kept deliberately simple (a first-order RC model, what a GPU datasheet's
 * the temperature moves towards that target with a first-order lag of time constant ``tau_s``:
   ``T(t+dt) = target + (T(t) - target) * exp(-dt / tau_s)`` plus Gaussian noise;
 * ``drift`` is a slow random walk of the inlet temperature per node (weather, neighbouring racks);
-* at or above ``slowdown_c`` the GPU sets the SW/HW thermal-slowdown throttle bits and its SM clock drops linearly
-  to ``min_clock_ratio`` at ``shutdown_c``; near the power limit it sets the SW power-cap bit.
+* at or above ``throttle_onset_c`` the GPU sets the SW thermal-slowdown throttle bit (the HW one 60 % of the way on)
+  and its SM clock drops linearly to ``min_clock_ratio`` at ``throttle_floor_c``; near the power limit it sets the SW
+  power-cap bit. The onset is a real GPU's "max operating temperature" (where NVML's SW thermal slowdown begins), a
+  few degrees below NVML's slowdown threshold (HW slowdown): a different figure of the catalogue
+  (:class:`~scheduler_plugin.model.catalogue.SimThermal`).
 
 Every function takes floats or numpy arrays (element-wise), so the simulated fleet steps 40,000 GPUs at once and the
 trace simulator can step one node. No I/O, no clocks, no global random state: randomness comes from the caller's
@@ -26,7 +29,7 @@ API (everything else is private)::
     clock_ratio(temp_c, params)                                # SM clock share of max at this temperature
     throttle_bits(temp_c, util, params)                        # NVML clocks-event reason bitmask (int64 array)
     sm_clock_mhz(temp_c, util, params)                         # SM clock under that temperature and load
-    PROFILES["H100-SXM-80GB"]                                  # params per known GPU model; profile_for(model)
+    PROFILES["H100-SXM-80GB"]                                  # params per catalogue model; profile_for(model)
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import numpy.typing as npt
 
+from ..model.catalogue import CATALOGUE, GpuModelSpec, resolve
 from ..model.gpu import ThrottleReason
 
 FloatA = npt.NDArray[np.float64]
@@ -62,11 +66,13 @@ class ThermalParams:
     """Random-walk speed of the inlet drift (Celsius per square-root second)."""
     drift_limit_c: float = 6.0
     """The drift is kept within +- this."""
-    slowdown_c: float = 87.0
-    shutdown_c: float = 92.0
+    throttle_onset_c: float = 87.0
+    """The SM clock starts to drop here (see the module docstring)."""
+    throttle_floor_c: float = 92.0
+    """The SM clock reaches ``min_clock_ratio`` here."""
     max_clock_mhz: float = 1980.0
     min_clock_ratio: float = 0.45
-    """SM clock as a share of max when the GPU reaches ``shutdown_c`` (linear from slowdown)."""
+    """SM clock as a share of max when the GPU reaches ``throttle_floor_c`` (linear from the onset)."""
     power_cap_util: float = 0.97
     """Above this utilisation the GPU runs into its power cap."""
 
@@ -74,40 +80,40 @@ class ThermalParams:
         return replace(self, ambient_c=ambient_c)
 
 
+def params_for(spec: GpuModelSpec) -> ThermalParams:
+    """The thermal constants of a catalogue model (its :class:`~scheduler_plugin.model.catalogue.SimThermal` figures
+    and max SM clock). Raises :class:`ValueError` for a model without thermal figures."""
+    t = spec.thermal
+    if t is None:
+        raise ValueError(f"GPU model {spec.key!r} has no thermal figures in the catalogue")
+    return ThermalParams(
+        idle_w=t.idle_w,
+        tdp_w=t.tdp_w,
+        resistance_c_per_w=t.resistance_c_per_w,
+        throttle_onset_c=t.throttle_onset_c,
+        throttle_floor_c=t.throttle_floor_c,
+        max_clock_mhz=spec.sm_clock_max_mhz,
+    )
+
+
+#: Catalogue key -> thermal constants, for every catalogue model with thermal figures.
 PROFILES: dict[str, ThermalParams] = {
-    "H100-SXM-80GB": ThermalParams(),
-    "H200-SXM-141GB": ThermalParams(
-        tdp_w=700.0, resistance_c_per_w=0.072, slowdown_c=87.0, shutdown_c=92.0, max_clock_mhz=1980.0
-    ),
-    "A100-SXM4-80GB": ThermalParams(
-        idle_w=55.0, tdp_w=400.0, resistance_c_per_w=0.12, slowdown_c=86.0, shutdown_c=91.0, max_clock_mhz=1410.0
-    ),
-    "A100-PCIE-40GB": ThermalParams(
-        idle_w=35.0, tdp_w=250.0, resistance_c_per_w=0.2, slowdown_c=85.0, shutdown_c=90.0, max_clock_mhz=1410.0
-    ),
-    "L40S-48GB": ThermalParams(
-        idle_w=35.0, tdp_w=350.0, resistance_c_per_w=0.15, slowdown_c=88.0, shutdown_c=93.0, max_clock_mhz=2520.0
-    ),
-    "V100-SXM2-32GB": ThermalParams(
-        idle_w=40.0, tdp_w=300.0, resistance_c_per_w=0.16, slowdown_c=85.0, shutdown_c=90.0, max_clock_mhz=1530.0
-    ),
+    key: params_for(spec) for key, spec in CATALOGUE.items() if spec.thermal is not None
 }
 
 
 def profile_for(model: str) -> ThermalParams:
-    """The profile of a known model (case-insensitive), else the default (H100-like) constants."""
-    for name, p in PROFILES.items():
-        if name.lower() == model.lower():
-            return p
-    return ThermalParams()
+    """The profile of a model the catalogue names (key, alias or NVML name). Raises
+    :class:`~scheduler_plugin.model.catalogue.UnknownModelError` for another name or one without thermal figures."""
+    return PROFILES[resolve(model, simulated=True).key]
 
 
 def clock_ratio(temp_c: ArrayLike, params: ThermalParams) -> FloatA:
-    """SM clock as a share of max at this temperature: 1 below slowdown, falling linearly to ``min_clock_ratio`` at
-    shutdown."""
+    """SM clock as a share of max at this temperature: 1 below the throttle onset, falling linearly to
+    ``min_clock_ratio`` at the floor."""
     t = np.asarray(temp_c, dtype=np.float64)
-    span = max(params.shutdown_c - params.slowdown_c, 1e-6)
-    over = np.clip((t - params.slowdown_c) / span, 0.0, 1.0)
+    span = max(params.throttle_floor_c - params.throttle_onset_c, 1e-6)
+    over = np.clip((t - params.throttle_onset_c) / span, 0.0, 1.0)
     return np.asarray(1.0 - over * (1.0 - params.min_clock_ratio), dtype=np.float64)
 
 
@@ -127,7 +133,7 @@ def steady_state_c(
     """The temperature a GPU at clock ``ratio`` heads for under constant load. ``cooling`` > 0; lower is worse.
 
     With ``ratio`` 1 (no throttling) this is the open-loop target; :func:`step` feeds the throttled clock back, so a
-    GPU with poor cooling levels off between slowdown and shutdown instead of running away.
+    GPU with poor cooling levels off between the throttle onset and floor instead of running away.
     """
     c = np.clip(np.asarray(cooling, dtype=np.float64), 0.05, None)
     rise = power_w(util, params, ratio) * params.resistance_c_per_w / c
@@ -197,14 +203,14 @@ def step(
 
 
 def throttle_bits(temp_c: ArrayLike, util: ArrayLike, params: ThermalParams) -> IntA:
-    """NVML clocks-event reasons: idle below 5 % load, thermal slowdown at/above slowdown, power cap near TDP."""
+    """NVML clocks-event reasons: idle below 5 % load, thermal slowdown at/above the onset, power cap near TDP."""
     t = np.asarray(temp_c, dtype=np.float64)
     u = np.broadcast_to(np.asarray(util, dtype=np.float64), t.shape)
     bits = np.zeros(t.shape, dtype=np.int64)
     bits |= np.where(u < 0.05, int(ThrottleReason.GPU_IDLE), 0)
-    bits |= np.where(t >= params.slowdown_c, int(ThrottleReason.SW_THERMAL_SLOWDOWN), 0)
+    bits |= np.where(t >= params.throttle_onset_c, int(ThrottleReason.SW_THERMAL_SLOWDOWN), 0)
     bits |= np.where(
-        t >= params.slowdown_c + 0.6 * (params.shutdown_c - params.slowdown_c),
+        t >= params.throttle_onset_c + 0.6 * (params.throttle_floor_c - params.throttle_onset_c),
         int(ThrottleReason.HW_THERMAL_SLOWDOWN),
         0,
     )
@@ -213,7 +219,8 @@ def throttle_bits(temp_c: ArrayLike, util: ArrayLike, params: ThermalParams) -> 
 
 
 def sm_clock_mhz(temp_c: ArrayLike, util: ArrayLike, params: ThermalParams) -> FloatA:
-    """SM clock: max under load below slowdown, falling linearly to ``min_clock_ratio`` at shutdown; low when idle."""
+    """SM clock: max under load below the onset, falling linearly to ``min_clock_ratio`` at the floor; low when
+    idle."""
     t = np.asarray(temp_c, dtype=np.float64)
     u = np.broadcast_to(np.asarray(util, dtype=np.float64), t.shape)
     ratio = clock_ratio(t, params)
