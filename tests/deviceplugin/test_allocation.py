@@ -193,16 +193,48 @@ def test_compute_share_only_sets_the_thread_percentage() -> None:
     assert g.envs == {"NVIDIA_VISIBLE_DEVICES": GPUS[0].uuid, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "33"}
 
 
-def test_container_counts_read_limits_then_requests_and_skip_bad_values() -> None:
+def test_container_counts_read_requests_defaulted_from_limits() -> None:
+    """The request of each container, defaulted from its limit (model/pod.py), init containers first."""
     p = pod("p")
     p["spec"]["containers"] = [
         {"name": "a", "resources": {"requests": {WHOLE: "2"}}},
-        {"name": "b", "resources": {"limits": {WHOLE: "1.5"}}},
-        {"name": "c", "resources": {"limits": {WHOLE: "x"}}},
-        "not a container",
+        {"name": "b", "resources": {"limits": {WHOLE: "1"}}},
+        {"name": "c", "resources": {"requests": {WHOLE: "1"}, "limits": {WHOLE: "1"}}},
+        {"name": "d", "resources": {"limits": {"cpu": "1"}}},
     ]
-    p["spec"]["initContainers"] = [{"name": "i", "resources": {"limits": {WHOLE: "1"}}}]
-    assert container_counts(p, WHOLE) == [1, 2]
+    p["spec"]["initContainers"] = [{"name": "i", "resources": {"limits": {WHOLE: "3"}}}]
+    assert container_counts(p, WHOLE) == [3, 2, 1, 1]
+
+
+@pytest.mark.parametrize(
+    ("resources", "problem"),
+    [
+        ({"limits": {WHOLE: "1.5"}}, "not a whole number of GPUs"),
+        ({"limits": {WHOLE: "x"}}, "not a quantity"),
+        ({"requests": {WHOLE: "2"}, "limits": {WHOLE: "1"}}, "must be equal"),
+    ],
+)
+def test_a_pod_whose_counts_cannot_be_read_is_refused_naming_the_container(
+    resources: dict[str, Any], problem: str
+) -> None:
+    """Before: an unreadable count was logged and its container skipped (the next container's GPUs would have gone
+    to the wrong one), and limits won over requests (the extender read requests). Now the pod's Allocate is refused
+    with the field, and a differing request and limit are refused by every reader alike."""
+    p = two_containers("0,1")
+    p["spec"]["containers"][1]["resources"] = resources
+    with pytest.raises(AllocationError, match=re.escape("pod ml/multi: container 'b' resource nvidia.com/gpu=")) as e:
+        grant(p, node=NODE, resource=WHOLE, count=1, gpus=GPUS)
+    assert problem in str(e.value)
+    assert next_indices(p, WHOLE, 1) is None
+    with pytest.raises(AllocationError, match=re.escape("pods whose containers cannot be read: ml/multi (container")):
+        pick_pod([p], node=NODE, resource=WHOLE, count=1)
+
+
+def test_an_unreadable_pod_does_not_stop_another_pods_allocate() -> None:
+    bad = pod("bad", gpus=1, assigned="0", scheduled="2026-12-01T03:00:00Z")
+    bad["spec"]["containers"][0]["resources"] = {"limits": {WHOLE: "one"}}
+    good = pod("good", gpus=1, assigned="1")
+    assert pick_pod([bad, good], node=NODE, resource=WHOLE, count=1) is good
 
 
 def test_preferred_fills_from_available_when_kelvins_gpu_is_taken() -> None:
