@@ -14,15 +14,18 @@ from scheduler_plugin.deviceplugin.allocation import (
     allocated_annotation,
     close_binds,
     container_counts,
+    container_needs,
     grant,
     next_indices,
     pick_pod,
+    plan,
     preferred,
 )
 from scheduler_plugin.deviceplugin.devices import Gpu, device_ids, discover
 from scheduler_plugin.deviceplugin.plugin import PluginConfig
 from scheduler_plugin.exporter.fake_nvml import FakeNvml
 from scheduler_plugin.model import annotations as ann
+from scheduler_plugin.model import parse_pod
 
 GPUS = [Gpu(i, f"GPU-{i:08d}-0000-0000-0000-000000000000", numa_node=i // 2) for i in range(4)]
 WHOLE = ann.GPU_RESOURCE
@@ -94,6 +97,35 @@ def test_sidecar_init_container_keeps_its_gpus() -> None:
     too_short = _with_init(pod("q", gpus=1, assigned="2"), 1, sidecar=True)
     with pytest.raises(AllocationError, match=re.escape("ask for 1+1 nvidia.com/gpu (in all) but")):
         _serve(too_short, 1)
+
+
+@pytest.mark.parametrize(
+    ("inits", "apps"),
+    [
+        ([], [2]),
+        ([(1, False)], [2]),
+        ([(3, False)], [1]),
+        ([(1, True)], [1]),  # before: the extender charged max(1, 1) = 1 GPU and the plugin refused the pod
+        ([(1, True), (2, False)], [1]),
+        ([(2, False), (1, True)], [1, 1]),
+        ([(1, True), (1, True), (3, False)], [0, 1]),
+    ],
+)
+def test_the_extender_assigns_exactly_the_gpus_the_plugin_hands_out(
+    inits: list[tuple[int, bool]], apps: list[int]
+) -> None:
+    """One reading of the containers (model/pod.py): the effective request the extender assigns GPUs for is what
+    the kubelet's per-container Allocate calls need, sidecars included (no fewer, no more)."""
+    p = pod("p")
+    p["spec"]["initContainers"] = [
+        {"name": f"i{k}", "resources": {"limits": {WHOLE: str(n)}}, **({"restartPolicy": "Always"} if side else {})}
+        for k, (n, side) in enumerate(inits)
+    ]
+    p["spec"]["containers"] = [{"name": f"a{k}", "resources": {"limits": {WHOLE: str(n)}}} for k, n in enumerate(apps)]
+    count = parse_pod(p).count
+    needs = container_needs(p, WHOLE)
+    assert plan(range(count), needs) is not None
+    assert plan(range(count - 1), needs) is None
 
 
 def test_only_pending_pods_without_started_containers_are_candidates() -> None:
