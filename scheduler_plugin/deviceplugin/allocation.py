@@ -184,10 +184,9 @@ def allocated_annotation(groups: Sequence[Sequence[int]]) -> str:
     return ";".join(",".join(map(str, g)) for g in groups)
 
 
-def _next_need(pod: Mapping[str, Any], resource: str) -> ContainerNeed | None:
-    """The container of the pod the kubelet allocates next (None: all served). A malformed ``gpu-allocated`` counts
-    as the first container: the pod is picked and gets the error. Raises ``RequestError`` (unreadable counts)."""
-    needs = container_needs(pod, resource)
+def _next_need(pod: Mapping[str, Any], needs: Sequence[ContainerNeed]) -> ContainerNeed | None:
+    """The container of the pod (its ``needs``) the kubelet allocates next (None: all served). A malformed
+    ``gpu-allocated`` counts as the first container: the pod is picked and gets the error."""
     try:
         served = len(_allocated(pod))
     except AllocationError:
@@ -202,22 +201,25 @@ def pick_pod(pods: Sequence[Mapping[str, Any]], *, node: str, resource: str, cou
 
 def candidates(pods: Sequence[Mapping[str, Any]], *, node: str, resource: str, count: int) -> list[Mapping[str, Any]]:
     """Every pod this Allocate could be for, oldest bind first (never empty), or AllocationError. A pod whose
-    containers cannot be read is never a candidate; the error names it (its GPUs go to no other pod either)."""
+    containers cannot be read is never a candidate: an Allocate that finds no other pod is refused with an error
+    naming it and the field at fault."""
     live = [p for p in pods if _candidate_on(p, node)]
     kelvin = []
-    unreadable: dict[str, str] = {}
     asking = []
+    unreadable: dict[str, str] = {}
     for p in live:
         try:
-            counts = container_counts(p, resource)
-            need = _next_need(p, resource)
+            needs = container_needs(p, resource)
         except RequestError as exc:
             unreadable[key_of(p)] = str(exc)
             continue
-        if count in counts:
+        if any(n.count == count for n in needs):
             asking.append(p)
         a = _annotations(p)
-        if ann.GPU_ASSIGNED in a and a.get(ann.GPU_ASSIGNED_NODE) == node and need is not None and need.count == count:
+        if ann.GPU_ASSIGNED not in a or a.get(ann.GPU_ASSIGNED_NODE) != node:
+            continue
+        need = _next_need(p, needs)
+        if need is not None and need.count == count:
             kelvin.append(p)
     if kelvin:
         return sorted(kelvin, key=admission_order)
