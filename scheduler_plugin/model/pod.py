@@ -200,8 +200,7 @@ class PodResources:
     def of(cls, pod: object) -> PodResources:
         """Raises :class:`RequestError` when the containers or the overhead are not what a Pod holds."""
         _, spec = pod_parts(pod)
-        cs = (*_group(spec, "initContainers"), *_group(spec, "containers"))
-        return cls(cs, _mapping(spec.get("overhead"), "spec.overhead"))
+        return cls(containers(pod), _mapping(spec.get("overhead"), "spec.overhead"))
 
     def request(self, resource: str, parse: Callable[[Any], int], *, limit: int = MAX_INT64, unit: str = "") -> int:
         """The pod's effective request of ``resource`` plus ``spec.overhead``; :class:`RequestError` on any bad value.
