@@ -6,9 +6,14 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Annotated
 
 import typer
+from kelvin_operator.cli import operator
 
 from . import __version__
 from .console import help_settings, markup_mode
+from .deviceplugin.cli import device_plugin
+from .exporter.cli import exporter
+from .extender.cli import demo, explain, extender
+from .simulator.cli import simulate
 
 app = typer.Typer(
     name="kelvin",
@@ -47,15 +52,13 @@ def _main(
 
 
 # Registration: one line per subcommand, each defined next to the code it runs.
-# (owners: extender/demo/explain -> scheduler_plugin/extender/cli.py; exporter -> scheduler_plugin/exporter/cli.py;
-#  simulate -> scheduler_plugin/simulator/cli.py; operator -> kelvin_operator/cli.py)
-app.command("exporter")(__import__("scheduler_plugin.exporter.cli", fromlist=["exporter"]).exporter)
-app.command("extender")(__import__("scheduler_plugin.extender.cli", fromlist=["extender"]).extender)
-app.command("explain")(__import__("scheduler_plugin.extender.cli", fromlist=["explain"]).explain)
-app.command("demo")(__import__("scheduler_plugin.extender.cli", fromlist=["demo"]).demo)
-app.command("operator")(__import__("kelvin_operator.cli", fromlist=["operator"]).operator)
-app.command("device-plugin")(__import__("scheduler_plugin.deviceplugin.cli", fromlist=["x"]).device_plugin)
-app.command("simulate")(__import__("scheduler_plugin.simulator.cli", fromlist=["simulate"]).simulate)
+app.command("exporter")(exporter)
+app.command("extender")(extender)
+app.command("explain")(explain)
+app.command("demo")(demo)
+app.command("operator")(operator)
+app.command("device-plugin")(device_plugin)
+app.command("simulate")(simulate)
 
 if __name__ == "__main__":  # python -m scheduler_plugin.cli
     app()

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 from scheduler_plugin.gang.cycle import Decision, gated_member, plan_gang
 from scheduler_plugin.gang.planner import GangPlanner, assume
 from scheduler_plugin.gang.topology import build_domains
+from scheduler_plugin.model.pod import key_of
 from scheduler_plugin.model.snapshot import Snapshot
 from scheduler_plugin.policies.config import PolicyConfig
 from scheduler_plugin.policies.framework import Framework
@@ -66,10 +67,7 @@ class GangLoop:
             return None
         gang_key = members[0].ref.key
         members = [m for m in members if m.ref.key == gang_key]
-        by_key = {
-            f"{(p.get('metadata') or {}).get('namespace') or 'default'}/{(p.get('metadata') or {}).get('name')}": p
-            for p in pods
-        }
+        by_key = {key_of(p): p for p in pods}
         fleet = snapshot.arrays
         labels = [dict(node_labels.get(nd.name) or nd.labels) for nd in snapshot.nodes]
         domains = build_domains(fleet.names, labels, self.cfg.gang)

@@ -17,6 +17,7 @@ import kopf
 from scheduler_plugin.gang import cycle as gang_cycle
 from scheduler_plugin.kube import KubeConfig
 from scheduler_plugin.model import annotations as ann
+from scheduler_plugin.model.pod import RequestError
 
 from . import gangs, webhooks
 from .config import OperatorConfig
@@ -45,7 +46,10 @@ def _gpu_pod(spec: kopf.Spec, annotations: kopf.Annotations, **_: Any) -> bool:
         return False
     if ann.GPU_MEMORY in annotations or ann.GPU_SHARE in annotations:
         return True
-    return webhooks.requests_gpu_resource({"spec": spec})
+    try:
+        return webhooks.requests_gpu_resource({"spec": spec})
+    except RequestError:
+        return True  # unreadable containers: indexed, so that its view names the error (PodView.request_error)
 
 
 def _gated_gang_pod(spec: kopf.Spec, **_: Any) -> bool:

@@ -9,7 +9,8 @@ from typing import Any
 from scheduler_plugin.model import annotations as ann
 from scheduler_plugin.model.claim import claim_of, parse_gpu_indices
 from scheduler_plugin.model.gpu import GpuAssignment
-from scheduler_plugin.model.request import RequestError, parse_bound_pod
+from scheduler_plugin.model.pod import RequestError, pod_key, readable_request
+from scheduler_plugin.model.request import parse_bound_pod, parse_gpu_count
 from scheduler_plugin.model.times import parse_time
 
 
@@ -40,7 +41,7 @@ class PodView:
 
     @property
     def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
+        return pod_key(self.namespace, self.name)
 
     @property
     def wants_checkpoint(self) -> bool:
@@ -51,17 +52,11 @@ class PodView:
         return not self.owner_kinds
 
 
-def _gpu_count(spec: Mapping[str, Any]) -> int:
-    """Whole GPUs of a pod whose request cannot be parsed (lenient: what it may hold)."""
-    total = 0
-    for c in spec.get("containers") or []:
-        res = c.get("resources") or {}
-        raw = (res.get("limits") or {}).get(ann.GPU_RESOURCE, (res.get("requests") or {}).get(ann.GPU_RESOURCE))
-        try:
-            total += int(str(raw)) if raw is not None else 0
-        except ValueError:
-            continue
-    return total
+def _gpu_count(pod: Mapping[str, Any]) -> int:
+    """GPUs of a pod whose request cannot be parsed (what it may hold): the effective whole-GPU count over the values
+    that can be read, or one GPU for a shared-GPU slot."""
+    whole = readable_request(pod, ann.GPU_RESOURCE, parse_gpu_count)
+    return whole or min(readable_request(pod, ann.SHARED_GPU_RESOURCE, parse_gpu_count), 1)
 
 
 def pod_view(pod: Mapping[str, Any]) -> PodView:
@@ -84,7 +79,7 @@ def pod_view(pod: Mapping[str, Any]) -> PodView:
             pool = claim.memory_bytes
             share = claim.milli if req.shared else None
     except RequestError as exc:
-        count = _gpu_count(spec)
+        count = _gpu_count(pod)
         err = str(exc)
     return PodView(
         namespace=str(meta.get("namespace") or "default"),

@@ -29,6 +29,8 @@ from typing import Any
 import aiohttp.web
 import kopf
 
+from scheduler_plugin.model.pod import pod_key
+
 from .review import ReviewError, read_review
 
 log = logging.getLogger("kelvin.operator")
@@ -58,7 +60,7 @@ def _object_name(req: dict[str, Any]) -> str:
     meta = obj.get("metadata") if isinstance(obj, dict) else None
     if not isinstance(meta, dict):
         return "?"
-    return f"{meta.get('namespace') or req.get('namespace') or ''}/{meta.get('name') or req.get('name') or ''}"
+    return pod_key(meta.get("namespace") or req.get("namespace"), meta.get("name") or req.get("name"))
 
 
 def listen_problem(addr: str | None, port: int, setting: str = LISTEN_SETTING) -> str | None:

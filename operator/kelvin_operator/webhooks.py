@@ -25,8 +25,9 @@ from typing import Any
 from scheduler_plugin.model import annotations as ann
 from scheduler_plugin.model.gpu_models import matches_any
 from scheduler_plugin.model.mps import mps_limits
+from scheduler_plugin.model.pod import PodResources, RequestError
 from scheduler_plugin.model.quantity import format_gib
-from scheduler_plugin.model.request import GpuRequest, RequestError, parse_pod
+from scheduler_plugin.model.request import GpuRequest, parse_pod
 from scheduler_plugin.model.snapshot import Snapshot
 
 
@@ -54,28 +55,10 @@ DEFAULT_CONTAINER = "kubectl.kubernetes.io/default-container"
 GPU_RESOURCES = (ann.GPU_RESOURCE, ann.SHARED_GPU_RESOURCE)
 
 
-def _all_containers(pod: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    spec = pod.get("spec") or {}
-    out: list[Mapping[str, Any]] = []
-    for kind in ("initContainers", "containers"):
-        items = spec.get(kind) if isinstance(spec, Mapping) else None
-        out += [c for c in items or [] if isinstance(c, Mapping)]
-    return out
-
-
-def _requests_any(pod: Mapping[str, Any], names: Sequence[str]) -> bool:
-    for c in _all_containers(pod):
-        res = c.get("resources") or {}
-        for part in ("requests", "limits"):
-            values = res.get(part) if isinstance(res, Mapping) else None
-            if isinstance(values, Mapping) and any(r in values for r in names):
-                return True
-    return False
-
-
 def requests_gpu_resource(pod: Mapping[str, Any]) -> bool:
-    """Some container (init containers included) requests or limits nvidia.com/gpu or kelvin.dev/shared-gpu."""
-    return _requests_any(pod, GPU_RESOURCES)
+    """Some container (init containers included) requests or limits nvidia.com/gpu or kelvin.dev/shared-gpu (any
+    value: kube-scheduler asks the extender about such a pod). Raises ``RequestError`` for unreadable containers."""
+    return PodResources.of(pod).mentions(GPU_RESOURCES)
 
 
 def pool_only(pod: Mapping[str, Any]) -> bool:
@@ -105,8 +88,9 @@ def pool_only_message(*, shared_gpu_resource: bool) -> str:
 
 
 def requests_shared_gpu(pod: Mapping[str, Any]) -> bool:
-    """Some container (init containers included) requests or limits kelvin.dev/shared-gpu."""
-    return _requests_any(pod, (ann.SHARED_GPU_RESOURCE,))
+    """Some container (init containers included) requests or limits kelvin.dev/shared-gpu. Raises ``RequestError``
+    for unreadable containers."""
+    return PodResources.of(pod).mentions((ann.SHARED_GPU_RESOURCE,))
 
 
 def shared_gpu_unavailable_message() -> str:
@@ -122,9 +106,9 @@ def validate(pod: Mapping[str, Any], sizes: GpuSizes, *, shared_gpu_resource: bo
     """``None`` when the pod is admissible, else the message to reject it with. ``shared_gpu_resource``: kelvin's
     device plugin advertises kelvin.dev/shared-gpu; off, a pod requesting it is rejected (it would stay Pending).
     It also picks the advice given to a pool-only pod (always rejected: the mutating webhook has run by now)."""
-    if not shared_gpu_resource and requests_shared_gpu(pod):
-        return shared_gpu_unavailable_message()
     try:
+        if not shared_gpu_resource and requests_shared_gpu(pod):
+            return shared_gpu_unavailable_message()
         req = parse_pod(pod)
     except RequestError as exc:
         return f"invalid GPU request: {exc}"

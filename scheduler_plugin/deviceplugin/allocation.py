@@ -13,7 +13,6 @@ is the one: the kubelet admits pods in the order it receives them. A pod the plu
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,11 +21,10 @@ from ..model import RequestError, request_from_annotations
 from ..model import annotations as ann
 from ..model.claim import parse_gpu_indices
 from ..model.mps import mps_limits
-from ..model.quantity import QuantityError, parse_quantity
+from ..model.pod import ContainerKind, containers, key_of, pod_key
+from ..model.request import parse_gpu_count
 from ..model.times import parse_time_ns
 from .devices import SHARED_RESOURCE, WHOLE_RESOURCE, Gpu, gpu_uuid_of
-
-log = logging.getLogger(__name__)
 
 VISIBLE_DEVICES_ENV = "NVIDIA_VISIBLE_DEVICES"
 
@@ -52,12 +50,7 @@ class Grant:
 
     @property
     def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
-
-
-def pod_key(pod: Mapping[str, Any]) -> str:
-    meta = pod.get("metadata") or {}
-    return f"{meta.get('namespace', 'default')}/{meta.get('name', '')}"
+        return pod_key(self.namespace, self.name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,35 +65,20 @@ class ContainerNeed:
     and keep theirs."""
 
 
-def _count(c: Mapping[str, Any], resource: str) -> int | None:
-    res = (c.get("resources") or {}) if isinstance(c, Mapping) else {}
-    raw = (res.get("limits") or {}).get(resource, (res.get("requests") or {}).get(resource))
-    if raw is None:
-        return None
-    try:
-        q = parse_quantity(raw)
-    except QuantityError as exc:  # the API server validates quantities: only a hand-made object gets here
-        log.warning("container %r: %s %r is not a quantity (%s); not counted", c.get("name"), resource, raw, exc)
-        return None
-    return int(q) if q == q.to_integral_value() and q > 0 else None
-
-
 def container_needs(pod: Mapping[str, Any], resource: str) -> list[ContainerNeed]:
-    """The containers asking for ``resource``, init containers first, as the kubelet calls Allocate for them."""
-    spec = pod.get("spec") or {}
+    """The containers asking for ``resource``, init containers first, as the kubelet calls Allocate for them. Raises
+    ``RequestError`` when a container's count cannot be read (:mod:`~scheduler_plugin.model.pod`): skipping it would
+    hand the next container's GPUs to the wrong one."""
     out: list[ContainerNeed] = []
-    for group in ("initContainers", "containers"):
-        for c in spec.get(group) or ():
-            n = _count(c, resource) if isinstance(c, Mapping) else None
-            if n is None:
-                continue
-            sidecar = group == "initContainers" and c.get("restartPolicy") == "Always"
-            out.append(ContainerNeed(str(c.get("name") or ""), n, reuses=group == "initContainers" and not sidecar))
+    for c in containers(pod):
+        n = c.request(resource, parse_gpu_count)
+        if n > 0:
+            out.append(ContainerNeed(c.name, n, reuses=c.kind is ContainerKind.INIT))
     return out
 
 
 def container_counts(pod: Mapping[str, Any], resource: str) -> list[int]:
-    """How many devices of ``resource`` each container (init containers too) asks for; unreadable counts left out."""
+    """How many devices of ``resource`` each container (init containers too) asks for. Raises ``RequestError``."""
     return [n.count for n in container_needs(pod, resource)]
 
 
@@ -179,7 +157,7 @@ def admission_order(pod: Mapping[str, Any]) -> tuple[int, int, int, str]:
         bind_time_ns(pod),
         _scheduled(pod),
         _time_ns((pod.get("metadata") or {}).get("creationTimestamp")),
-        pod_key(pod),
+        key_of(pod),
     )
 
 
@@ -196,7 +174,7 @@ def _allocated(pod: Mapping[str, Any]) -> list[tuple[int, ...]]:
     groups = [parse_gpu_indices(part) for part in str(raw).split(";")]
     if any(g is None for g in groups):
         raise AllocationError(
-            f"pod {pod_key(pod)}: {ann.GPU_ALLOCATED}={raw!r} is not a ';'-separated list of comma-separated "
+            f"pod {key_of(pod)}: {ann.GPU_ALLOCATED}={raw!r} is not a ';'-separated list of comma-separated "
             "lists of GPU indices"
         )
     return [g for g in groups if g is not None]
@@ -206,10 +184,9 @@ def allocated_annotation(groups: Sequence[Sequence[int]]) -> str:
     return ";".join(",".join(map(str, g)) for g in groups)
 
 
-def _next_need(pod: Mapping[str, Any], resource: str) -> ContainerNeed | None:
-    """The container of the pod the kubelet allocates next (None: all served). A malformed ``gpu-allocated`` counts
-    as the first container: the pod is picked and gets the error."""
-    needs = container_needs(pod, resource)
+def _next_need(pod: Mapping[str, Any], needs: Sequence[ContainerNeed]) -> ContainerNeed | None:
+    """The container of the pod (its ``needs``) the kubelet allocates next (None: all served). A malformed
+    ``gpu-allocated`` counts as the first container: the pod is picked and gets the error."""
     try:
         served = len(_allocated(pod))
     except AllocationError:
@@ -223,22 +200,32 @@ def pick_pod(pods: Sequence[Mapping[str, Any]], *, node: str, resource: str, cou
 
 
 def candidates(pods: Sequence[Mapping[str, Any]], *, node: str, resource: str, count: int) -> list[Mapping[str, Any]]:
-    """Every pod this Allocate could be for, oldest bind first (never empty), or AllocationError."""
+    """Every pod this Allocate could be for, oldest bind first (never empty), or AllocationError. A pod whose
+    containers cannot be read is never a candidate: an Allocate that finds no other pod is refused with an error
+    naming it and the field at fault."""
     live = [p for p in pods if _candidate_on(p, node)]
     kelvin = []
+    asking = []
+    unreadable: dict[str, str] = {}
     for p in live:
+        try:
+            needs = container_needs(p, resource)
+        except RequestError as exc:
+            unreadable[key_of(p)] = str(exc)
+            continue
+        if any(n.count == count for n in needs):
+            asking.append(p)
         a = _annotations(p)
         if ann.GPU_ASSIGNED not in a or a.get(ann.GPU_ASSIGNED_NODE) != node:
             continue
-        need = _next_need(p, resource)
+        need = _next_need(p, needs)
         if need is not None and need.count == count:
             kelvin.append(p)
     if kelvin:
         return sorted(kelvin, key=admission_order)
-    asking = [p for p in live if count in container_counts(p, resource)]
-    others = sorted(pod_key(p) for p in asking if ann.GPU_ASSIGNED not in _annotations(p))
+    others = sorted(key_of(p) for p in asking if ann.GPU_ASSIGNED not in _annotations(p))
     stale = sorted(
-        pod_key(p)
+        key_of(p)
         for p in asking
         if ann.GPU_ASSIGNED in _annotations(p) and _annotations(p).get(ann.GPU_ASSIGNED_NODE) != node
     )
@@ -250,6 +237,9 @@ def candidates(pods: Sequence[Mapping[str, Any]], *, node: str, resource: str, c
         msg += f"; pods asking for {resource} here without one: {', '.join(others[:5])}"
     if stale:
         msg += f"; pods whose {ann.GPU_ASSIGNED_NODE} names another node: {', '.join(stale[:5])}"
+    if unreadable:
+        shown = sorted(unreadable.items())[:5]
+        msg += "; pods whose containers cannot be read: " + ", ".join(f"{k} ({why})" for k, why in shown)
     raise AllocationError(msg + ". GPUs on kelvin nodes go only to pods bound by kelvin's scheduler extender")
 
 
@@ -288,7 +278,7 @@ def grant(
     ``cdi_kind`` (e.g. ``nvidia.com/gpu``): name the GPUs as CDI devices ``<kind>=<uuid>`` and set
     ``NVIDIA_VISIBLE_DEVICES=void`` (CUDA images set it to ``all``, which would expose every GPU).
     """
-    key = pod_key(pod)
+    key = key_of(pod)
     annotations = _annotations(pod)
     raw = annotations.get(ann.GPU_ASSIGNED)
     assigned = parse_gpu_indices(raw)
@@ -305,7 +295,10 @@ def grant(
     if resource == SHARED_RESOURCE and count != 1:
         raise AllocationError(f"pod {key}: a container asks for {count} {resource}; a shared GPU is requested as 1")
     done = _allocated(pod)
-    needs = container_needs(pod, resource)
+    try:
+        needs = container_needs(pod, resource)
+    except RequestError as exc:
+        raise AllocationError(f"pod {key}: {exc}") from exc
     if len(done) >= len(needs) or needs[len(done)].count != count:
         raise AllocationError(
             f"pod {key}: a container asks for {count} {resource} but the pod's next container waiting for "
@@ -348,7 +341,7 @@ def _mps_envs(pod: Mapping[str, Any], resource: str, count: int) -> dict[str, st
     try:
         req = request_from_annotations(_annotations(pod), count=count if resource == WHOLE_RESOURCE else 1)
     except RequestError as exc:
-        raise AllocationError(f"pod {pod_key(pod)}: {exc}") from exc
+        raise AllocationError(f"pod {key_of(pod)}: {exc}") from exc
     return mps_limits(req)
 
 
@@ -390,9 +383,9 @@ def next_indices(pod: Mapping[str, Any], resource: str, count: int) -> tuple[int
         return None
     try:
         done = _allocated(pod)
-    except AllocationError:
+        needs = container_needs(pod, resource)
+    except (AllocationError, RequestError):
         return None
-    needs = container_needs(pod, resource)
     shares = plan(assigned, needs)
     if shares is None or len(done) >= len(shares) or needs[len(done)].count != count:
         return None

@@ -10,6 +10,7 @@ from typing import Any
 import grpc
 
 from ..kube import KubeError
+from ..model.pod import key_of
 from .allocation import (
     AllocationError,
     Grant,
@@ -18,7 +19,6 @@ from .allocation import (
     grant,
     next_indices,
     pick_pod,
-    pod_key,
     preferred,
 )
 from .devices import WHOLE_RESOURCE, Gpu, device_ids
@@ -186,12 +186,12 @@ class DevicePluginService(pb_grpc.DevicePluginServicer):
                 "was created first: if the kubelet admits them in one batch (sorted by creation time) the GPUs "
                 "kelvin assigned them may be swapped; %s gets its GPUs now",
                 self.resource,
-                pod_key(pod),
-                pod_key(other),
+                key_of(pod),
+                key_of(other),
                 len(devices),
                 self.node,
-                pod_key(other),
-                pod_key(pod),
+                key_of(other),
+                key_of(pod),
             )
         g = grant(
             pod,

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..model import GpuAssignment, RequestError, parse_pod
 from ..model.eviction import EvictionFacts, eviction_facts
+from ..model.pod import key_of
 from ..policies.framework import Framework
 from ..preemption import Candidate, choose_victims
 from ..preemption.victims import GangCost, gang_costs
@@ -68,7 +69,7 @@ class PreemptVerb:
         try:
             req = parse_pod(args.pod)
         except RequestError as exc:
-            log.info("preempt: invalid pod %s: %s; no node kept", _key(args.pod), exc)
+            log.info("preempt: invalid pod %s: %s; no node kept", key_of(args.pod), exc)
             m.decisions.labels("preempt", "rejected").inc(len(args.nodes))
             return preemption_result(answer)
         if not req.wants_gpu:  # kelvin has no say: kube-scheduler's victims stand
@@ -176,7 +177,7 @@ class PreemptVerb:
             self.ext.metrics.preempt_unknown.labels("pod").inc()
             log.warning(
                 "preempt: victim %s on %s: kelvin has no record of its GPUs on that node; left out",
-                _key(pod) if pod is not None else f"uid {uid}",
+                key_of(pod) if pod is not None else f"uid {uid}",
                 node,
             )
         cands = []
@@ -206,10 +207,3 @@ def _priority(pod: Mapping[str, Any]) -> int | None:
     spec = pod.get("spec")
     p = spec.get("priority") if isinstance(spec, Mapping) else None
     return p if isinstance(p, int) and not isinstance(p, bool) else None
-
-
-def _key(pod: Mapping[str, Any] | None) -> str:
-    meta = pod.get("metadata") if isinstance(pod, Mapping) else None
-    if not isinstance(meta, Mapping):
-        return "?"
-    return f"{meta.get('namespace', 'default')}/{meta.get('name', '?')}"

@@ -21,6 +21,7 @@ from typing import Any
 
 from ..model import FleetArrays, GpuRequest, RequestError, parse_pod
 from ..model import annotations as ann
+from ..model.pod import key_of, pod_key
 from ..policies.base import CycleContext
 from .config import GangPolicy
 from .planner import Gang, GangPlan, GangPlanner, Member, PlanFailure
@@ -37,7 +38,7 @@ class GatedMember:
 
     @property
     def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
+        return pod_key(self.namespace, self.name)
 
 
 def is_gated(pod: Mapping[str, Any]) -> bool:
@@ -136,5 +137,5 @@ def stale_members(pods: Iterable[Mapping[str, Any]], fleet: FleetArrays, hot: Se
             continue
         row = fleet.index.get(node)
         if row is None or hot[row]:
-            out.append(f"{meta.get('namespace') or 'default'}/{meta.get('name') or ''}")
+            out.append(key_of(pod))
     return out

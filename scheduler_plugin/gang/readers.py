@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..model import annotations as ann
-from ..model.request import RequestError
+from ..model.pod import RequestError
 from .config import GangPolicy
 
 # JobSet (jobset.sigs.k8s.io) labels and annotations, stamped on every pod of a JobSet's Jobs.

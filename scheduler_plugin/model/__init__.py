@@ -1,4 +1,4 @@
-"""The GPU node model and the pod's GPU request: pure data shared by every part of kelvin."""
+"""The GPU node model, the pod reader and the pod's GPU request: pure data shared by every part of kelvin."""
 
 from .claim import charge_milli, charged_milli, claim_of
 from .gpu import (
@@ -15,7 +15,8 @@ from .gpu import (
     throttle_reason_names,
 )
 from .gpu_models import item_matches, matches_any
-from .request import GpuRequest, RequestError, Topology, parse_bound_pod, parse_pod, request_from_annotations
+from .pod import RequestError, key_of, pod_key
+from .request import GpuRequest, Topology, parse_bound_pod, parse_pod, request_from_annotations
 from .snapshot import FleetArrays, Snapshot, build_arrays, empty_snapshot
 
 __all__ = [
@@ -40,9 +41,11 @@ __all__ = [
     "claim_of",
     "empty_snapshot",
     "item_matches",
+    "key_of",
     "matches_any",
     "parse_bound_pod",
     "parse_pod",
+    "pod_key",
     "request_from_annotations",
     "throttle_reason_names",
 ]

@@ -16,23 +16,14 @@ from . import annotations as ann
 from .claim import charge_milli_array
 from .deprecation import REMOVED_IN
 from .gpu import MIB, MILLI_PER_GPU
-from .quantity import MAX_INT64, QuantityError, parse_bytes, parse_cpu_milli, parse_quantity
+from .pod import PodResources, RequestError, or_empty, pod_key, pod_parts
+from .quantity import QuantityError, parse_bytes, parse_cpu_milli, parse_quantity
 
 
 class Topology(StrEnum):
     NVLINK_REQUIRED = "nvlink-required"
     NVLINK_PREFERRED = "nvlink-preferred"
     ANY = "any"
-
-
-class RequestError(ValueError):
-    """A pod whose GPU request cannot be understood. ``field`` names the annotation or resource at fault."""
-
-    def __init__(self, field: str, value: object, problem: str) -> None:
-        self.field = field
-        self.value = value
-        self.problem = problem
-        super().__init__(f"{field}={value!r}: {problem}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,76 +83,9 @@ MAX_GPUS_PER_POD = 1024
 """More whole GPUs than any node has; larger counts are rejected as malformed instead of overflowing arrays."""
 
 
-def _container_resources(c: Mapping[str, Any], field: str) -> Mapping[str, Any]:
-    res = _or_empty(c.get("resources"))
-    if not isinstance(res, Mapping):
-        raise RequestError(f"spec.containers[{c.get('name', '?')}].resources", res, "must be a mapping")
-    out = _or_empty(res.get(field))
-    if not isinstance(out, Mapping):
-        raise RequestError(f"spec.containers[{c.get('name', '?')}].resources.{field}", out, "must be a mapping")
-    return out
-
-
-def _containers(spec: Mapping[str, Any], field: str) -> list[Mapping[str, Any]]:
-    items = spec.get(field)
-    items = [] if items is None else items
-    if not isinstance(items, list):
-        raise RequestError(f"spec.{field}", items, "must be a list of containers")
-    for c in items:
-        if not isinstance(c, Mapping):
-            raise RequestError(f"spec.{field}", c, "every container must be an object")
-    return items
-
-
-def _pod_resource(spec: Mapping[str, Any], name: str, parse: Any, *, limit: int = MAX_INT64, unit: str = "") -> int:
-    """Effective pod request of a resource: max(sum over containers, max over init containers) + overhead.
-
-    Checked against ``limit`` like each single value is: every container alone may be in range while their sum is
-    not (two containers of ``7Ei`` overflow int64), and what kelvin keeps of a pod must fit the int64 arithmetic of
-    every later request's scoring."""
-
-    def one(c: Mapping[str, Any]) -> int:
-        req = _container_resources(c, "requests")
-        lim = _container_resources(c, "limits")
-        raw = req.get(name, lim.get(name))  # extended resources may be given as limits only
-        if raw is None:
-            return 0
-        try:
-            v: int = parse(raw)
-        except QuantityError as exc:
-            raise RequestError(f"container {c.get('name', '?')!r} resource {name}", raw, str(exc)) from exc
-        return v
-
-    containers = _containers(spec, "containers")
-    inits = _containers(spec, "initContainers")
-    total = sum(one(c) for c in containers)
-    init_max = max((one(c) for c in inits), default=0)
-    overhead_map = _or_empty(spec.get("overhead"))
-    if not isinstance(overhead_map, Mapping):
-        raise RequestError("spec.overhead", overhead_map, "must be a mapping")
-    overhead_raw = overhead_map.get(name)
-    try:
-        overhead = parse(overhead_raw) if overhead_raw is not None else 0
-    except QuantityError as exc:
-        raise RequestError(f"spec.overhead.{name}", overhead_raw, str(exc)) from exc
-    effective = int(max(total, init_max) + overhead)
-    if effective > limit:
-        raise RequestError(
-            f"resource {name}",
-            f"{effective}{unit}",
-            f"the pod's effective request (max of the sum over containers and the largest init container, plus "
-            f"spec.overhead) is more than {limit}{unit}",
-        )
-    return effective
-
-
-def _or_empty(value: Any) -> Any:
-    """An absent (null) field reads as empty; any other value is type-checked by the caller (``""`` or ``[]`` where
-    an object belongs is an error, not an empty object)."""
-    return {} if value is None else value
-
-
-def _gpu_count(raw: Any) -> int:
+def parse_gpu_count(raw: Any) -> int:
+    """A count of GPUs (or shared-GPU slots) as one container gives it: a whole number, 0..:data:`MAX_GPUS_PER_POD`
+    (extended resources are whole numbers). Raises ``QuantityError``."""
     q = parse_quantity(raw)
     if q != q.to_integral_value() or q < 0:
         raise QuantityError(f"{raw!r} is not a whole number of GPUs")
@@ -173,13 +97,8 @@ def _gpu_count(raw: Any) -> int:
 def parse_pod(pod: Mapping[str, Any], *, lenient_gpu_memory: bool = False) -> GpuRequest:
     """Parse a Pod (API JSON, camelCase) into a :class:`GpuRequest`. Raises :class:`RequestError` on bad input.
     ``lenient_gpu_memory``: see :func:`parse_gpu_memory` (only for pods already bound)."""
-    if not isinstance(pod, Mapping):
-        raise RequestError("Pod", type(pod).__name__, "must be an object")
-    meta = _or_empty(pod.get("metadata"))
-    spec = _or_empty(pod.get("spec"))
-    if not isinstance(meta, Mapping) or not isinstance(spec, Mapping):
-        raise RequestError("Pod", "metadata/spec", "metadata and spec must be objects")
-    annotations = _or_empty(meta.get("annotations"))
+    meta, spec = pod_parts(pod)
+    annotations = or_empty(meta.get("annotations"))
     if not isinstance(annotations, Mapping):
         raise RequestError("metadata.annotations", annotations, "must be a mapping of strings")
 
@@ -190,19 +109,20 @@ def parse_pod(pod: Mapping[str, Any], *, lenient_gpu_memory: bool = False) -> Gp
     if isinstance(raw_priority, bool) or not isinstance(raw_priority, int):
         raise RequestError("spec.priority", raw_priority, "must be an integer")
 
-    count = _pod_resource(spec, ann.GPU_RESOURCE, _gpu_count, limit=MAX_GPUS_PER_POD, unit=" GPUs")
-    slots = _pod_resource(spec, ann.SHARED_GPU_RESOURCE, _gpu_count, limit=MAX_GPUS_PER_POD, unit=" slots")
+    res = PodResources.of(pod)
+    count = res.request(ann.GPU_RESOURCE, parse_gpu_count, limit=MAX_GPUS_PER_POD, unit=" GPUs")
+    slots = res.request(ann.SHARED_GPU_RESOURCE, parse_gpu_count, limit=MAX_GPUS_PER_POD, unit=" slots")
     if slots:
         _check_shared_slot(slots, count, annotations)
         count = 1
-    cpu = _pod_resource(spec, "cpu", parse_cpu_milli, unit=" millicores")
-    mem = _pod_resource(spec, "memory", parse_bytes, unit=" bytes")
+    cpu = res.request("cpu", parse_cpu_milli, unit=" millicores")
+    mem = res.request("memory", parse_bytes, unit=" bytes")
     return request_from_annotations(
         annotations,
         count=count,
         cpu_milli=cpu,
         host_memory_bytes=mem,
-        pod_key=f"{meta.get('namespace', 'default')}/{meta.get('name', '')}",
+        pod_key=pod_key(meta.get("namespace"), meta.get("name")),
         pod_uid=str(meta.get("uid") or ""),
         priority=raw_priority,
         lenient_gpu_memory=lenient_gpu_memory,

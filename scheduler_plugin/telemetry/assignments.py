@@ -20,6 +20,7 @@ from ..model import GpuAssignment, GpuNode, RequestError, parse_bound_pod
 from ..model import annotations as ann
 from ..model.claim import claim_of, parse_gpu_indices
 from ..model.eviction import eviction_facts
+from ..model.pod import key_of
 from .source import SourceError, TelemetrySource
 
 log = logging.getLogger(__name__)
@@ -39,7 +40,7 @@ def assignment_of_pod(pod: Mapping[str, Any]) -> tuple[str, GpuAssignment] | Non
     gpus = parse_gpu_indices(raw)
     node = spec.get("nodeName") or annotations.get(ann.GPU_ASSIGNED_NODE)
     if raw is not None and gpus is None:
-        key = f"{meta.get('namespace', 'default')}/{meta.get('name', '')}"
+        key = key_of(pod)
         _warn_once(
             str(meta.get("uid") or key),
             "pod %s: %s=%r is not a list of GPU indices; ignored",
@@ -51,7 +52,7 @@ def assignment_of_pod(pod: Mapping[str, Any]) -> tuple[str, GpuAssignment] | Non
         return None
     if annotations.get(ann.GPU_ASSIGNED_NODE) not in (None, node):
         return None  # the indices refer to another node: a stale annotation
-    key = f"{meta.get('namespace', 'default')}/{meta.get('name', '')}"
+    key = key_of(pod)
     uid = str(meta.get("uid") or "") or None
     try:
         req, warning = parse_bound_pod(pod)
@@ -89,7 +90,7 @@ def planned_assignment_of_pod(pod: Mapping[str, Any]) -> tuple[str, GpuAssignmen
     gpus = parse_gpu_indices(annotations.get(ann.GANG_PLANNED_GPUS))
     if not isinstance(node, str) or not node or not gpus or (pod.get("status") or {}).get("phase") in _DONE_PHASES:
         return None
-    key = f"{meta.get('namespace', 'default')}/{meta.get('name', '')}"
+    key = key_of(pod)
     try:
         req, _ = parse_bound_pod(pod)
     except RequestError:

@@ -14,14 +14,17 @@ from scheduler_plugin.deviceplugin.allocation import (
     allocated_annotation,
     close_binds,
     container_counts,
+    container_needs,
     grant,
     next_indices,
     pick_pod,
+    plan,
     preferred,
 )
 from scheduler_plugin.deviceplugin.devices import Gpu, device_ids, discover
 from scheduler_plugin.deviceplugin.plugin import PluginConfig
 from scheduler_plugin.model import annotations as ann
+from scheduler_plugin.model import parse_pod
 from scheduler_plugin.nvml.fake import FakeNvml
 
 GPUS = [Gpu(i, f"GPU-{i:08d}-0000-0000-0000-000000000000", numa_node=i // 2) for i in range(4)]
@@ -94,6 +97,35 @@ def test_sidecar_init_container_keeps_its_gpus() -> None:
     too_short = _with_init(pod("q", gpus=1, assigned="2"), 1, sidecar=True)
     with pytest.raises(AllocationError, match=re.escape("ask for 1+1 nvidia.com/gpu (in all) but")):
         _serve(too_short, 1)
+
+
+@pytest.mark.parametrize(
+    ("inits", "apps"),
+    [
+        ([], [2]),
+        ([(1, False)], [2]),
+        ([(3, False)], [1]),
+        ([(1, True)], [1]),  # before: the extender charged max(1, 1) = 1 GPU and the plugin refused the pod
+        ([(1, True), (2, False)], [1]),
+        ([(2, False), (1, True)], [1, 1]),
+        ([(1, True), (1, True), (3, False)], [0, 1]),
+    ],
+)
+def test_the_extender_assigns_exactly_the_gpus_the_plugin_hands_out(
+    inits: list[tuple[int, bool]], apps: list[int]
+) -> None:
+    """One reading of the containers (model/pod.py): the effective request the extender assigns GPUs for is what
+    the kubelet's per-container Allocate calls need, sidecars included (no fewer, no more)."""
+    p = pod("p")
+    p["spec"]["initContainers"] = [
+        {"name": f"i{k}", "resources": {"limits": {WHOLE: str(n)}}, **({"restartPolicy": "Always"} if side else {})}
+        for k, (n, side) in enumerate(inits)
+    ]
+    p["spec"]["containers"] = [{"name": f"a{k}", "resources": {"limits": {WHOLE: str(n)}}} for k, n in enumerate(apps)]
+    count = parse_pod(p).count
+    needs = container_needs(p, WHOLE)
+    assert plan(range(count), needs) is not None
+    assert plan(range(count - 1), needs) is None
 
 
 def test_only_pending_pods_without_started_containers_are_candidates() -> None:
@@ -193,16 +225,48 @@ def test_compute_share_only_sets_the_thread_percentage() -> None:
     assert g.envs == {"NVIDIA_VISIBLE_DEVICES": GPUS[0].uuid, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "33"}
 
 
-def test_container_counts_read_limits_then_requests_and_skip_bad_values() -> None:
+def test_container_counts_read_requests_defaulted_from_limits() -> None:
+    """The request of each container, defaulted from its limit (model/pod.py), init containers first."""
     p = pod("p")
     p["spec"]["containers"] = [
         {"name": "a", "resources": {"requests": {WHOLE: "2"}}},
-        {"name": "b", "resources": {"limits": {WHOLE: "1.5"}}},
-        {"name": "c", "resources": {"limits": {WHOLE: "x"}}},
-        "not a container",
+        {"name": "b", "resources": {"limits": {WHOLE: "1"}}},
+        {"name": "c", "resources": {"requests": {WHOLE: "1"}, "limits": {WHOLE: "1"}}},
+        {"name": "d", "resources": {"limits": {"cpu": "1"}}},
     ]
-    p["spec"]["initContainers"] = [{"name": "i", "resources": {"limits": {WHOLE: "1"}}}]
-    assert container_counts(p, WHOLE) == [1, 2]
+    p["spec"]["initContainers"] = [{"name": "i", "resources": {"limits": {WHOLE: "3"}}}]
+    assert container_counts(p, WHOLE) == [3, 2, 1, 1]
+
+
+@pytest.mark.parametrize(
+    ("resources", "problem"),
+    [
+        ({"limits": {WHOLE: "1.5"}}, "not a whole number of GPUs"),
+        ({"limits": {WHOLE: "x"}}, "not a quantity"),
+        ({"requests": {WHOLE: "2"}, "limits": {WHOLE: "1"}}, "must be equal"),
+    ],
+)
+def test_a_pod_whose_counts_cannot_be_read_is_refused_naming_the_container(
+    resources: dict[str, Any], problem: str
+) -> None:
+    """Before: an unreadable count was logged and its container skipped (the next container's GPUs would have gone
+    to the wrong one), and limits won over requests (the extender read requests). Now the pod's Allocate is refused
+    with the field, and a differing request and limit are refused by every reader alike."""
+    p = two_containers("0,1")
+    p["spec"]["containers"][1]["resources"] = resources
+    with pytest.raises(AllocationError, match=re.escape("pod ml/multi: container 'b' resource nvidia.com/gpu=")) as e:
+        grant(p, node=NODE, resource=WHOLE, count=1, gpus=GPUS)
+    assert problem in str(e.value)
+    assert next_indices(p, WHOLE, 1) is None
+    with pytest.raises(AllocationError, match=re.escape("pods whose containers cannot be read: ml/multi (container")):
+        pick_pod([p], node=NODE, resource=WHOLE, count=1)
+
+
+def test_an_unreadable_pod_does_not_stop_another_pods_allocate() -> None:
+    bad = pod("bad", gpus=1, assigned="0", scheduled="2026-12-01T03:00:00Z")
+    bad["spec"]["containers"][0]["resources"] = {"limits": {WHOLE: "one"}}
+    good = pod("good", gpus=1, assigned="1")
+    assert pick_pod([bad, good], node=NODE, resource=WHOLE, count=1) is good
 
 
 def test_preferred_fills_from_available_when_kelvins_gpu_is_taken() -> None:

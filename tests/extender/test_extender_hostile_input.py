@@ -105,6 +105,21 @@ def test_whole_gpus_summed_over_containers_are_bounded(client: TestClient) -> No
     assert r.status_code == 400 and "resource nvidia.com/gpu" in r.json()["Error"]
 
 
+def test_a_gpu_request_that_differs_from_its_limit_is_a_400_naming_the_container(client: TestClient) -> None:
+    """The API server refuses such a pod; kelvin's one pod reader (model/pod.py) too, instead of reading the request
+    here and the limit in the device plugin (issue 15 item 6)."""
+    p = pod("differs")
+    p["spec"]["containers"] = [
+        {"name": "main", "resources": {"requests": {"nvidia.com/gpu": "2"}, "limits": {"nvidia.com/gpu": "1"}}}
+    ]
+    named = "container 'main' resource nvidia.com/gpu"
+    r = client.post("/prioritize", content=args(p))
+    assert r.status_code == 400 and named in r.json()["Error"] and "must be equal" in r.json()["Error"]
+    f = client.post("/filter", content=args(p)).json()  # filter fails every node, unresolvable, with the reason
+    assert f["NodeNames"] == [] and named in f["FailedAndUnresolvableNodes"]["gpu-node-1"]
+    assert_normal_pod_is_served(client, "after-differs")
+
+
 # -- item 3: JSON nested past the decoder's depth ---------------------------------------------------------------------
 
 
