@@ -8,7 +8,9 @@ import logging
 
 from rich.console import Console
 
-from scheduler_plugin.demo import Demo, pod_stream, run_demo
+from scheduler_plugin.demo import run_demo
+from scheduler_plugin.demo.driver import Demo
+from scheduler_plugin.demo.scenario import pod_stream
 
 
 def test_same_seed_same_numbers() -> None:
