@@ -144,7 +144,7 @@ class GpusTooSmall(Rejection):
         return f"the pod needs {_gib(self.memory_bytes)} on one GPU"
 
     def nearness(self) -> float:
-        return self.largest_bytes
+        return self.largest_bytes / GIB  # GiB on one GPU, as GpuMemoryFull's
 
 
 @dataclass(frozen=True, slots=True)

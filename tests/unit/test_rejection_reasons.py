@@ -202,5 +202,6 @@ def test_need_leaves_the_node_figures_out() -> None:
     assert near.need() == far.need() == "the pod needs 8 whole GPUs"
     assert near.nearness() > far.nearness()
     assert GpuMemoryFull(3, 12.0, 20 * GIB).need() == GpusTooSmall(20 * GIB, 16 * GIB).need()
+    assert GpusTooSmall(20 * GIB, 16 * GIB).nearness() > GpuMemoryFull(3, 12.0, 20 * GIB).nearness()  # both GiB
     assert NoNvlinkGroup(4, 8).need() == NvlinkGroupInUse(6, 4).need()
     assert NoTelemetry(30.0).need() == NoTelemetry(30.0).reason
