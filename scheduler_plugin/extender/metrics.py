@@ -2,23 +2,15 @@
 
 from __future__ import annotations
 
-import functools
-
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from ..policies.base import RejectionKind
 
 VERBS = ("filter", "prioritize", "bind", "explain", "preempt")
 RESULTS = ("passed", "rejected", "scored", "bound", "error")
-REASONS = (
-    "gpu_memory",
-    "gpu_count",
-    "gpu_model",
-    "topology",
-    "thermal",
-    "stale_telemetry",
-    "preemption_pending",
-    "unknown_node",
-    "bad_request",
-)
+#: The ``reason`` label values of ``kelvin_extender_rejections_total``: every kind a filter or the extender reports
+#: (the simulator's NodeResourcesFit is never behind the extender).
+REASONS = tuple(k.value for k in RejectionKind if k is not RejectionKind.NODE_RESOURCES)
 
 #: Extender calls are sub-millisecond to tens of milliseconds; kube-scheduler's default httpTimeout is 5 s.
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
@@ -77,24 +69,3 @@ class ExtenderMetrics:
                 self.decisions.labels(verb, result)
         for reason in REASONS:
             self.rejections.labels(reason)
-
-
-@functools.lru_cache(maxsize=4096)
-def rejection_code(reason: str) -> str:
-    """The ``reason`` label of a filter rejection, from the words the fit and telemetry filters use.
-
-    The framework reports rejections as operator text only; this maps each wording family to its label (see
-    ``policies/fit.py``). Text that matches no family counts as ``gpu_count``.
-    """
-    r = reason.lower()
-    if "telemetry" in r:
-        return "stale_telemetry"
-    if "nvlink" in r:
-        return "topology"
-    if "cool enough" in r or "throttl" in r or "°c" in r:
-        return "thermal"
-    if " of model " in r:
-        return "gpu_model"
-    if "gib free" in r or "largest allowed gpu" in r or "of its capacity free" in r:
-        return "gpu_memory"
-    return "gpu_count"

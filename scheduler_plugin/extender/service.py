@@ -32,7 +32,7 @@ import orjson
 from ..config import Settings
 from ..model import GpuAssignment, GpuRequest, RequestError, parse_pod
 from ..model.claim import claim_of
-from ..policies.base import IntA
+from ..policies.base import IntA, RejectionKind
 from ..policies.config import PolicyConfig
 from ..policies.framework import Framework
 from ..telemetry.cache import SnapshotCache
@@ -41,7 +41,7 @@ from ..telemetry.source import TelemetrySource
 from . import gangs, wire
 from .binder import Binder, BindError
 from .bindings import BindRecord, BindRecords, BindState
-from .metrics import ExtenderMetrics, rejection_code
+from .metrics import ExtenderMetrics
 from .preempt_pending import PendingPreemptions
 from .turns import LoopTurns
 
@@ -202,7 +202,7 @@ class Extender:
             req = parse_pod(args.pod)
         except RequestError as exc:
             reason = f"invalid pod: {exc}"
-            self.metrics.rejections.labels("bad_request").inc(len(names))
+            self.metrics.rejections.labels(RejectionKind.BAD_REQUEST).inc(len(names))
             self.metrics.decisions.labels("filter", "rejected").inc(len(names))
             return wire.filter_result(args, [], {}, dict.fromkeys(names, reason))
         self.memo.put(req)
@@ -221,7 +221,7 @@ class Extender:
             ctx = self.framework.context(fleet, now)
             down = self.outage(ctx.stale, now)
             if down is not None:  # a scheduling error: retried with backoff, not parked as unschedulable
-                self.metrics.rejections.labels("stale_telemetry").inc(len(names))
+                self.metrics.rejections.labels(RejectionKind.STALE_TELEMETRY).inc(len(names))
                 self.metrics.decisions.labels("filter", "rejected").inc(len(names))
                 return wire.filter_result(args, [], {}, {}, error=down)
             planned = gangs.planned_node(args.pod)
@@ -237,24 +237,22 @@ class Extender:
             ok[outcome.passed] = True
             ok_known = ok[rows[pos_known]]
             passed_pos = pos_known[ok_known]
-            counts: dict[str, int] = {}
+            counts: Counter[RejectionKind] = Counter()
             bad_pos = pos_known[~ok_known]
             rejs = list(map(outcome.rejected.__getitem__, rows[bad_pos].tolist()))
             for name, rej in zip(map(names.__getitem__, bad_pos.tolist()), rejs, strict=True):
                 (unresolvable if rej.unresolvable else failed)[name] = rej.reason
-            # Rows worded alike share one Rejection object: label each distinct object once.
+            # Rows worded alike share one Rejection object: label each distinct object once, by its kind.
             distinct = dict(zip(map(id, rejs), rejs, strict=True))
             for key, n in Counter(map(id, rejs)).items():
-                rej = distinct[key]
-                code = rej.code or rejection_code(rej.reason)
-                counts[code] = counts.get(code, 0) + n
+                counts[distinct[key].kind] += n
             n_unknown = len(names) - len(pos_known)
             if n_unknown:
                 unknown_pos = np.flatnonzero(~known)
                 if self.deny_unknown:
                     for p in unknown_pos.tolist():
                         unresolvable[names[p]] = UNKNOWN_NODE_REASON
-                    counts["unknown_node"] = n_unknown
+                    counts[RejectionKind.UNKNOWN_NODE] = n_unknown
                 else:
                     passed_pos = np.sort(np.concatenate([passed_pos, unknown_pos]))
             if failed and len(passed_pos) == 0 and req.pod_uid:
@@ -262,13 +260,13 @@ class Extender:
                     req.pod_uid, failed, lambda node: self._listed_uids(node, now), now
                 )
                 if wait is not None:  # a scheduling error: retried with backoff, not parked as unschedulable
-                    self.metrics.rejections.labels("preemption_pending").inc(len(names))
+                    self.metrics.rejections.labels(RejectionKind.PREEMPTION_PENDING).inc(len(names))
                     self.metrics.decisions.labels("filter", "rejected").inc(len(names))
                     return wire.filter_result(args, [], {}, {}, error=wait)
             elif len(passed_pos) > 0 and req.pod_uid:
                 self.pending_preemptions.forget(req.pod_uid)
-            for code, n in counts.items():
-                self.metrics.rejections.labels(code).inc(n)
+            for kind, n in counts.items():
+                self.metrics.rejections.labels(kind).inc(n)
         self.metrics.decisions.labels("filter", "passed").inc(len(passed_pos))
         self.metrics.decisions.labels("filter", "rejected").inc(len(failed) + len(unresolvable))
         return wire.filter_result(args, passed_pos, failed, unresolvable)

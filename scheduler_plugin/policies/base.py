@@ -13,7 +13,8 @@ Plugins are pure: they read the request, the arrays and the :class:`CycleContext
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from enum import StrEnum
+from typing import ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -28,16 +29,62 @@ MAX_EXTENDER_PRIORITY = 10
 """Extender scores run from 0 to this (kube-scheduler's ``MaxExtenderPriority``)."""
 
 
+class RejectionKind(StrEnum):
+    """What a rejection is about: its value is the ``reason`` label of ``kelvin_extender_rejections_total``
+    (docs/metrics.md). Each :class:`Rejection` kind carries one; the extender counts by it, never by the text."""
+
+    GPU_MEMORY = "gpu_memory"
+    """The GPUs are too small for the pod's memory or share, or have too little of it free."""
+    GPU_COUNT = "gpu_count"
+    """Too few GPUs on the node (in all, or free now)."""
+    GPU_MODEL = "gpu_model"
+    """Too few GPUs of the models the pod allows."""
+    TOPOLOGY = "topology"
+    """No NVLink-connected group of the size the pod requires."""
+    THERMAL = "thermal"
+    """GPUs too hot or throttling, or the node hot (the operator drains it)."""
+    STALE_TELEMETRY = "stale_telemetry"
+    """The node's telemetry is stale or missing (``onStale: deny``)."""
+    PREEMPTION_PENDING = "preemption_pending"
+    """The extender's own: a preemption for the pod is still evicting its victims."""
+    UNKNOWN_NODE = "unknown_node"
+    """The extender's own: kelvin has no record of the node (``denyUnknownNodes``)."""
+    BAD_REQUEST = "bad_request"
+    """The extender's own: the pod's kelvin annotations are malformed."""
+    NODE_RESOURCES = "node_resources"
+    """The node's CPU or memory (kube-scheduler's NodeResourcesFit): only the simulator checks it, the extender never
+    counts it."""
+
+
 @dataclass(frozen=True, slots=True)
 class Rejection:
-    """Why a node cannot run the pod, in words an operator understands."""
+    """Why a node cannot run the pod: one small frozen dataclass per kind (:mod:`scheduler_plugin.policies.reasons`,
+    like kube-scheduler's ``InsufficientResource``), with its figures as typed fields. Its :attr:`kind` (the metrics
+    label) and :attr:`unresolvable` are fixed by the class; :attr:`reason`, the words an operator reads (the
+    ``FailedNodes`` text), is worded once from the fields when the object is made. Equal figures give equal (and
+    hashable) objects, so rows worded alike can share one."""
 
-    reason: str
-    unresolvable: bool = False
+    kind: ClassVar[RejectionKind]
+    unresolvable: ClassVar[bool] = False
     """True when preempting pods on the node would not help (wrong GPU model, too few GPUs at all, too hot)."""
-    code: str = ""
-    """A stable label for metrics (``gpu_memory``, ``gpu_count``, ``gpu_model``, ``topology``, ``thermal``,
-    ``stale_telemetry``: the ``reason`` values of ``kelvin_extender_rejections_total``); empty when unset."""
+    reason: str = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "reason", self.words())
+
+    def words(self) -> str:
+        """The reason text, from the fields (each kind words its own)."""
+        raise NotImplementedError
+
+    def need(self) -> str:
+        """What the pod needed that the node lacks, without the node's own figures (nodes rejected for the same need
+        read alike: the demo groups refusals by it). The whole reason unless the kind says more."""
+        return self.reason
+
+    def nearness(self) -> float:
+        """How near the node came to fitting, among nodes of the same :meth:`need` (higher is nearer: free GPUs,
+        free memory, cool GPUs); 0 when the kind has no such figure."""
+        return 0.0
 
 
 @dataclass(slots=True)

@@ -14,19 +14,21 @@ throttling, no NVLink group big enough, or stale telemetry (evicting pods neithe
 cycle nor refreshes telemetry, so preempting for them would evict victims for nothing). They are *resolvable*
 (``FailedNodes``) when only the GPUs' current use stands in the way.
 
-Reasons are built for a whole batch of rejected rows: key figures are gathered with numpy and each distinct key is
-worded once.
+Reasons are typed (:mod:`scheduler_plugin.policies.reasons`: one dataclass per kind) and built for a whole batch of
+rejected rows: each check's figures are gathered with numpy and each distinct set of them is one object, worded once.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Literal
+from collections import Counter
+from collections.abc import Callable, Sequence
+from enum import IntEnum
+from typing import Any, Literal
 
 import numpy as np
+import numpy.typing as npt
 
 from ..model import GIB, THERMAL_THROTTLE_MASK, FleetArrays, GpuRequest, Topology, throttle_reason_names
-from ..model import annotations as ann
 from ..model.gpu_models import unknown_items
 from ..model.quantity import format_gib
 from .base import BoolA, CycleContext, IntA, Rejection
@@ -41,31 +43,58 @@ from .eligibility import (
     static_ok,
     too_hot,
 )
+from .reasons import (
+    Fits,
+    GpuAboveMaxTemperature,
+    GpuAtSlowdown,
+    GpuComputeFull,
+    GpuMemoryFull,
+    GpusInUse,
+    GpusTooSmall,
+    GpuThrottling,
+    NoGpus,
+    NoNvlinkGroup,
+    NoTelemetry,
+    NvlinkGroupInUse,
+    StaleTelemetry,
+    TooFewGpus,
+    WrongModel,
+    celsius,
+)
 from .registry import register
 from .topology import TopologyArgs, TopologyTables
 
 
-def _celsius(t: float) -> str:
-    r = round(t, 1)
-    return f"{r:.0f} °C" if r == int(r) else f"{r:.1f} °C"
+class _Check(IntEnum):
+    """The fit checks in the order they are judged: a row is rejected by the first one it fails."""
+
+    NO_GPUS = 0
+    MODEL = 1
+    """Too few GPUs of an allowed model (of any model, when the pod names none)."""
+    SIZE = 2
+    HEAT = 3
+    NVLINK = 4
+    """No NVLink group of the pod's size among the statically usable GPUs."""
+    FREE = 5
+    NVLINK_FREE = 6
+    """No NVLink group of the pod's size among the free ones."""
+    FITS = 7
 
 
-def _gib_req(n: int) -> str:
-    return f"{n / GIB:g} GiB"
-
-
-def _worded(keys: IntA, word: Callable[[tuple[int, ...]], Rejection]) -> list[Rejection]:
-    """Word each distinct row of the (n, K) integer key matrix once; return one Rejection per row."""
-    if keys.shape[0] == 0:
-        return []
-    keys = np.ascontiguousarray(keys, dtype=np.int64)
+def _fill(
+    out: npt.NDArray[np.object_], at: IntA, figures: Sequence[npt.NDArray[Any]], make: Callable[[int], Rejection]
+) -> None:
+    """``out[at]``: one :class:`Rejection` per distinct row of ``figures`` (columns aligned with ``at``), made by
+    ``make(i)`` from the figures of a representative ``at[i]``; rows alike share the object."""
+    if at.size == 0:
+        return
+    keys = np.ascontiguousarray(np.stack([np.asarray(c, dtype=np.int64) for c in figures], axis=1))
     flat = keys.view(np.dtype((np.void, keys.dtype.itemsize * keys.shape[1]))).ravel()
     _, first, inverse = np.unique(flat, return_index=True, return_inverse=True)
-    worded = np.empty(first.size, dtype=object)
-    for u, r in enumerate(first.tolist()):
-        worded[u] = word(tuple(int(x) for x in keys[r]))
-    out: list[Rejection] = worded[inverse.reshape(-1)].tolist()
-    return out
+    made = np.empty(first.size, dtype=object)
+    for u, i in enumerate(first.tolist()):
+        made[u] = make(i)
+    out[at] = made[inverse.reshape(-1)]
 
 
 class TelemetryFilter:
@@ -87,26 +116,14 @@ class TelemetryFilter:
         named each node's age would split one outage into a group per second (issue 20, defect 9). The age is in
         :meth:`explain`."""
         missing = ~np.isfinite(ctx.now - fleet.observed_at[rows])
-        never, stale = self._missing(), self._stale()
+        never, stale = NoTelemetry(self.max_age_s), StaleTelemetry(self.max_age_s)
         return [never if m else stale for m in missing.tolist()]
 
     def explain(self, req: GpuRequest, fleet: FleetArrays, row: int, ctx: CycleContext) -> Rejection:
         age = float(ctx.now - fleet.observed_at[row])
         if not np.isfinite(age):
-            return self._missing()
-        return self._stale(f"{int(age)} s old, ")
-
-    def _missing(self) -> Rejection:
-        return Rejection(
-            f"no telemetry from this node yet (limit {self.max_age_s:g} s)", unresolvable=True, code="stale_telemetry"
-        )
-
-    def _stale(self, age: str = "") -> Rejection:
-        return Rejection(
-            f"stale telemetry ({age}older than {self.max_age_s:g} s: telemetry.maxAgeSeconds)",
-            unresolvable=True,
-            code="stale_telemetry",
-        )
+            return NoTelemetry(self.max_age_s)
+        return StaleTelemetry(self.max_age_s, int(age))
 
 
 class FitFilter:
@@ -140,153 +157,123 @@ class FitFilter:
         return np.asarray(ok, dtype=np.bool_)
 
     def reasons(self, req: GpuRequest, fleet: FleetArrays, rows: IntA, ctx: CycleContext) -> list[Rejection]:
-        """Why each of ``rows`` fails (rows that pass get a 'fits' verdict, for explain)."""
+        """Why each of ``rows`` fails (rows that pass get :class:`Fits`, for explain). The figures of each check are
+        gathered with numpy for the rows it rejects; each distinct set of figures is one object, worded once."""
         k = req.count
         mo = model_ok(req, fleet, rows)
         so = mo & size_ok(req, fleet, rows)
         hot = too_hot(req, fleet, rows, self.limits)
         st = so & ~hot
         el = st & capacity_ok(req, fleet, rows)
-        n_present = fleet.gpu_count[rows]
         n_mo, n_so, n_st, n_el = mo.sum(1), so.sum(1), st.sum(1), el.sum(1)
         clique = self._needs_clique(req)
         cl_st = self.tables.has_clique(fleet, rows, st, k) if clique else np.ones(rows.shape[0], dtype=np.bool_)
         cl_el = self.tables.has_clique(fleet, rows, el, k) if clique else np.ones(rows.shape[0], dtype=np.bool_)
+        failed = {
+            _Check.NO_GPUS: fleet.gpu_count[rows] == 0,
+            _Check.MODEL: n_mo < k,
+            _Check.SIZE: n_so < k,
+            _Check.HEAT: n_st < k,
+            _Check.NVLINK: ~cl_st,
+            _Check.FREE: n_el < k,
+            _Check.NVLINK_FREE: ~cl_el,
+        }
+        check = np.full(rows.shape[0], _Check.FITS, dtype=np.int8)
+        for c, cond in reversed(failed.items()):  # the first check a row fails is its reason
+            check[cond] = c
+        out = np.empty(rows.shape[0], dtype=object)
+        out[check == _Check.FITS] = Fits()
+        out[check == _Check.NO_GPUS] = NoGpus(req.describe())
+        self._by_model(req, fleet, rows, np.flatnonzero(check == _Check.MODEL), out)
+        m = np.flatnonzero(check == _Check.SIZE)
+        largest = np.where(mo[m], fleet.mem_total[rows[m]], 0).max(axis=1, initial=0)
+        _fill(out, m, [largest], lambda i: GpusTooSmall(req.memory_bytes or 0, int(largest[i])))
+        self._by_heat(req, fleet, rows, np.flatnonzero(check == _Check.HEAT), so & hot, n_st, n_so, out)
+        m = np.flatnonzero(check == _Check.NVLINK)
+        _fill(out, m, [n_st[m]], lambda i: NoNvlinkGroup(k, int(n_st[m[i]])))
+        m = np.flatnonzero(check == _Check.FREE)
+        if req.shared:
+            self._by_room(req, fleet, rows, m, st, out)
+        else:
+            _fill(out, m, [n_el[m], n_st[m]], lambda i: GpusInUse(int(n_el[m[i]]), int(n_st[m[i]]), k))
+        m = np.flatnonzero(check == _Check.NVLINK_FREE)
+        _fill(out, m, [n_el[m]], lambda i: NvlinkGroupInUse(int(n_el[m[i]]), k))
+        reasons: list[Rejection] = out.tolist()
+        return reasons
 
-        cat = np.full(rows.shape[0], 8, dtype=np.int8)  # 8 = fits
-        for code, cond in reversed(
-            list(enumerate([n_present == 0, n_mo < k, n_so < k, n_st < k, ~cl_st, n_el < k, ~cl_el]))
-        ):
-            cat[cond] = code
-        n = rows.shape[0]
-        keys = np.zeros((n, 7), dtype=np.int64)
-        keys[:, 0] = cat
-        # Figures per category, gathered only for the rows in it.
-        m = np.nonzero(cat == 1)[0]
-        if m.size:  # the node's models: one id per distinct model layout, worded from a representative row
-            layout = np.ascontiguousarray(fleet.model_id[rows[m]])
-            lv = layout.view(np.dtype((np.void, layout.dtype.itemsize * layout.shape[1]))).ravel()
-            _, rep, inv = np.unique(lv, return_index=True, return_inverse=True)
-            keys[m, 1] = rows[m][rep][inv.reshape(-1)]
-        m = np.nonzero(cat == 2)[0]
-        if m.size:
-            keys[m, 1] = np.where(mo[m], fleet.mem_total[rows[m]], 0).max(axis=1)
-        m = np.nonzero(cat == 3)[0]
-        if m.size:  # the hottest offending GPU among the ones that would otherwise fit
-            rm = rows[m]
-            temp = fleet.temp[rm]
-            j = np.where(so[m] & hot[m], temp - fleet.slowdown[rm], -np.inf).argmax(axis=1)
-            keys[m, 1] = fleet.gpu_index[rm, j]
-            keys[m, 2] = np.rint(temp[np.arange(m.size), j] * 10)
-            keys[m, 3] = np.rint(fleet.slowdown[rm, j] * 10)
-            keys[m, 4] = fleet.throttle[rm, j]
-            keys[m, 5] = n_st[m]
-            keys[m, 6] = n_so[m]
-        m = np.nonzero(cat == 4)[0]
-        keys[m, 1] = n_st[m]
-        m = np.nonzero(cat == 5)[0]
-        if m.size and req.shared:  # the roomiest statically usable GPU, by memory and by compute
-            rm = rows[m]
-            j_mem = np.where(st[m], fleet.free_mem[rm], -1).argmax(axis=1)
-            j_milli = np.where(st[m], fleet.free_milli[rm], -1).argmax(axis=1)
-            free_mem = fleet.free_mem[rm, j_mem]
-            keys[m, 1] = fleet.gpu_index[rm, j_mem]
-            keys[m, 2] = np.floor(free_mem / GIB * 10)  # 0.1 GiB, as worded
-            keys[m, 3] = fleet.gpu_index[rm, j_milli]
-            keys[m, 4] = fleet.free_milli[rm, j_milli]
-            keys[m, 5] = fleet.mem_total[rm, j_milli]
-            if req.memory_bytes is not None:
-                keys[m, 6] = free_mem < req.memory_bytes
-        elif m.size:
-            keys[m, 1] = n_el[m]
-            keys[m, 2] = n_st[m]
-        m = np.nonzero(cat == 6)[0]
-        keys[m, 1] = n_el[m]
-        return _worded(keys, lambda key: self._word(req, fleet, key))
+    def _by_model(self, req: GpuRequest, fleet: FleetArrays, rows: IntA, m: IntA, out: npt.NDArray[np.object_]) -> None:
+        """Too few GPUs of an allowed model: the node's models, one object per distinct model layout."""
+        if m.size == 0:
+            return
+        layout = fleet.model_id[rows[m]]
 
-    def _word(self, req: GpuRequest, fleet: FleetArrays, key: tuple[int, ...]) -> Rejection:  # noqa: C901
-        c = key[0]
-        k = req.count
-        one = "GPU" if k == 1 else "GPUs"
-        if c == 0:
-            return Rejection(f"node has no GPUs; the pod needs {req.describe()}", unresolvable=True, code="gpu_count")
-        if c == 1:
-            ids = fleet.model_id[key[1]].tolist()
-            counts: dict[str, int] = {}
-            for m in ids:
-                if m >= 0:
-                    counts[fleet.models[m]] = counts.get(fleet.models[m], 0) + 1
-            has = ", ".join(f"{n} {m}" for m, n in sorted(counts.items())) or "no GPUs"
+        def made(i: int) -> Rejection:
+            counts = Counter(fleet.models[x] for x in layout[i].tolist() if x >= 0)
             if req.models is None:
-                return Rejection(
-                    f"needs {k} {one}; node has {sum(counts.values())} in total", unresolvable=True, code="gpu_count"
-                )
-            wanted = " or ".join(sorted(req.models))
-            unknown = unknown_items(req.models)
-            hint = (
-                f" ({', '.join(unknown)}: not a GPU family kelvin knows; {ann.GPU_MODELS} items match by family, "
-                "e.g. A100, H100-80GB, L40S)"
-                if unknown
-                else ""
+                return TooFewGpus(req.count, sum(counts.values()))
+            return WrongModel(
+                req.count, tuple(sorted(req.models)), tuple(sorted(counts.items())), tuple(unknown_items(req.models))
             )
-            return Rejection(
-                f"needs {k} {one} of model {wanted}; node has {has}{hint}", unresolvable=True, code="gpu_model"
-            )
-        if c == 2:
-            mem = req.memory_bytes or 0
-            return Rejection(
-                f"the pod needs {_gib_req(mem)} on one GPU; the largest allowed GPU here has {format_gib(key[1])}",
-                unresolvable=True,
-                code="gpu_memory",
-            )
-        if c == 3:
-            _, gi, t10, s10, thr, n_st, n_so = key
-            t, s = t10 / 10, s10 / 10
-            margin = self.limits.slowdown_margin_celsius
-            if self.limits.thermal_hard_limits and t >= s - margin:
-                if margin > 0:
-                    what = f"gpu {gi} is at {_celsius(t)}, within {margin:g} °C of its slowdown threshold {_celsius(s)}"
-                else:
-                    what = f"gpu {gi} is at {_celsius(t)}, at or above its slowdown threshold {_celsius(s)}"
-            elif self.limits.throttle_hard_limit and thr & THERMAL_THROTTLE_MASK:
-                names = ", ".join(throttle_reason_names(thr & THERMAL_THROTTLE_MASK))
-                what = f"gpu {gi} is thermally throttling ({names})"
-            else:
-                limit = _celsius(req.max_temperature or 0)
-                what = f"gpu {gi} is at {_celsius(t)}, above the pod's {ann.MAX_TEMPERATURE} of {limit}"
-            return Rejection(
-                f"{what}; {n_st} of {n_so} GPUs are cool enough, the pod needs {k}", unresolvable=True, code="thermal"
-            )
-        if c == 4:
-            return Rejection(
-                f"no {k} of the node's {key[1]} usable GPUs are all linked by NVLink; "
-                f"the pod sets {ann.TOPOLOGY}={Topology.NVLINK_REQUIRED.value}",
-                unresolvable=True,
-                code="topology",
-            )
-        if c == 5:
-            if req.shared:
-                _, gm, free_mem10, gc, free_milli, total, mem_short = key
-                if req.memory_bytes is not None and mem_short:
-                    return Rejection(
-                        f"gpu {gm} has {free_mem10 / 10:.1f} GiB free; the pod needs "
-                        f"{_gib_req(req.memory_bytes)} on one GPU",
-                        code="gpu_memory",
-                    )
-                need = int(req.demand_milli(np.array([total], dtype=np.int64))[0])
-                return Rejection(
-                    f"gpu {gc} has {free_milli / 10:g}% of its capacity free; the pod needs {need / 10:g}% of one GPU",
-                    code="gpu_memory",
-                )
-            _, n_el, n_st, *_ = key
-            return Rejection(f"{n_el} of {n_st} usable GPUs are free; the pod needs {k} whole {one}", code="gpu_count")
-        if c == 6:
-            return Rejection(
-                f"{key[1]} GPUs are free but no {k} of them are all linked by NVLink; "
-                f"the pod sets {ann.TOPOLOGY}={Topology.NVLINK_REQUIRED.value}",
-                code="topology",
-            )
-        return Rejection("the pod fits this node")
+
+        _fill(out, m, list(layout.T), made)
+
+    def _by_heat(
+        self,
+        req: GpuRequest,
+        fleet: FleetArrays,
+        rows: IntA,
+        m: IntA,
+        hot: BoolA,
+        n_st: IntA,
+        n_so: IntA,
+        out: npt.NDArray[np.object_],
+    ) -> None:
+        """Too few GPUs cool enough: the hottest offending GPU (of those that would otherwise fit) and its cause."""
+        if m.size == 0:
+            return
+        rm = rows[m]
+        temp, slowdown = fleet.temp[rm], fleet.slowdown[rm]
+        j = np.where(hot[m], temp - slowdown, -np.inf).argmax(axis=1)
+        at = (np.arange(m.size), j)
+        gpu = fleet.gpu_index[rm, j]
+        t10, s10 = np.rint(temp[at] * 10), np.rint(slowdown[at] * 10)  # 0.1 °C, as worded
+        throttle = fleet.throttle[rm, j] & THERMAL_THROTTLE_MASK
+        lim = self.limits
+
+        def made(i: int) -> Rejection:
+            t, s = float(t10[i]) / 10, float(s10[i]) / 10
+            g, cool, suitable, k = int(gpu[i]), int(n_st[m[i]]), int(n_so[m[i]]), req.count
+            if lim.thermal_hard_limits and t >= s - lim.slowdown_margin_celsius:
+                return GpuAtSlowdown(g, cool, suitable, k, t, s, lim.slowdown_margin_celsius)
+            if lim.throttle_hard_limit and throttle[i]:
+                return GpuThrottling(g, cool, suitable, k, tuple(throttle_reason_names(int(throttle[i]))))
+            return GpuAboveMaxTemperature(g, cool, suitable, k, t, req.max_temperature or 0.0)
+
+        _fill(out, m, [gpu, t10, s10, throttle, n_st[m], n_so[m]], made)
+
+    def _by_room(
+        self, req: GpuRequest, fleet: FleetArrays, rows: IntA, m: IntA, st: BoolA, out: npt.NDArray[np.object_]
+    ) -> None:
+        """A share that fits no free GPU now: the roomiest statically usable GPU, by memory and by compute."""
+        if m.size == 0:
+            return
+        rm = rows[m]
+        j_mem = np.where(st[m], fleet.free_mem[rm], -1).argmax(axis=1)
+        j_milli = np.where(st[m], fleet.free_milli[rm], -1).argmax(axis=1)
+        gpu_mem, gpu_milli = fleet.gpu_index[rm, j_mem], fleet.gpu_index[rm, j_milli]
+        free_mem = fleet.free_mem[rm, j_mem]
+        free_tenths = np.floor(free_mem / GIB * 10)  # 0.1 GiB, as worded
+        free_milli, total = fleet.free_milli[rm, j_milli], fleet.mem_total[rm, j_milli]
+        pool = req.memory_bytes
+        short = free_mem < pool if pool is not None else np.zeros(m.size, dtype=np.bool_)
+
+        def made(i: int) -> Rejection:
+            if pool is not None and short[i]:
+                return GpuMemoryFull(int(gpu_mem[i]), float(free_tenths[i]) / 10, pool)
+            need = int(req.demand_milli(np.array([total[i]], dtype=np.int64))[0])
+            return GpuComputeFull(int(gpu_milli[i]), int(free_milli[i]), need)
+
+        _fill(out, m, [gpu_mem, free_tenths, gpu_milli, free_milli, total, short], made)
 
     def explain(self, req: GpuRequest, fleet: FleetArrays, row: int, ctx: CycleContext) -> Rejection:
         return self.reasons(req, fleet, np.array([row], dtype=np.int64), ctx)[0]
@@ -305,7 +292,7 @@ class FitFilter:
             desc = (
                 f"gpu {int(fleet.gpu_index[row, j])} ({model}, {format_gib(int(fleet.mem_total[row, j]))}): "
                 f"{format_gib(int(fleet.free_mem[row, j]))} and {int(fleet.free_milli[row, j]) / 10:g}% free, "
-                f"{_celsius(float(fleet.temp[row, j]))} (slowdown {_celsius(float(fleet.slowdown[row, j]))})"
+                f"{celsius(float(fleet.temp[row, j]))} (slowdown {celsius(float(fleet.slowdown[row, j]))})"
             )
             if not req.wants_gpu:
                 verdict = "not needed"

@@ -15,6 +15,7 @@ import numpy as np
 from ..hotness import HotnessConfig, trigger_mask
 from ..model import THERMAL_THROTTLE_MASK, FleetArrays, GpuRequest
 from .base import BoolA, CycleContext, IntA, Rejection
+from .reasons import NodeHot, NodeThrottling, NodeWarming
 
 
 class HotNodeFilter:
@@ -40,8 +41,8 @@ class HotNodeFilter:
         return np.asarray(~self._hot_gpus(fleet)[idx].any(axis=1), dtype=np.bool_)
 
     def reasons(self, req: GpuRequest, fleet: FleetArrays, rows: IntA, ctx: CycleContext) -> list[Rejection]:
-        """One :class:`Rejection` per row (rows that are not hot get "node is hot" too: only rejected rows are
-        asked for). The figures of every row are gathered with numpy; rows worded alike share one object."""
+        """One :class:`Rejection` per row (only rejected rows are asked for). The figures of every row are gathered
+        with numpy; rows worded alike share one object."""
         rows = np.asarray(rows, dtype=np.int64)
         hot = self._hot_gpus(fleet)[rows]
         j = hot.argmax(axis=1)  # the first hot GPU of each row
@@ -67,18 +68,9 @@ class HotNodeFilter:
 
     def _word(self, n_hot: int, gpu: int, temp: float, throttle: int, trend: float) -> Rejection:
         """Why a node is hot, from its first hot GPU (``n_hot`` of its GPUs meet the rule)."""
-        if n_hot == 0:  # pragma: no cover - only called for rejected rows
-            return Rejection("node is hot", unresolvable=True, code="thermal")
+        others = max(n_hot - 1, 0)
         if temp >= self.cfg.hot_celsius:
-            what = f"gpu {gpu} is at {temp:.0f} °C, at or above the hot threshold {self.cfg.hot_celsius:g} °C"
-        elif self.cfg.throttling_is_hot and throttle:
-            what = f"gpu {gpu} is thermally throttling"
-        else:
-            what = (
-                f"gpu {gpu} is at {temp:.0f} °C and rising {trend:.1f} °C/min: it reaches its "
-                f"slowdown threshold within {self.cfg.horizon_s:g} s"
-            )
-        more = f" (and {n_hot - 1} more)" if n_hot > 1 else ""
-        return Rejection(
-            f"{what}{more}; the operator drains hot nodes (kelvin.dev/thermal=hot)", unresolvable=True, code="thermal"
-        )
+            return NodeHot(gpu, others, temp, self.cfg.hot_celsius)
+        if self.cfg.throttling_is_hot and throttle:
+            return NodeThrottling(gpu, others)
+        return NodeWarming(gpu, others, temp, trend, self.cfg.horizon_s)

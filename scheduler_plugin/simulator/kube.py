@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..model import GIB, MILLI_PER_GPU, FleetArrays, GpuRequest
+from ..model import MILLI_PER_GPU, FleetArrays, GpuRequest
 from ..policies.base import BoolA, CycleContext, FloatA, IntA, Rejection
 from ..policies.normalize import minmax
+from ..policies.reasons import InsufficientResource
 
 
 class NodeResourcesFit:
@@ -19,11 +20,8 @@ class NodeResourcesFit:
 
     def explain(self, req: GpuRequest, fleet: FleetArrays, row: int, ctx: CycleContext) -> Rejection:
         if fleet.cpu_free[row] < req.cpu_milli:
-            return Rejection(f"Insufficient cpu: {fleet.cpu_free[row]}m free, the pod requests {req.cpu_milli}m")
-        free_gib = fleet.mem_free_host[row] / GIB
-        return Rejection(
-            f"Insufficient memory: {free_gib:.1f} GiB free, the pod requests {req.host_memory_bytes / GIB:.1f} GiB"
-        )
+            return InsufficientResource("cpu", int(fleet.cpu_free[row]), req.cpu_milli)
+        return InsufficientResource("memory", int(fleet.mem_free_host[row]), req.host_memory_bytes)
 
 
 class LeastAllocated:

@@ -21,6 +21,7 @@ from ..policies import baselines, fragmentation  # noqa: F401  (registration on 
 from ..policies.base import BoolA, CycleContext, FloatA, IntA, Rejection
 from ..policies.config import PolicyConfig
 from ..policies.framework import Framework
+from ..policies.reasons import Fits
 from ..policies.registry import PolicyConfigError, build
 from .engine import SimPolicy
 from .kube import NodeResourcesFit
@@ -51,7 +52,7 @@ class FrameworkFilter:
 
     def explain(self, req: GpuRequest, fleet: FleetArrays, row: int, ctx: CycleContext) -> Rejection:
         rejected = self.fw.filter(req, fleet, np.array([row], dtype=np.int64), ctx).rejected
-        return rejected.get(row, Rejection("fits"))
+        return rejected.get(row, Fits())
 
 
 class FrameworkPicker:

@@ -11,7 +11,8 @@ import typer
 from ext_helpers import make_extender, pod
 from typer.testing import CliRunner
 
-from scheduler_plugin.demo import Demo, fleet_state
+from scheduler_plugin.demo.driver import Demo
+from scheduler_plugin.demo.summary import fleet_state
 from scheduler_plugin.extender import cli
 from scheduler_plugin.extender.app import create_app
 from scheduler_plugin.extender.server import ServerThread

@@ -203,7 +203,7 @@ def test_telemetry_filter(mode: str, observed: float | None, passes: bool, reaso
         rej = flt.explain(request(1), f, 0, ctx)
         assert rej.reason == reason
         assert rej.unresolvable
-        assert rej.code == "stale_telemetry"
+        assert rej.kind == "stale_telemetry"
 
 
 def test_stale_nodes_share_one_reason_whatever_their_age() -> None:
@@ -215,7 +215,7 @@ def test_stale_nodes_share_one_reason_whatever_their_age() -> None:
     flt = TelemetryFilter(30.0, "deny")
     reasons = flt.reasons(request(1), f, np.array([0, 1, 2]), ctx)
     assert {r.reason for r in reasons} == {"stale telemetry (older than 30 s: telemetry.maxAgeSeconds)"}
-    assert all(r.unresolvable and r.code == "stale_telemetry" for r in reasons)
+    assert all(r.unresolvable and r.kind == "stale_telemetry" for r in reasons)
 
 
 def test_pods_without_gpus_pass_everything() -> None:
@@ -252,7 +252,7 @@ def test_gpu_lines_say_why_each_gpu_is_unusable() -> None:
 )
 def test_rejection_codes_match_the_metric_labels(req: GpuRequest, n: object, code: str) -> None:
     f = fleet(n)  # type: ignore[arg-type]
-    assert FIT.explain(req, f, 0, CycleContext(now=NOW)).code == code
+    assert FIT.explain(req, f, 0, CycleContext(now=NOW)).kind == code
 
 
 def test_memory_short_by_less_than_the_printed_precision() -> None:

@@ -45,7 +45,7 @@ def test_hot_filter_cases(name: str, passes: bool, words: str) -> None:
     assert bool(filt.filter(request(1), f, idx, ctx)[0]) is passes
     if not passes:
         rej = filt.explain(request(1), f, row, ctx)
-        assert words in rej.reason and rej.unresolvable and rej.code == "thermal"
+        assert words in rej.reason and rej.unresolvable and rej.kind == "thermal"
         assert "kelvin.dev/thermal=hot" in rej.reason
 
 
@@ -91,4 +91,4 @@ def test_batch_reasons_word_each_row_and_share_alike_ones() -> None:
         "gpu 1 is at 90 °C, at or above the hot threshold 83 °C (and 1 more)",
     ]
     assert rejs[0] is rejs[2]
-    assert all(r.unresolvable and r.code == "thermal" for r in rejs)
+    assert all(r.unresolvable and r.kind == "thermal" for r in rejs)
