@@ -33,10 +33,14 @@ Two scorers share that maths:
 
 Everything is vectorised over candidate (node, GPU) placements: one call scores 5,000 nodes x 8 GPUs.
 
-The target workload comes from ``ctx.extras[WORKLOAD_KEY]`` when the caller supplies one (the simulator computes it
-from the trace); otherwise from the plugin's :class:`WorkloadEstimator`, a decayed histogram of the pods that
-arrived, seeded with a default mix until enough pods have been seen. Scoring, picking and explaining only read the
-estimator; it learns in one explicit step, :func:`learn` (called by ``Framework.observe``, once per arriving pod).
+The target workload comes from the cycle state (``ctx.state``, key :data:`WORKLOAD_KEY`) when the caller supplies one
+(the simulator computes it from the trace); otherwise from the plugin's :class:`WorkloadEstimator`, a decayed
+histogram of the pods that arrived, seeded with a default mix until enough pods have been seen. Scoring, picking and
+explaining only read the estimator; it learns in one explicit step, the plugin's ``observe`` (called by
+``Framework.observe``, once per arriving pod; :func:`learn` for callers without a framework).
+
+The package: :mod:`.workload` (shapes, the workload, the estimator), :mod:`.gradient` (the measure F, the placements
+and their dF, stranding), :mod:`.plugin` (the arguments and the ``fragmentation`` / ``fgd`` plugins).
 """
 
 from .gradient import (

@@ -23,6 +23,9 @@ Nodes share a handful of wiring patterns, so everything is tabulated once per pa
 (G <= 16) and looked up by (pattern, mask) per request; wider nodes fall back to cached enumeration per distinct
 (pattern, mask), exact up to ``EXACT_COMBINATIONS`` subsets and greedy beyond. The same tables answer the fit
 filter's "are there k eligible GPUs all linked by NVLink" question.
+
+The package: :mod:`.tables` (link levels, set quality, the wiring patterns and their tables, per fleet in the
+snapshot index), :mod:`.plugin` (the arguments and the ``topology`` score and picker).
 """
 
 from .plugin import TopologyArgs, TopologyPicker, TopologyScore
