@@ -474,6 +474,10 @@ class SnapshotIndex:
     def __len__(self) -> int:
         return sum(map(len, self._entries.values()))
 
+    def __reduce__(self) -> tuple[type[SnapshotIndex], tuple[()]]:
+        """Pickled empty: keys compare by identity, so entries would not be found in another process anyway."""
+        return (SnapshotIndex, ())
+
 
 class ColumnMemo(Generic[T]):
     """A value derived from some columns of a :class:`FleetArrays`, recomputed only when one of them is a different

@@ -150,3 +150,13 @@ def test_cycle_context_is_typed_state_not_a_dict() -> None:
     ctx = CycleContext(now=NOW)
     assert not hasattr(ctx, "extras")
     assert isinstance(ctx.state, CycleState)
+
+
+def test_a_pickled_fleet_starts_with_an_empty_index() -> None:
+    import pickle
+
+    f = _fleet()
+    Framework.from_config(PolicyConfig()).warm(f)
+    assert len(f.derived) > 0
+    g = pickle.loads(pickle.dumps(f))  # the simulator's worker processes
+    assert len(g.derived) == 0 and g.derived.rows is None
