@@ -479,32 +479,6 @@ class SnapshotIndex:
         return (SnapshotIndex, ())
 
 
-class ColumnMemo(Generic[T]):
-    """A value derived from some columns of a :class:`FleetArrays`, recomputed only when one of them is a different
-    array object.
-
-    Snapshots are never mutated and a ledger overlay shares every column it does not change, so data that depends on
-    telemetry only (a GPU's thermal quality, its co-tenant pressure) is computed once per snapshot instead of once per
-    request. Use it only for columns nobody writes in place: the simulator writes the capacity columns
-    (``free_milli``, ``free_mem``, ``assigned_milli``, ``assigned_mem``, ``tenants``, ``cpu_free``,
-    ``mem_free_host``) of its working copy.
-    """
-
-    def __init__(self, columns: tuple[str, ...], compute: Callable[[FleetArrays], T]) -> None:
-        self.columns = columns
-        self.compute = compute
-        self._hit: tuple[tuple[object, ...], T] | None = None  # holds the key arrays: their ids cannot be reused
-
-    def get(self, fleet: FleetArrays) -> T:
-        key = tuple(getattr(fleet, c) for c in self.columns)
-        hit = self._hit
-        if hit is not None and all(a is b for a, b in zip(hit[0], key, strict=True)):
-            return hit[1]
-        value = self.compute(fleet)
-        self._hit = (key, value)
-        return value
-
-
 def stale_mask(observed_at: FloatA, now: float, max_age_s: float) -> BoolA:
     """Per node: telemetry older than ``max_age_s`` at ``now``, or never seen (``observed_at`` NaN). The one
     definition of staleness (the framework's cycle context and the snapshot's reports)."""
