@@ -34,7 +34,7 @@ import numpy.typing as npt
 from ..hotness import HotnessConfig, trigger_mask
 from ..model import MILLI_PER_GPU, FleetArrays, GpuAssignment, GpuRequest
 from ..model.claim import claim_of
-from ..model.snapshot import ColumnMemo
+from ..model.snapshot import IndexKey
 from ..policies.base import CycleContext
 from ..policies.framework import Framework
 from ..policies.thermal import QUALITY_COLUMNS, ThermalArgs, ThermalScore, gpu_quality
@@ -148,8 +148,8 @@ class GangPlanner:
             plugin = next((ws.plugin for ws in framework.scorers if isinstance(ws.plugin, ThermalScore)), None)
             thermal = plugin.args if plugin is not None else ThermalArgs()
         self.thermal = thermal
-        self._quality = ColumnMemo(QUALITY_COLUMNS, self._node_quality)
-        self._hot = ColumnMemo(("temp", "trend", "throttle", "slowdown", "gpu_present"), self._hot_nodes)
+        self._quality = IndexKey[FloatA]("gang.node_quality", QUALITY_COLUMNS)
+        self._hot = IndexKey[BoolA]("gang.hot_nodes", ("temp", "trend", "throttle", "slowdown", "gpu_present"))
 
     # --- per-snapshot data -------------------------------------------------------------------------------------
 
@@ -165,13 +165,13 @@ class GangPlanner:
 
     def node_quality(self, fleet: FleetArrays) -> FloatA:
         """(N,) each node's worst GPU's thermal quality, 0..1."""
-        return self._quality.get(fleet)
+        return fleet.derive(self._quality, self._node_quality)
 
     # --- planning ------------------------------------------------------------------------------------------------
 
     def _shapes(self, gang: Gang, fleet: FleetArrays, view: FleetArrays, ctx: CycleContext) -> list[_Shape]:
         rows = np.arange(fleet.n_nodes, dtype=np.int64)
-        hot = self._hot.get(view)
+        hot = view.derive(self._hot, self._hot_nodes)
         hot = hot | (self.node_quality(view) < self.policy.min_thermal_quality)  # predicted hot under load
         out = []
         for req, count in Counter(shape_of(m.request) for m in gang.members).items():

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections import Counter
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import InitVar, dataclass, field, fields, replace
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -78,6 +79,8 @@ class FleetArrays:
     mem_free_host: IntA  # (N,) bytes
     observed_at: FloatA  # (N,) unix time, NaN when never seen
     mps: BoolA  # (N,)
+    derived: SnapshotIndex = field(default_factory=lambda: SnapshotIndex(), repr=False, compare=False)
+    """What policies derive from the telemetry columns, computed once per snapshot (:meth:`derive`)."""
 
     @property
     def n_nodes(self) -> int:
@@ -97,9 +100,25 @@ class FleetArrays:
         """A deep copy whose arrays can be mutated (the simulator places pods into it)."""
         kwargs: dict[str, Any] = {}
         for f in fields(self):
+            if f.name == "derived":
+                continue
             v = getattr(self, f.name)
             kwargs[f.name] = v.copy() if isinstance(v, np.ndarray) else (dict(v) if isinstance(v, dict) else v)
-        return FleetArrays(**kwargs)
+        out = FleetArrays(**kwargs)
+        out.derived = self.derived.rebound(out)
+        return out
+
+    def derive(self, key: IndexKey[T], compute: Callable[[FleetArrays], T], param: Hashable = None) -> T:
+        """``compute(self)``, once per snapshot: kept in the snapshot index under (``key``, ``param``) while the
+        columns ``key`` names are the same array objects. Overlays (:meth:`with_assumed`) share the index; copies
+        (:meth:`copy`) take its entries over; a fleet of other rows (a preemption variant built field by field)
+        gets an index of its own."""
+        index = self.derived
+        if index.rows is None:
+            index.rows = self.names
+        elif index.rows is not self.names:
+            index = self.derived = SnapshotIndex(self.names)
+        return index.get(self, key, compute, param)
 
     def with_assumed(self, assumed: Mapping[str, Sequence[GpuAssignment]]) -> FleetArrays:
         """A view with extra (assumed, not yet visible) assignments subtracted from free capacity.
@@ -395,30 +414,76 @@ class ArraysBuilder:
         )
 
 
-class ColumnMemo(Generic[T]):
-    """A value derived from some columns of a :class:`FleetArrays`, recomputed only when one of them is a different
-    array object.
+class IndexKey(Generic[T]):
+    """A kind of entry of the :class:`SnapshotIndex`: its name (for counts and messages), the telemetry columns its
+    value is derived from, and how many parametrised entries (``param`` of :meth:`FleetArrays.derive`) it may keep
+    per snapshot (``None``: unbounded; a bound keeps request-shaped parameters from growing the index without end).
 
-    Snapshots are never mutated and a ledger overlay shares every column it does not change, so data that depends on
-    telemetry only (a GPU's thermal quality, its co-tenant pressure) is computed once per snapshot instead of once per
-    request. Use it only for columns nobody writes in place: the simulator writes the capacity columns
-    (``free_milli``, ``free_mem``, ``assigned_milli``, ``assigned_mem``, ``tenants``, ``cpu_free``,
-    ``mem_free_host``) of its working copy.
-    """
+    Keys compare by identity: a plugin whose values depend on its arguments makes a key of its own."""
 
-    def __init__(self, columns: tuple[str, ...], compute: Callable[[FleetArrays], T]) -> None:
+    __slots__ = ("columns", "limit", "name")
+
+    def __init__(self, name: str, columns: tuple[str, ...], limit: int | None = None) -> None:
+        self.name = name
         self.columns = columns
-        self.compute = compute
-        self._hit: tuple[tuple[object, ...], T] | None = None  # holds the key arrays: their ids cannot be reused
+        self.limit = limit
 
-    def get(self, fleet: FleetArrays) -> T:
-        key = tuple(getattr(fleet, c) for c in self.columns)
-        hit = self._hit
-        if hit is not None and all(a is b for a, b in zip(hit[0], key, strict=True)):
-            return hit[1]
-        value = self.compute(fleet)
-        self._hit = (key, value)
+    def __repr__(self) -> str:
+        return f"IndexKey({self.name!r})"
+
+
+class SnapshotIndex:
+    """Per-snapshot derived data: what policies compute from the telemetry columns of a :class:`FleetArrays` (masks
+    of GPUs that break a thermal limit, static eligibility per request shape, wiring patterns, thermal quality ...),
+    computed once per published snapshot and attached to it (``FleetArrays.derived``).
+
+    Each entry remembers the column arrays it was computed from and is recomputed when one of them is a different
+    object (a column replaced). Telemetry columns are never written in place (the simulator writes only the
+    capacity columns of its working copy), so an entry stays valid for every cycle on the snapshot, its ledger
+    overlays and its copies. ``computed`` counts the computations per key name (tests and benchmarks read it)."""
+
+    __slots__ = ("_entries", "computed", "rows")
+
+    def __init__(self, rows: tuple[str, ...] | None = None) -> None:
+        self.rows = rows
+        """The ``names`` tuple of the fleet the index describes (bound on first use)."""
+        self._entries: dict[IndexKey[Any], dict[Hashable, tuple[tuple[object, ...], object]]] = {}
+        self.computed: Counter[str] = Counter()
+
+    def get(self, fleet: FleetArrays, key: IndexKey[T], compute: Callable[[FleetArrays], T], param: Hashable) -> T:
+        cols = tuple(getattr(fleet, c) for c in key.columns)
+        family = self._entries.setdefault(key, {})
+        hit = family.get(param)
+        if hit is not None and all(a is b for a, b in zip(hit[0], cols, strict=True)):
+            return cast(T, hit[1])
+        value = compute(fleet)
+        self.computed[key.name] += 1
+        if hit is None and key.limit is not None and len(family) >= key.limit:
+            family.clear()
+        family[param] = (cols, value)
         return value
+
+    def rebound(self, fleet: FleetArrays) -> SnapshotIndex:
+        """The entries, for ``fleet``: a copy whose columns hold the same content (``FleetArrays.copy``)."""
+        out = SnapshotIndex(fleet.names)
+        for key, family in self._entries.items():
+            cols = tuple(getattr(fleet, c) for c in key.columns)
+            out._entries[key] = {p: (cols, v) for p, (_, v) in family.items()}
+        return out
+
+    def __len__(self) -> int:
+        return sum(map(len, self._entries.values()))
+
+    def __reduce__(self) -> tuple[type[SnapshotIndex], tuple[()]]:
+        """Pickled empty: keys compare by identity, so entries would not be found in another process anyway."""
+        return (SnapshotIndex, ())
+
+
+def stale_mask(observed_at: FloatA, now: float, max_age_s: float) -> BoolA:
+    """Per node: telemetry older than ``max_age_s`` at ``now``, or never seen (``observed_at`` NaN). The one
+    definition of staleness (the framework's cycle context and the snapshot's reports)."""
+    age = now - observed_at
+    return np.asarray(~(age <= max_age_s), dtype=np.bool_)  # NaN compares False -> stale
 
 
 def build_arrays(nodes: Sequence[GpuNode], idle_used_bytes: int = DEFAULT_IDLE_USED_BYTES) -> FleetArrays:
@@ -453,8 +518,7 @@ class Snapshot:
 
     def stale_mask(self, now: float, max_age_s: float) -> BoolA:
         """Per node: telemetry older than ``max_age_s`` or never seen."""
-        age = now - self.arrays.observed_at
-        return np.asarray(~(age <= max_age_s), dtype=np.bool_)  # NaN compares False -> stale
+        return stale_mask(self.arrays.observed_at, now, max_age_s)
 
     def stale_nodes(self, now: float, max_age_s: float) -> list[str]:
         mask = self.stale_mask(now, max_age_s)

@@ -12,9 +12,10 @@ Plugins are pure: they read the request, the arrays and the :class:`CycleContext
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import ClassVar, Protocol, runtime_checkable
+from typing import Any, ClassVar, Generic, Protocol, TypeVar, cast, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -24,6 +25,7 @@ from ..model import FleetArrays, GpuRequest
 BoolA = npt.NDArray[np.bool_]
 IntA = npt.NDArray[np.int64]
 FloatA = npt.NDArray[np.float64]
+T = TypeVar("T")
 
 MAX_EXTENDER_PRIORITY = 10
 """Extender scores run from 0 to this (kube-scheduler's ``MaxExtenderPriority``)."""
@@ -87,6 +89,66 @@ class Rejection:
         return 0.0
 
 
+class StateKey(Generic[T]):
+    """A typed key of :class:`CycleState`: ``ctx.state.read(WORKLOAD)`` is a ``Workload`` to the type checker.
+
+    Keys compare by identity (two keys of the same name are different entries); the name is for messages only."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"StateKey({self.name!r})"
+
+
+class MissingState(LookupError):
+    """A plugin read a cycle-state entry nobody wrote (a wiring error, never a request's fault)."""
+
+
+class CycleState:
+    """What one scheduling cycle computes once and shares between its plugins (kube-scheduler's ``CycleState``).
+
+    Typed by :class:`StateKey`; made fresh per cycle by ``Framework.context`` and dropped with it, so nothing a
+    request computes can reach another request."""
+
+    __slots__ = ("_data",)
+
+    def __init__(self, entries: Mapping[StateKey[Any], object] | None = None) -> None:
+        self._data: dict[StateKey[Any], object] = dict(entries or {})
+
+    def read(self, key: StateKey[T]) -> T:
+        """The entry of ``key``; :class:`MissingState` naming it when nobody wrote it this cycle."""
+        try:
+            return cast(T, self._data[key])
+        except KeyError:
+            written = ", ".join(sorted(k.name for k in self._data)) or "nothing"
+            raise MissingState(f"cycle state has no {key.name!r} (written this cycle: {written})") from None
+
+    def find(self, key: StateKey[T]) -> T | None:
+        """The entry of ``key``, or ``None`` when nobody wrote it."""
+        return cast("T | None", self._data.get(key))
+
+    def write(self, key: StateKey[T], value: T) -> None:
+        self._data[key] = value
+
+    def setdefault(self, key: StateKey[T], value: T) -> T:
+        """Write ``value`` unless ``key`` has an entry already; the entry."""
+        return cast(T, self._data.setdefault(key, value))
+
+    def compute(self, key: StateKey[T], make: Callable[[], T]) -> T:
+        """The entry of ``key``, made by ``make()`` (once per cycle) when missing."""
+        if key in self._data:
+            return cast(T, self._data[key])
+        value = make()
+        self._data[key] = value
+        return value
+
+    def __contains__(self, key: StateKey[Any]) -> bool:
+        return key in self._data
+
+
 @dataclass(slots=True)
 class CycleContext:
     """What a scheduling cycle knows besides the request and the arrays."""
@@ -95,8 +157,13 @@ class CycleContext:
     """Unix time of the cycle."""
     stale: BoolA | None = None
     """(N,) telemetry too old or missing, per node row; ``None`` means all fresh."""
-    extras: dict[str, object] = field(default_factory=dict)
-    """Per-cycle data a policy wants computed once (e.g. the fragmentation workload)."""
+    state: CycleState = field(default_factory=CycleState)
+    """Per-cycle data plugins compute once and share (typed by :class:`StateKey`)."""
+
+
+RECENT_PLACEMENTS: StateKey[Mapping[str, Sequence[float]]] = StateKey("kelvin.placements")
+"""Node name -> unix times of the placements the framework's assumed ledger holds (written by the framework before
+scoring when it has a ledger)."""
 
 
 @runtime_checkable
@@ -135,4 +202,38 @@ class GpuPicker(Protocol):
 
     def pick(self, req: GpuRequest, fleet: FleetArrays, row: int, ctx: CycleContext) -> tuple[int, ...] | None:
         """GPU indices (their own indices, not slots) for the pod on node row ``row``; None if it does not fit."""
+        ...
+
+
+# Optional hooks: a plugin implements the ones it needs; the framework calls every plugin that has one, in order,
+# and knows nothing else about them.
+
+
+@runtime_checkable
+class PreparesSnapshot(Protocol):
+    def prepare(self, fleet: FleetArrays) -> None:
+        """Fill ``fleet``'s snapshot index with what the plugin derives from telemetry alone; called once when a
+        snapshot is published (``Framework.warm``), so that no request pays for it."""
+        ...
+
+
+@runtime_checkable
+class PreScorePlugin(Protocol):
+    def pre_score(self, req: GpuRequest, fleet: FleetArrays, rows: IntA, ctx: CycleContext) -> None:
+        """Write what the plugin's scores of this cycle share into ``ctx.state``; called before the scores."""
+        ...
+
+
+@runtime_checkable
+class ObservesPods(Protocol):
+    def observe(self, req: GpuRequest) -> None:
+        """Learn one arriving pod (``Framework.observe``: once per pod the extender's filter verb sees)."""
+        ...
+
+
+@runtime_checkable
+class BindsPeers(Protocol):
+    def bind(self, peers: Sequence[object]) -> None:
+        """A picker's hook: share state with the score plugins of the same framework (``peers``; called once, when
+        the framework is built). The picker decides alone which of them it can share with."""
         ...

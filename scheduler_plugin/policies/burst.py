@@ -1,8 +1,8 @@
 """Burst protection: spread a burst of pods instead of stacking them on the one "best" node.
 
-The framework publishes the assumed-allocation ledger's recent placements in ``CycleContext.extras[PLACEMENTS_KEY]``
-(node name -> placement times). Each placement ``age`` seconds old weighs ``max(0, 1 - age / windowSeconds)``; a node's
-burst load is the sum, and::
+The framework publishes the assumed-allocation ledger's recent placements in the cycle state (``ctx.state``, key
+:data:`~.base.RECENT_PLACEMENTS`: node name -> placement times). Each placement ``age`` seconds old weighs
+``max(0, 1 - age / windowSeconds)``; a node's burst load is the sum, and::
 
     raw = 1 - min(1, load / saturation)
 
@@ -13,19 +13,19 @@ of a node that just took pods does not show their load yet. Normalised absolutel
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 from pydantic import Field
 
 from ..model import FleetArrays, GpuRequest
-from .base import CycleContext, FloatA, IntA
+from .base import RECENT_PLACEMENTS, CycleContext, FloatA, IntA, StateKey
 from .config import CamelModel
 from .normalize import unit
 from .registry import register
 
-PLACEMENTS_KEY = "kelvin.placements"
-"""``CycleContext.extras`` key: ``Mapping[str, Sequence[float]]`` node name -> unix times of recent placements."""
+PLACEMENTS_KEY = RECENT_PLACEMENTS
+"""The cycle-state key of the ledger's recent placements (``Mapping[str, Sequence[float]]``)."""
 
 
 class BurstArgs(CamelModel):
@@ -35,9 +35,9 @@ class BurstArgs(CamelModel):
     """Recent placements at which a node scores 0."""
 
 
-def burst_load(placements: Mapping[str, list[float]] | object, now: float, window_s: float) -> dict[str, float]:
+def burst_load(placements: Mapping[str, Sequence[float]] | None, now: float, window_s: float) -> dict[str, float]:
     """Node -> sum of fading weights of its placements in the window."""
-    if not isinstance(placements, Mapping):
+    if placements is None:
         return {}
     out: dict[str, float] = {}
     for node, times in placements.items():
@@ -54,14 +54,24 @@ class BurstScore:
 
     def __init__(self, args: BurstArgs) -> None:
         self.args = args
+        self._load_key: StateKey[FloatA] = StateKey("burst.load")
 
-    def _load(self, fleet: FleetArrays, idx: IntA, ctx: CycleContext) -> FloatA:
-        loads = burst_load(ctx.extras.get(PLACEMENTS_KEY), ctx.now, self.args.window_seconds)
+    def _per_row(self, fleet: FleetArrays, ctx: CycleContext) -> FloatA:
+        """(N,) every node's fading burst load this cycle."""
+        loads = burst_load(ctx.state.find(RECENT_PLACEMENTS), ctx.now, self.args.window_seconds)
         per_row = np.zeros(fleet.n_nodes, dtype=np.float64)
         for node, w in loads.items():
             r = fleet.index.get(node)
             if r is not None:
                 per_row[r] = w
+        return per_row
+
+    def pre_score(self, req: GpuRequest, fleet: FleetArrays, rows: IntA, ctx: CycleContext) -> None:
+        """The loads of every node, once per cycle (score and explain index them)."""
+        ctx.state.compute(self._load_key, lambda: self._per_row(fleet, ctx))
+
+    def _load(self, fleet: FleetArrays, idx: IntA, ctx: CycleContext) -> FloatA:
+        per_row = ctx.state.compute(self._load_key, lambda: self._per_row(fleet, ctx))
         return np.asarray(per_row[idx], dtype=np.float64)
 
     def score(self, req: GpuRequest, fleet: FleetArrays, idx: IntA, ctx: CycleContext) -> FloatA:
@@ -72,8 +82,8 @@ class BurstScore:
         return unit(raw)
 
     def explain(self, req: GpuRequest, fleet: FleetArrays, row: int, ctx: CycleContext) -> list[str]:
-        placements = ctx.extras.get(PLACEMENTS_KEY)
-        times = placements.get(fleet.names[row], []) if isinstance(placements, Mapping) else []
+        placements = ctx.state.find(RECENT_PLACEMENTS)
+        times = placements.get(fleet.names[row], ()) if placements is not None else ()
         recent = [t for t in times if ctx.now - self.args.window_seconds < t <= ctx.now + 1e-9]
         load = float(self._load(fleet, np.array([row], dtype=np.int64), ctx)[0])
         return [

@@ -10,23 +10,17 @@ Two layers:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
 from ..model import MILLI_PER_GPU, THERMAL_THROTTLE_MASK, FleetArrays, GpuRequest
-from ..model.snapshot import ColumnMemo
-from .base import BoolA, CycleContext, IntA
+from ..model.snapshot import IndexKey
+from .base import BoolA, CycleContext, IntA, StateKey
 
 I32A = npt.NDArray[np.int32]
-
-LIMITS_KEY = "kelvin.gpu_limits"
-"""``CycleContext.extras`` key under which the framework publishes the configured :class:`GpuLimits`."""
-ELIGIBLE_KEY = "kelvin.eligible"
-"""``CycleContext.extras`` key of the cycle's cached eligibility mask (see :func:`cycle_eligible`)."""
-DEMAND_KEY = "kelvin.demand"
-"""``CycleContext.extras`` key of the cycle's cached per-GPU demand (see :func:`cycle_demand`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,9 +32,22 @@ class GpuLimits:
     slowdown_margin_celsius: float = 0.0
 
 
+LIMITS_KEY: StateKey[GpuLimits] = StateKey("kelvin.gpu_limits")
+"""Cycle state: the configured :class:`GpuLimits` (written by the framework; default limits when absent)."""
+
+
 def limits_of(ctx: CycleContext) -> GpuLimits:
-    lim = ctx.extras.get(LIMITS_KEY)
-    return lim if isinstance(lim, GpuLimits) else GpuLimits()
+    return ctx.state.find(LIMITS_KEY) or GpuLimits()
+
+
+FEW_ROWS_SHARE = 4
+"""Candidates are "few" below 1/4 of the fleet: then per-cycle data is computed for those rows only; at or above,
+for every node at once (from the snapshot index) and indexed."""
+
+
+def few_rows(n: int, fleet: FleetArrays) -> bool:
+    """Whether ``n`` candidate rows are few enough to compute for them alone (see :data:`FEW_ROWS_SHARE`)."""
+    return n * FEW_ROWS_SHARE < fleet.n_nodes
 
 
 def model_ok(req: GpuRequest, fleet: FleetArrays, idx: IntA) -> BoolA:
@@ -65,26 +72,25 @@ def size_ok(req: GpuRequest, fleet: FleetArrays, idx: IntA, demand: I32A | None 
     return demand <= MILLI_PER_GPU
 
 
-def _limit_masks(fleet: FleetArrays) -> dict[GpuLimits, BoolA]:
-    return {}
+BREAKS_LIMITS = IndexKey[BoolA]("eligibility.breaks_limits", ("temp", "slowdown", "throttle"), limit=16)
+"""Snapshot index: (N, G) GPUs breaking the thermal hard limits, per :class:`GpuLimits`."""
 
 
-#: Per snapshot (the thermal columns are never written in place): GpuLimits -> (N, G) GPUs breaking those limits.
-_HOT_BY_LIMITS = ColumnMemo(("temp", "slowdown", "throttle"), _limit_masks)
-
-
-def _breaks_limits(fleet: FleetArrays, limits: GpuLimits) -> BoolA:
-    """(N, G) the GPU breaks the thermal hard limits, for every node; computed once per snapshot and limits."""
-    masks = _HOT_BY_LIMITS.get(fleet)
-    hot = masks.get(limits)
-    if hot is None:
+def _limit_mask(limits: GpuLimits) -> Callable[[FleetArrays], BoolA]:
+    def compute(fleet: FleetArrays) -> BoolA:
         hot = np.zeros(fleet.temp.shape, dtype=np.bool_)
         if limits.thermal_hard_limits:
             hot |= fleet.temp >= fleet.slowdown - limits.slowdown_margin_celsius
         if limits.throttle_hard_limit:
             hot |= (fleet.throttle & THERMAL_THROTTLE_MASK) != 0
-        masks[limits] = hot
-    return hot
+        return hot
+
+    return compute
+
+
+def _breaks_limits(fleet: FleetArrays, limits: GpuLimits) -> BoolA:
+    """(N, G) the GPU breaks the thermal hard limits, for every node; computed once per snapshot and limits."""
+    return fleet.derive(BREAKS_LIMITS, _limit_mask(limits), limits)
 
 
 def too_hot(req: GpuRequest, fleet: FleetArrays, idx: IntA, limits: GpuLimits) -> BoolA:
@@ -131,22 +137,26 @@ class _CycleDemand:
     demand: I32A
 
 
+DEMAND_KEY: StateKey[_CycleDemand] = StateKey("kelvin.demand")
+"""Cycle state: the cycle's per-GPU demand (see :func:`cycle_demand`)."""
+
+
 def cycle_demand(req: GpuRequest, fleet: FleetArrays, idx: IntA, ctx: CycleContext) -> I32A:
     """``req.demand_milli(fleet.mem_total[idx])``, computed once per (request, rows) and cycle, like
-    :func:`cycle_eligible`: for many candidates taken from the snapshot's per-shape cache (:func:`static_of`).
+    :func:`cycle_eligible`: for many candidates taken from the snapshot index (:func:`static_of`).
     """
-    hit = ctx.extras.get(DEMAND_KEY)
-    if isinstance(hit, _CycleDemand) and hit.req is req and hit.mem_total is fleet.mem_total:
+    hit = ctx.state.find(DEMAND_KEY)
+    if hit is not None and hit.req is req and hit.mem_total is fleet.mem_total:
         if hit.rows is None:
             return hit.demand[idx]
         if hit.rows is idx:
             return hit.demand
-    if idx.size * 4 < fleet.n_nodes:
+    if few_rows(idx.size, fleet):
         demand = req.demand_milli(fleet.mem_total[idx])
-        ctx.extras[DEMAND_KEY] = _CycleDemand(req, fleet.mem_total, idx, demand)
+        ctx.state.write(DEMAND_KEY, _CycleDemand(req, fleet.mem_total, idx, demand))
         return demand
     full = static_of(req, fleet, limits_of(ctx)).demand
-    ctx.extras[DEMAND_KEY] = _CycleDemand(req, fleet.mem_total, None, full)
+    ctx.state.write(DEMAND_KEY, _CycleDemand(req, fleet.mem_total, None, full))
     return full[idx]
 
 
@@ -160,21 +170,17 @@ class StaticMasks:
     """(N, G) :func:`static_ok` for every node."""
 
 
-def _no_masks(fleet: FleetArrays) -> dict[tuple[object, ...], StaticMasks]:
-    return {}
-
-
 #: Columns :func:`static_ok` and ``demand_milli`` read: telemetry, never written in place (not by the simulator
 #: either), so a snapshot's masks stay valid for every cycle on it.
 STATIC_COLUMNS = ("gpu_present", "model_id", "mem_total", "temp", "slowdown", "throttle")
-_STATIC_BY_SHAPE = ColumnMemo(STATIC_COLUMNS, _no_masks)
 _MAX_SHAPES = 64
+STATIC_MASKS = IndexKey[StaticMasks]("eligibility.static", STATIC_COLUMNS, limit=_MAX_SHAPES)
+"""Snapshot index: :class:`StaticMasks` per request shape (at most ``_MAX_SHAPES`` shapes per snapshot)."""
 
 
 def static_of(req: GpuRequest, fleet: FleetArrays, limits: GpuLimits) -> StaticMasks:
     """:class:`StaticMasks` of ``req`` over the whole fleet, computed once per snapshot and request shape (the
     fields ``static_ok`` and ``demand_milli`` read), so filter and prioritize of pods alike share them."""
-    memo = _STATIC_BY_SHAPE.get(fleet)
     shared = req.shared
     key = (
         fleet.models,
@@ -186,15 +192,13 @@ def static_of(req: GpuRequest, fleet: FleetArrays, limits: GpuLimits) -> StaticM
         req.max_temperature,
         limits,
     )
-    hit = memo.get(key)
-    if hit is None:
-        every = np.arange(fleet.n_nodes, dtype=np.int64)
-        demand = req.demand_milli(fleet.mem_total)
-        hit = StaticMasks(demand, static_ok(req, fleet, every, limits, demand if shared else None))
-        if len(memo) >= _MAX_SHAPES:
-            memo.clear()
-        memo[key] = hit
-    return hit
+
+    def compute(f: FleetArrays) -> StaticMasks:
+        every = np.arange(f.n_nodes, dtype=np.int64)
+        demand = req.demand_milli(f.mem_total)
+        return StaticMasks(demand, static_ok(req, f, every, limits, demand if shared else None))
+
+    return fleet.derive(STATIC_MASKS, compute, key)
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,6 +210,10 @@ class _CycleMask:
     mask: BoolA
 
 
+ELIGIBLE_KEY: StateKey[_CycleMask] = StateKey("kelvin.eligible")
+"""Cycle state: the cycle's eligibility mask (see :func:`cycle_eligible`)."""
+
+
 def cycle_eligible(req: GpuRequest, fleet: FleetArrays, idx: IntA, ctx: CycleContext) -> BoolA:
     """:func:`eligible_gpus` with the cycle's limits, computed once per (fleet, request, rows) and cycle.
 
@@ -214,19 +222,19 @@ def cycle_eligible(req: GpuRequest, fleet: FleetArrays, idx: IntA, ctx: CycleCon
     that mutates ``fleet`` in place must start a new context.
     """
     limits = limits_of(ctx)
-    hit = ctx.extras.get(ELIGIBLE_KEY)
-    if isinstance(hit, _CycleMask) and hit.fleet is fleet and hit.req is req and hit.limits == limits:
+    hit = ctx.state.find(ELIGIBLE_KEY)
+    if hit is not None and hit.fleet is fleet and hit.req is req and hit.limits == limits:
         if hit.rows is None:
             return hit.mask[idx]
         if hit.rows is idx:
             return hit.mask
-    if idx.size * 4 < fleet.n_nodes:
+    if few_rows(idx.size, fleet):
         mask = eligible_gpus(req, fleet, idx, limits, cycle_demand(req, fleet, idx, ctx) if req.shared else None)
-        ctx.extras[ELIGIBLE_KEY] = _CycleMask(fleet, req, limits, idx, mask)
+        ctx.state.write(ELIGIBLE_KEY, _CycleMask(fleet, req, limits, idx, mask))
         return mask
     sm = static_of(req, fleet, limits)
     full = sm.static & capacity_ok(req, fleet, np.arange(fleet.n_nodes, dtype=np.int64), sm.demand)
-    ctx.extras[ELIGIBLE_KEY] = _CycleMask(fleet, req, limits, None, full)
+    ctx.state.write(ELIGIBLE_KEY, _CycleMask(fleet, req, limits, None, full))
     return full[idx]
 
 

@@ -141,6 +141,10 @@ class FitFilter:
         targs = topology or TopologyArgs()
         self.tables = TopologyTables(targs.qualities(), targs.worst_link_share)
 
+    def prepare(self, fleet: FleetArrays) -> None:
+        """When a snapshot is published: its wiring patterns (the NVLink cliques this filter checks)."""
+        self.tables.for_fleet(fleet)
+
     def _needs_clique(self, req: GpuRequest) -> bool:
         return req.topology is Topology.NVLINK_REQUIRED and req.count >= 2
 

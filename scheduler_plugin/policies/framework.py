@@ -21,17 +21,29 @@ import numpy as np
 
 from ..model import FleetArrays, GpuAssignment, GpuRequest
 from ..model.claim import claim_of
+from ..model.snapshot import stale_mask
 from ..telemetry.ledger import AssumedLedger
 from . import registry
-from .base import MAX_EXTENDER_PRIORITY, BoolA, CycleContext, FloatA, GpuPicker, IntA, Rejection, ScorePlugin
-from .burst import PLACEMENTS_KEY
+from .base import (
+    MAX_EXTENDER_PRIORITY,
+    RECENT_PLACEMENTS,
+    BindsPeers,
+    BoolA,
+    CycleContext,
+    FloatA,
+    GpuPicker,
+    IntA,
+    ObservesPods,
+    PreparesSnapshot,
+    PreScorePlugin,
+    Rejection,
+    ScorePlugin,
+)
 from .config import PolicyConfig, TelemetryPolicy
 from .eligibility import LIMITS_KEY
 from .fit import FitFilter, TelemetryFilter
-from .fragmentation import FragmentationBase, FragmentationPolicy, learn
 from .hot import HotNodeFilter
 from .normalize import finite
-from .topology import TopologyTables
 
 
 class BatchFilter(Protocol):
@@ -97,20 +109,29 @@ class Explanation:
         return asdict(self)
 
 
+def _distinct(plugins: tuple[object, ...]) -> tuple[object, ...]:
+    """``plugins`` without repeats (one object may be a scorer and the picker), in order."""
+    out: dict[int, object] = {}
+    for p in plugins:
+        out.setdefault(id(p), p)
+    return tuple(out.values())
+
+
 def _finite(x: float) -> float | None:
     return x if math.isfinite(x) else None
 
 
 class Framework:
     """The scheduling framework: the filters (telemetry staleness, fit, optionally hot nodes), the weighted score
-    plugins, the GPU picker and the ledger they charge binds to.
-
-    Owns its plugins and the per-snapshot caches they keep (warmed by :meth:`warm` when a snapshot is published) and
-    the assumed-ledger overlay of the last fleet it saw (:meth:`view`). Built once at startup by :meth:`from_config`
-    (or by hand in tests and the simulator) and kept for the process's life; it holds no request state, each cycle's
-    state lives in the :class:`CycleContext` the caller makes with :meth:`context`. Not thread-safe: the extender
-    calls it from its event loop only (one verb at a time, :mod:`scheduler_plugin.extender.turns`); the ledger it
-    holds is thread-safe on its own."""
+    plugins, the GPU picker and the ledger they charge binds to. Owns its plugins and the assumed-ledger overlay of the
+    last fleet it saw (:meth:`view`); what plugins derive from a snapshot lives in the snapshot's own index
+    (``FleetArrays.derived``, filled by :meth:`warm` when the snapshot is published). It knows no plugin by name: it
+    loops over them and calls the optional hooks each one implements (:class:`~.base.BindsPeers` once,
+    :class:`~.base.PreparesSnapshot` per snapshot, :class:`~.base.ObservesPods` per pod, :class:`~.base.PreScorePlugin`
+    per cycle). Built once at startup by :meth:`from_config` (or by hand in tests and the simulator) and kept for the
+    process's life; it holds no request state, each cycle's state lives in the :class:`CycleContext` the caller makes
+    with :meth:`context`. Not thread-safe: the extender calls it from its event loop only (one verb at a time,
+    :mod:`scheduler_plugin.extender.turns`); the ledger it holds is thread-safe on its own."""
 
     def __init__(
         self,
@@ -133,8 +154,16 @@ class Framework:
         self.scorers = tuple(s for s in scorers if s.weight > 0)
         self.picker = picker
         self.ledger = ledger
-        self._share_topology_tables()
-        self._share_workload()
+        self.plugins: tuple[object, ...] = _distinct((*self.filters, *(ws.plugin for ws in self.scorers), picker))
+        """Every plugin once, in order: filters, scorers, the picker."""
+        scoring: tuple[object, ...] = tuple(ws.plugin for ws in self.scorers)
+        if isinstance(picker, BindsPeers) and all(picker is not p for p in scoring):
+            picker.bind(scoring)  # the picker may judge by what the scorers learn
+        self._preparers = tuple(p for p in self.plugins if isinstance(p, PreparesSnapshot))
+        self._observers = tuple(p for p in self.plugins if isinstance(p, ObservesPods))
+        self._pre_scorers = tuple(
+            p for p in _distinct(tuple(ws.plugin for ws in self.scorers)) if isinstance(p, PreScorePlugin)
+        )
         self._overlay_key: tuple[object, ...] = ()
         self._overlay: FleetArrays | None = None
 
@@ -164,59 +193,29 @@ class Framework:
             hot=HotNodeFilter(cfg.hotness, enabled=cfg.filters.hot_nodes),
         )
 
-    def _share_topology_tables(self) -> None:
-        """Let topology-aware plugins share one cache of wiring patterns (the fit filter only needs NVLink cliques,
-        which do not depend on link qualities; others share when their qualities match)."""
-        holders = [p for p in (*(ws.plugin for ws in self.scorers), self.picker) if hasattr(p, "tables")]
-        tables = [t for p in holders if isinstance(t := getattr(p, "tables", None), TopologyTables)]
-        if not tables:
-            return
-        self.fit.tables = tables[0]
-        for p in holders:
-            t = getattr(p, "tables", None)
-            if isinstance(t, TopologyTables) and t is not tables[0] and t.same_quality(tables[0]):
-                p.tables = tables[0]
-
-    def _share_workload(self) -> None:
-        """Let the picker judge by the workload the scorers learn: one estimator, one histogram, fed once per pod by
-        :meth:`observe`. Shared only when both learn alike (same estimator settings); otherwise each learns apart."""
-        source = next((ws.plugin for ws in self.scorers if isinstance(ws.plugin, FragmentationBase)), None)
-        picker = self.picker
-        if source is None or not isinstance(picker, FragmentationBase) or picker is source:
-            return
-        if picker.args.workload_settings() == source.args.workload_settings():
-            picker.estimator = source.estimator
-            if picker.args.replan_drift == source.args.replan_drift:
-                picker.plans = source.plans
-
     # --- cycle set-up -------------------------------------------------------------------------------------------
 
     def warm(self, fleet: FleetArrays) -> None:
-        """Precompute per-snapshot caches (wiring patterns of every topology-aware plugin, the fragmentation policy's
-        packing plan for the workload learned so far) off the hot path.
+        """Fill the snapshot index of ``fleet`` (every plugin's :meth:`~.base.PreparesSnapshot.prepare`: wiring
+        patterns, thermal and noise telemetry terms, hot GPUs, the packing plan of the workload learned so far) off
+        the hot path.
 
         Call it when a new snapshot is published; otherwise the first cycle on the new snapshot pays for it.
         """
-        plugins: list[object] = [self.fit, self.picker, *(ws.plugin for ws in self.scorers)]
-        for p in plugins:
-            tables = getattr(p, "tables", None)
-            if isinstance(tables, TopologyTables):
-                tables.for_fleet(fleet)
-            if isinstance(p, FragmentationPolicy):
-                p.warm_plan()
+        for p in self._preparers:
+            p.prepare(fleet)
 
     def context(self, fleet: FleetArrays, now: float) -> CycleContext:
         """A cycle context with per-node staleness computed from ``observed_at`` and the configured max age."""
-        age = now - fleet.observed_at
-        stale = np.asarray(~(age <= self.telemetry.max_age_seconds), dtype=np.bool_)  # NaN (never seen) -> stale
-        ctx = CycleContext(now=now, stale=stale)
+        ctx = CycleContext(now=now, stale=stale_mask(fleet.observed_at, now, self.telemetry.max_age_seconds))
         self._prepare(ctx)
         return ctx
 
     def _prepare(self, ctx: CycleContext) -> None:
-        ctx.extras.setdefault(LIMITS_KEY, self.fit.limits)
-        if PLACEMENTS_KEY not in ctx.extras and self.ledger is not None:
-            ctx.extras[PLACEMENTS_KEY] = self.ledger.placements(ctx.now, self.ledger.ttl_s)
+        """What the framework itself tells every plugin: the fit filter's limits, the ledger's recent placements."""
+        ctx.state.setdefault(LIMITS_KEY, self.fit.limits)
+        if RECENT_PLACEMENTS not in ctx.state and self.ledger is not None:
+            ctx.state.write(RECENT_PLACEMENTS, self.ledger.placements(ctx.now, self.ledger.ttl_s))
 
     def view(self, fleet: FleetArrays, ctx: CycleContext) -> FleetArrays:
         """``fleet`` with the ledger's live assumed assignments subtracted from free capacity (cached)."""
@@ -237,12 +236,13 @@ class Framework:
     # --- learning -------------------------------------------------------------------------------------------------
 
     def observe(self, req: GpuRequest) -> None:
-        """Learn one arriving pod: count its shape in the target workload of the fragmentation plugins (scorers and
-        picker, each estimator once). The only step that changes the learned workload: filter, prioritize, pick and
-        explain only read it. The extender calls it from its filter verb, which sees every pod kelvin manages,
-        whether it then fits one node, many or none; a pod the scheduler retries (same UID) counts once (the
-        estimator remembers the last 20,000 pods it counted). O(1) per pod."""
-        learn((*(ws.plugin for ws in self.scorers), self.picker), req)
+        """Learn one arriving pod: every plugin that learns (:class:`~.base.ObservesPods`, e.g. the fragmentation
+        plugins count its shape in their target workload, each estimator once). The only step that changes the learned
+        workload: filter, prioritize, pick and explain only read it. The extender calls it from its filter verb, which
+        sees every pod kelvin manages, whether it then fits one node, many or none; a pod the scheduler retries (same
+        UID) counts once (the estimator remembers the last 20,000 pods it counted). O(1) per pod."""
+        for p in self._observers:
+            p.observe(req)
 
     # --- the extender verbs ---------------------------------------------------------------------------------------
 
@@ -267,6 +267,8 @@ class Framework:
     def _raw_scores(
         self, req: GpuRequest, fleet: FleetArrays, rows: IntA, ctx: CycleContext
     ) -> list[tuple[WeightedScore, FloatA, FloatA]]:
+        for p in self._pre_scorers:
+            p.pre_score(req, fleet, rows, ctx)
         out = []
         for ws in self.scorers:
             raw = np.asarray(ws.plugin.score(req, fleet, rows, ctx), dtype=np.float64)

@@ -14,8 +14,12 @@ import numpy as np
 
 from ..hotness import HotnessConfig, trigger_mask
 from ..model import THERMAL_THROTTLE_MASK, FleetArrays, GpuRequest
+from ..model.snapshot import IndexKey
 from .base import BoolA, CycleContext, IntA, Rejection
 from .reasons import NodeHot, NodeThrottling, NodeWarming
+
+#: The columns :func:`~scheduler_plugin.hotness.trigger_mask` reads (telemetry, never written in place).
+HOT_COLUMNS = ("temp", "trend", "throttle", "slowdown", "gpu_present")
 
 
 class HotNodeFilter:
@@ -24,16 +28,18 @@ class HotNodeFilter:
     def __init__(self, cfg: HotnessConfig, enabled: bool = True) -> None:
         self.cfg = cfg
         self.enabled = enabled
-        self._memo_key: tuple[int, int, int] | None = None
-        self._memo: BoolA | None = None
+        self._hot_key = IndexKey[BoolA]("hotness.hot_gpus", HOT_COLUMNS)
+
+    def _trigger(self, fleet: FleetArrays) -> BoolA:
+        return trigger_mask(fleet, self.cfg)
 
     def _hot_gpus(self, fleet: FleetArrays) -> BoolA:
-        """(N, G) GPUs meeting the entry rule; computed once per snapshot (the telemetry columns never mutate)."""
-        key = (id(fleet.temp), id(fleet.trend), id(fleet.throttle))
-        if self._memo is None or self._memo_key != key:
-            self._memo = trigger_mask(fleet, self.cfg)
-            self._memo_key = key
-        return self._memo
+        """(N, G) GPUs meeting the entry rule; in the snapshot index (once per snapshot)."""
+        return fleet.derive(self._hot_key, self._trigger)
+
+    def prepare(self, fleet: FleetArrays) -> None:
+        if self.enabled:
+            self._hot_gpus(fleet)
 
     def filter(self, req: GpuRequest, fleet: FleetArrays, idx: IntA, ctx: CycleContext) -> BoolA:
         if not self.enabled or not req.wants_gpu:

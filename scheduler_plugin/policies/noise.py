@@ -22,7 +22,7 @@ import numpy.typing as npt
 from pydantic import Field, model_validator
 
 from ..model import FleetArrays, GpuRequest
-from ..model.snapshot import ColumnMemo
+from ..model.snapshot import IndexKey
 from .base import BoolA, CycleContext, FloatA, IntA
 from .config import CamelModel
 from .eligibility import cycle_eligible
@@ -108,7 +108,10 @@ class NoiseScore:
 
     def __init__(self, args: NoiseArgs) -> None:
         self.args = args
-        self._fleet_noise = ColumnMemo(TELEMETRY_COLUMNS, self._noise_of)
+        self._noise_key = IndexKey[_FleetNoise]("noise.telemetry", TELEMETRY_COLUMNS)
+
+    def prepare(self, fleet: FleetArrays) -> None:
+        fleet.derive(self._noise_key, self._noise_of)
 
     def _noise_of(self, fleet: FleetArrays) -> _FleetNoise:
         rows = np.arange(fleet.n_nodes, dtype=np.int64)
@@ -129,7 +132,7 @@ class NoiseScore:
     def score(self, req: GpuRequest, fleet: FleetArrays, idx: IntA, ctx: CycleContext) -> FloatA:
         if idx.size == 0:
             return np.zeros(0)
-        fn = self._fleet_noise.get(fleet)
+        fn = fleet.derive(self._noise_key, self._noise_of)
         if not req.shared:
             return self._node(fleet, idx, fn)
         elig = cycle_eligible(req, fleet, idx, ctx)

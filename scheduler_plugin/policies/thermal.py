@@ -42,7 +42,7 @@ import numpy as np
 from pydantic import Field
 
 from ..model import SLOWDOWN_MASK, THERMAL_THROTTLE_MASK, FleetArrays, GpuRequest, throttle_reason_names
-from ..model.snapshot import ColumnMemo
+from ..model.snapshot import IndexKey
 from .base import CycleContext, FloatA, IntA
 from .config import CamelModel
 from .eligibility import cycle_eligible
@@ -181,7 +181,7 @@ class ThermalScore:
 
     def __init__(self, args: ThermalArgs) -> None:
         self.args = args
-        self._fleet_quality = ColumnMemo(QUALITY_COLUMNS, self._quality_of)
+        self._quality_key = IndexKey[tuple[FloatA, FloatA]]("thermal.quality", QUALITY_COLUMNS)
 
     def _quality_of(self, fleet: FleetArrays) -> tuple[FloatA, FloatA]:
         """(N, G) quality of every GPU and (N,) the worst per node: telemetry only, so once per snapshot."""
@@ -191,10 +191,13 @@ class ThermalScore:
             node_min = np.where(present.any(axis=1), np.where(present, q, np.inf).min(axis=1), np.nan)
         return q, node_min
 
+    def prepare(self, fleet: FleetArrays) -> None:
+        fleet.derive(self._quality_key, self._quality_of)
+
     def score(self, req: GpuRequest, fleet: FleetArrays, idx: IntA, ctx: CycleContext) -> FloatA:
         if idx.size == 0:
             return np.zeros(0)
-        q_all, node_min_all = self._fleet_quality.get(fleet)
+        q_all, node_min_all = fleet.derive(self._quality_key, self._quality_of)
         node_min = node_min_all[idx]
         if not req.wants_gpu:
             return node_min

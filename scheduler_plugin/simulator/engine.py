@@ -226,7 +226,7 @@ def run(
             policy.observe(req)
         ctx = policy.context(fleet, 0.0)
         if not learn_workload:
-            ctx.extras[WORKLOAD_KEY] = w
+            ctx.state.write(WORKLOAD_KEY, w)
         cand = policy.feasible(req, fleet, all_rows, ctx)
         gpus: tuple[int, ...] | None = None
         row = -1

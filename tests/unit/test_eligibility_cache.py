@@ -39,7 +39,7 @@ REQUESTS = [
 
 def ctx(limits: GpuLimits) -> CycleContext:
     c = CycleContext(now=0.0)
-    c.extras[LIMITS_KEY] = limits
+    c.state.write(LIMITS_KEY, limits)
     return c
 
 

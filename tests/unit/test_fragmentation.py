@@ -7,7 +7,7 @@ import pytest
 
 from scheduler_plugin.model import GIB, GpuInfo, GpuNode, GpuRequest, build_arrays
 from scheduler_plugin.policies import baselines, fragmentation  # noqa: F401  (registration)
-from scheduler_plugin.policies.base import CycleContext
+from scheduler_plugin.policies.base import CycleContext, CycleState
 from scheduler_plugin.policies.fragmentation import (
     WORKLOAD_KEY,
     FgdPolicy,
@@ -112,13 +112,13 @@ def test_kelvin_picks_the_gpu_that_avoids_a_sliver() -> None:
         FragmentationPolicy.create(fragmentation.FragmentationArgs()),
         FgdPolicy.create(fragmentation.FragmentationArgs()),
     ):
-        ctx = CycleContext(now=0.0, extras={WORKLOAD_KEY: w})
+        ctx = CycleContext(now=0.0, state=CycleState({WORKLOAD_KEY: w}))
         assert policy.pick(req, fleet, 0, ctx) == (2,)
 
 
 def test_score_prefers_the_node_where_the_pod_fills_a_hole() -> None:
     fleet = build_arrays([node("fresh", [0, 0]), node("holey", [0, 500])])
-    ctx = CycleContext(now=0.0, extras={WORKLOAD_KEY: wl((WHOLE, 1), (HALF, 1))})
+    ctx = CycleContext(now=0.0, state=CycleState({WORKLOAD_KEY: wl((WHOLE, 1), (HALF, 1))}))
     req = GpuRequest(count=1, milli=500, cpu_milli=1000)
     for name in ("fragmentation", "fgd"):
         plugin = build("score", name, {}, "t")
@@ -154,7 +154,7 @@ def test_learned_workload_is_used_without_a_trace() -> None:
     assert plugin.estimator.observed == 1  # one estimator, counted once
     ctx = CycleContext(now=0.0)
     plugin.score(req, fleet, np.array([0]), ctx)
-    w = ctx.extras[WORKLOAD_KEY]
+    w = ctx.state.read(WORKLOAD_KEY)
     assert isinstance(w, Workload) and w is plugin.estimator.workload() and 300 in w.milli.tolist()
     assert plugin.estimator.observed == 1
 
@@ -168,7 +168,7 @@ def test_explain_gives_the_change_in_fragmentation() -> None:
     fleet = build_arrays([node("n", [0, 500])])
     plugin = build("score", "fragmentation", {}, "t")
     lines = plugin.explain(
-        GpuRequest(count=1, milli=500), fleet, 0, CycleContext(now=0.0, extras={WORKLOAD_KEY: wl((HALF, 1))})
+        GpuRequest(count=1, milli=500), fleet, 0, CycleContext(now=0.0, state=CycleState({WORKLOAD_KEY: wl((HALF, 1))}))
     )
     assert "fragmentation now" in lines[0]
     assert "GPU 1" in lines[1]
@@ -239,7 +239,7 @@ def test_incremental_placement_deltas_match_a_full_recount(req: GpuRequest) -> N
 
 
 def test_first_of_kind_keeps_the_lowest_eligible_slot_of_each_key() -> None:
-    from scheduler_plugin.policies.fragmentation import _first_of_kind
+    from scheduler_plugin.policies.fragmentation.gradient import _first_of_kind
 
     rng = np.random.default_rng(11)
     for g in (1, 2, 3, 8, 16):
@@ -251,32 +251,32 @@ def test_first_of_kind_keeps_the_lowest_eligible_slot_of_each_key() -> None:
 
 
 def test_fleet_stats_follow_in_place_writes_and_match_a_recount() -> None:
-    from scheduler_plugin.policies.fragmentation import _FleetStats, _stats
+    from scheduler_plugin.policies.fragmentation.gradient import FleetFreeStats, free_stats
 
     rng = np.random.default_rng(5)
     nodes = [node(f"n{i}", [int(x) for x in rng.integers(0, 5, size=4) * 250]) for i in range(40)]
     fleet = build_arrays(nodes)
     w = wl((WHOLE, 3), (HALF, 2), (PodShape(1000, 250, 1, None), 1))
-    memo = _FleetStats()
+    memo = FleetFreeStats()
     rows = np.array([3, 0, 17, 39, 3], dtype=np.int64)
     for _ in range(2):  # the second round is served from the memo
-        got, want = memo.rows(fleet, rows, w), _stats(fleet.free_milli[rows], w)
+        got, want = memo.rows(fleet, rows, w), free_stats(fleet.free_milli[rows], w)
         assert np.array_equal(got.total, want.total)
-        assert np.array_equal(got.cnt, want.cnt)
-        assert np.array_equal(got.big, want.big)
+        assert np.array_equal(got.gpus_at_least, want.gpus_at_least)
+        assert np.array_equal(got.free_at_least, want.free_at_least)
     fleet.free_milli[17, 1] = 0  # the simulator writes capacity in place: the memo must notice
-    got, want = memo.rows(fleet, rows, w), _stats(fleet.free_milli[rows], w)
-    assert np.array_equal(got.cnt, want.cnt)
-    assert np.array_equal(got.big, want.big)
+    got, want = memo.rows(fleet, rows, w), free_stats(fleet.free_milli[rows], w)
+    assert np.array_equal(got.gpus_at_least, want.gpus_at_least)
+    assert np.array_equal(got.free_at_least, want.free_at_least)
     w2 = wl((WHOLE, 1), (PodShape(1000, 100, 1, None), 1))  # other thresholds
-    got, want = memo.rows(fleet, rows, w2), _stats(fleet.free_milli[rows], w2)
-    assert got.cnt.shape == want.cnt.shape
-    assert np.array_equal(got.big, want.big)
+    got, want = memo.rows(fleet, rows, w2), free_stats(fleet.free_milli[rows], w2)
+    assert got.gpus_at_least.shape == want.gpus_at_least.shape
+    assert np.array_equal(got.free_at_least, want.free_at_least)
 
 
 def test_placements_with_and_without_a_cycle_context_agree() -> None:
     """The cycle's caches (eligibility, demand, the fleet's stats) change nothing in the placements."""
-    from scheduler_plugin.policies.eligibility import GpuLimits
+    from scheduler_plugin.policies.eligibility import LIMITS_KEY, GpuLimits
 
     rng = np.random.default_rng(8)
     nodes = [
@@ -294,7 +294,7 @@ def test_placements_with_and_without_a_cycle_context_agree() -> None:
     ):
         for _ in range(2):
             ctx = CycleContext(now=0.0)
-            ctx.extras["kelvin.gpu_limits"] = GpuLimits()
+            ctx.state.write(LIMITS_KEY, GpuLimits())
             a = placements(req, fleet, rows, w, ctx, memory_aware=True)
             b = placements(req, fleet, rows, w, None, memory_aware=True)
             assert np.array_equal(a.pos, b.pos)

@@ -7,7 +7,7 @@ import pytest
 
 from scheduler_plugin.model import GIB, GpuAssignment, GpuInfo, GpuNode, GpuRequest, build_arrays
 from scheduler_plugin.policies import fragmentation
-from scheduler_plugin.policies.base import CycleContext
+from scheduler_plugin.policies.base import CycleContext, CycleState
 from scheduler_plugin.policies.fragmentation import (
     WORKLOAD_KEY,
     FgdPolicy,
@@ -114,7 +114,7 @@ def test_kelvin_opens_a_gpu_instead_of_ruining_a_pairing() -> None:
     kelvin = FragmentationPolicy.create(FragmentationArgs(stranding_weight=0))
     fgd = FgdPolicy.create(FragmentationArgs())
     no_plan = FragmentationPolicy.create(FragmentationArgs(packing_plan=False, stranding_weight=0))
-    ctx = CycleContext(now=0.0, extras={WORKLOAD_KEY: w})
+    ctx = CycleContext(now=0.0, state=CycleState({WORKLOAD_KEY: w}))
     assert np.argmax(fgd.score(req, fleet, idx, ctx)) == 0
     assert np.argmax(no_plan.score(req, fleet, idx, ctx)) == 0
     assert np.argmax(kelvin.score(req, fleet, idx, ctx)) == 1
@@ -136,7 +136,7 @@ def test_cpu_hungry_pods_go_where_cpu_is_plentiful() -> None:
     # only one of its two GPUs can ever be fed.
     fleet = build_arrays([node("poor", [0, 0], cpu=16_000), node("rich", [0, 0], cpu=96_000)])
     w = workload((WHOLE, 3), (PodShape(6000, 1000, 1, None), 3), (PodShape(8000, 0, 0, None), 1))
-    ctx = CycleContext(now=0.0, extras={WORKLOAD_KEY: w})
+    ctx = CycleContext(now=0.0, state=CycleState({WORKLOAD_KEY: w}))
     req = GpuRequest(count=0, cpu_milli=8000)
     pl = placements(req, fleet, np.array([0, 1]), w, ctx, memory_aware=True)
     change = stranding_change(req, pl, w)
@@ -152,7 +152,7 @@ def test_cpu_hungry_pods_go_where_cpu_is_plentiful() -> None:
 def test_fgd_baseline_ignores_plan_and_stranding() -> None:
     fleet = build_arrays([node("pair", [470, 1000]), node("fresh", [0, 1000])])
     w = workload((S470, 2), (S320, 1), (S650, 1), (WHOLE, 4))
-    ctx = CycleContext(now=0.0, extras={WORKLOAD_KEY: w})
+    ctx = CycleContext(now=0.0, state=CycleState({WORKLOAD_KEY: w}))
     req = GpuRequest(count=1, milli=320, cpu_milli=4000)
     fgd = FgdPolicy.create(FragmentationArgs())
     raw = fgd.score(req, fleet, np.array([0, 1]), ctx)
@@ -174,7 +174,7 @@ def test_explain_names_the_plan_and_the_stranding() -> None:
     # 12 cores feed ~1,180 of the 1,530 free thousandths at the workload's ~10 millicores per thousandth.
     fleet = build_arrays([node("pair", [470, 0], cpu=12_000)])
     w = workload((S470, 2), (S320, 1), (S650, 1), (WHOLE, 4))
-    ctx = CycleContext(now=0.0, extras={WORKLOAD_KEY: w})
+    ctx = CycleContext(now=0.0, state=CycleState({WORKLOAD_KEY: w}))
     lines = FragmentationPolicy.create(FragmentationArgs()).explain(
         GpuRequest(count=1, milli=320, cpu_milli=4000), fleet, 0, ctx
     )
@@ -219,7 +219,7 @@ def test_a_failed_solve_is_logged_not_retried_and_scores_fall_back_to_fgd(
     w = workload((S470, 2), (S320, 1), (S650, 1), (WHOLE, 4))
     kelvin = FragmentationPolicy.create(FragmentationArgs(stranding_weight=0))
     no_plan = FragmentationPolicy.create(FragmentationArgs(stranding_weight=0, packing_plan=False))
-    ctx = CycleContext(now=0.0, extras={WORKLOAD_KEY: w})
+    ctx = CycleContext(now=0.0, state=CycleState({WORKLOAD_KEY: w}))
     req = GpuRequest(count=1, milli=320, cpu_milli=4000)
     idx = np.array([0, 1])
     assert kelvin.score(req, fleet, idx, ctx).tolist() == no_plan.score(req, fleet, idx, ctx).tolist()
@@ -232,7 +232,7 @@ def test_without_a_cpu_surplus_cpu_only_pods_are_not_steered_by_stranding_either
     # until every node was just short of CPU (0.8 point more GPUs unallocated at 2.5x the trace's CPU-only demand).
     fleet = build_arrays([node("poor", [0, 0], cpu=8_000), node("rich", [0, 0], cpu=20_000)])
     w = workload((WHOLE, 3), (PodShape(6000, 1000, 1, None), 3), (PodShape(8000, 0, 0, None), 1))
-    ctx = CycleContext(now=0.0, extras={WORKLOAD_KEY: w})
+    ctx = CycleContext(now=0.0, state=CycleState({WORKLOAD_KEY: w}))
     req = GpuRequest(count=0, cpu_milli=4000)
     pl = placements(req, fleet, np.array([0, 1]), w, ctx, memory_aware=True)
     assert stranding_change(req, pl, w).tolist()[0] > 0  # the term alone would prefer the rich node
@@ -248,7 +248,7 @@ def test_stranding_never_credits_using_up_a_cpu_poor_nodes_gpus() -> None:
     # knows the 8-GPU pods of the workload need that empty node. Only an increase counts now.
     fleet = build_arrays([node("poor", [0] * 8, cpu=24_000), node("rich", [1000] * 4 + [0] * 4, cpu=96_000)])
     w = workload((WHOLE, 3), (PodShape(20_000, 1000, 8, None), 1), (PodShape(6000, 1000, 1, None), 3))
-    ctx = CycleContext(now=0.0, extras={WORKLOAD_KEY: w})
+    ctx = CycleContext(now=0.0, state=CycleState({WORKLOAD_KEY: w}))
     req = GpuRequest(count=1, cpu_milli=1000)
     rows = np.array([0, 1])
     pl = placements(req, fleet, rows, w, ctx, memory_aware=True)

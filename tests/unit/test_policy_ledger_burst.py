@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from scheduler_plugin.model import GpuAssignment, GpuProcess, Snapshot
-from scheduler_plugin.policies.base import CycleContext
+from scheduler_plugin.policies.base import CycleContext, CycleState
 from scheduler_plugin.policies.burst import PLACEMENTS_KEY, BurstArgs, BurstScore, burst_load
 from scheduler_plugin.telemetry.ledger import AssumedLedger
 from tests.unit.fleet_helpers import NOW, dgx, fleet, gpu, node, request
@@ -127,7 +127,7 @@ def test_bad_ttl() -> None:
 )
 def test_burst_score(times: list[float], expect: float) -> None:
     f = fleet(dgx("a"), dgx("b"))
-    ctx = CycleContext(now=NOW, extras={PLACEMENTS_KEY: {"a": times, "unknown": [NOW]}})
+    ctx = CycleContext(now=NOW, state=CycleState({PLACEMENTS_KEY: {"a": times, "unknown": [NOW]}}))
     s = BurstScore(BurstArgs()).score(request(1), f, np.array([0, 1]), ctx)
     assert [round(x, 4) for x in s.tolist()] == [expect, 1.0]
 
@@ -140,7 +140,7 @@ def test_burst_without_ledger_is_neutral() -> None:
 
 def test_burst_explain() -> None:
     f = fleet(dgx("a"))
-    ctx = CycleContext(now=NOW, extras={PLACEMENTS_KEY: {"a": [NOW - 1, NOW - 2, NOW - 30]}})
+    ctx = CycleContext(now=NOW, state=CycleState({PLACEMENTS_KEY: {"a": [NOW - 1, NOW - 2, NOW - 30]}}))
     assert BurstScore(BurstArgs()).explain(request(1), f, 0, ctx) == [
         "2 pods placed here in the last 10 s (fading load 1.70 of 4)"
     ]

@@ -136,23 +136,30 @@ def test_pattern_cache_survives_copies_and_notices_rewiring() -> None:
     first = score.tables.for_fleet(f)
     assert first.pid.tolist()[0] == first.pid.tolist()[2] != first.pid.tolist()[1]
     assert score.tables.for_fleet(f.copy()) is first  # same wiring: no recomputation
+    assert f.derived.computed["topology.fleet"] == 1
+    # Telemetry columns are never written in place (the snapshot index's contract): a new wiring is a new column.
     rewired = f.copy()
-    rewired.nvlink[0] = False
+    nvlink = rewired.nvlink.copy()
+    nvlink[0] = False
+    rewired.nvlink = nvlink
     again = score.tables.for_fleet(rewired)
     assert again is not first
     assert again.pid[0] == again.pid[1]  # node a now looks like the PCIe box
+    assert score.tables.for_fleet(f) is first  # the original keeps its own entry
 
 
-def test_framework_shares_one_pattern_cache() -> None:
+def test_framework_shares_one_fleet_topology() -> None:
     from scheduler_plugin.policies import Framework, PolicyConfig
 
     fw = Framework.from_config(PolicyConfig.from_mapping({"scoring": {"topology": {}}, "picker": "topology"}))
     topo = fw.scorers[0].plugin
-    assert fw.fit.tables is topo.tables  # type: ignore[attr-defined]
-    assert fw.picker.tables is topo.tables  # type: ignore[attr-defined]
     f = fleet(dgx("a"))
-    fw.warm(f)
-    assert topo.tables._fleet is not None  # type: ignore[attr-defined]
+    fw.warm(f)  # fit filter, score and picker: one computation, in the snapshot's index
+    assert f.derived.computed["topology.fleet"] == 1
+    ft = topo.tables.for_fleet(f)  # type: ignore[attr-defined]
+    assert fw.fit.tables.for_fleet(f) is ft
+    assert fw.picker.tables.for_fleet(f) is ft  # type: ignore[attr-defined]
+    assert f.derived.computed["topology.fleet"] == 1
 
 
 def test_wide_nodes_single_gpu_score() -> None:
@@ -175,18 +182,23 @@ def test_tables_match_enumeration(g: int) -> None:
     weights = np.arange(g + 1) / g
     weights[:2] = 0
     lq = TopologyArgs().qualities()[levels]
-    pat = Pattern(g=g, n_present=g, levels=levels.astype(np.int8), lq=lq, nvl=levels == 0, weights=weights)
+    pat = Pattern(g=g, n_present=g, levels=levels.astype(np.int8), pair_quality=lq, nvl=levels == 0, weights=weights)
     pat.build_tables(0.8)
-    assert pat.qbest is not None and pat.clique is not None and pat.cval is not None and pat.loss is not None
+    assert (
+        pat.best_quality is not None
+        and pat.clique is not None
+        and pat.connected_capacity is not None
+        and pat.loss is not None
+    )
     for m in range(1 << g):
         cols = [j for j in range(g) if m >> j & 1]
         for k in range(1, g + 1):
             q, _ = best_set(lq, cols, k, 0.8)
-            assert pat.qbest[k, m] == pytest.approx(q) if np.isfinite(q) else pat.qbest[k, m] == -np.inf
+            assert pat.best_quality[k, m] == pytest.approx(q) if np.isfinite(q) else pat.best_quality[k, m] == -np.inf
             linked = best_set((levels == 0).astype(np.float64), cols, k, 1.0)[0] >= 1.0
             assert bool(pat.clique[k, m]) == linked
         expect_c = sum(weights[k] * max(0.0, best_set(lq, cols, k, 0.8)[0]) for k in range(2, len(cols) + 1))
-        assert pat.cval[m] == pytest.approx(expect_c)
+        assert pat.connected_capacity[m] == pytest.approx(expect_c)
         for j in range(g if g <= 8 else 0):  # the enumeration is slow beyond 8 slots
             assert pat.loss[m, j] == pytest.approx(pat.slot_loss(m, j, 0.8))
             assert 0.0 <= pat.loss[m, j] <= 1.0

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from scheduler_plugin.model import GpuNode, GpuRequest, Snapshot, build_arrays
-from scheduler_plugin.model.snapshot import ArraysBuilder, ColumnMemo, FleetArrays
+from scheduler_plugin.model.snapshot import ArraysBuilder, FleetArrays, IndexKey
 from scheduler_plugin.policies.base import CycleContext
 from scheduler_plugin.policies.thermal import ThermalArgs, ThermalScore
 from scheduler_plugin.simulator.simulated_fleet import SimulatedFleetSource
@@ -17,6 +17,8 @@ from tests.unit.fleet_helpers import NOW, dgx, gpu, node, request, shared, whole
 
 def _same(a: FleetArrays, b: FleetArrays) -> None:
     for f in dataclasses.fields(a):
+        if not f.compare:  # the snapshot index (``derived``): data computed from the columns, not a column
+            continue
         x, y = getattr(a, f.name), getattr(b, f.name)
         if isinstance(x, np.ndarray):
             assert x.dtype == y.dtype and x.shape == y.shape, f.name
@@ -61,7 +63,7 @@ def test_snapshot_takes_prebuilt_arrays_of_its_own_nodes_only() -> None:
         Snapshot(nodes[:-1], taken_at=NOW, prebuilt=arrays)
 
 
-def test_column_memo_recomputes_only_when_a_column_is_replaced() -> None:
+def test_snapshot_index_recomputes_only_when_a_column_is_replaced() -> None:
     f = build_arrays([dgx("a"), dgx("b")])
     calls: list[int] = []
 
@@ -69,12 +71,13 @@ def test_column_memo_recomputes_only_when_a_column_is_replaced() -> None:
         calls.append(1)
         return float(fl.temp.sum())
 
-    memo = ColumnMemo(("temp", "slowdown"), total)
-    first = memo.get(f)
-    assert memo.get(f) == first and len(calls) == 1
-    assert memo.get(f.with_assumed({"a": [whole("x", 1)]})) == first and len(calls) == 1  # overlay shares telemetry
+    key = IndexKey[float]("test.total", ("temp", "slowdown"))
+    first = f.derive(key, total)
+    assert f.derive(key, total) == first and len(calls) == 1
+    overlay = f.with_assumed({"a": [whole("x", 1)]})  # the overlay shares telemetry (and the index)
+    assert overlay.derive(key, total) == first and len(calls) == 1
     g = dataclasses.replace(f, temp=f.temp + 1.0)
-    assert memo.get(g) == first + f.temp.size and len(calls) == 2
+    assert g.derive(key, total) == first + f.temp.size and len(calls) == 2
 
 
 def test_thermal_score_follows_a_new_snapshot() -> None:

@@ -1,74 +1,25 @@
-"""Topology: keep multi-GPU pods on well-connected GPUs, and single-GPU pods off well-connected free groups.
-
-Two GPUs of a node are linked at one of four levels, best first: NVLink, the same PCIe switch, the same NUMA node,
-across sockets. Each level has a quality in 0..1 (args). A set of GPUs has quality
-``share * worst_pair + (1 - share) * mean_pair`` (an all-reduce runs at the speed of its slowest link; the mean breaks
-ties). For a node and a mask of usable GPUs, ``best(k)`` is the best quality of any ``k`` of them.
-
-* multi-GPU pods (k >= 2): raw = ``best(k)`` over the GPUs the pod could get (absolute, 0..1);
-* single-GPU pods: what matters is connectivity *quality*, not GPU count (keeping large nodes whole for large pods
-  is the fragmentation policy's job, which knows the workload's shapes). Taking wholly free GPU j out of the free
-  set m costs, in 0..1 (zero on a GPU already shared):
-
-  - half the *link premium* of j: its best link to another free GPU above the node's weakest link
-    (``max_i q(j, i) - floor``), i.e. the NVLink or PCIe-switch partner it would leave alone;
-  - half the quality the GPUs left lose for every group size they can still host,
-    ``sum_{k=2}^{|m|-1} (k/G) * (best_m(k) - best_{m-j}(k))``, over its maximum ``sum_{k=2}^{G-1} k/G``.
-
-  Raw = ``1 - min_j loss``. A node whose GPUs are uniformly connected (all NVLink, or no NVLink or switch data, as in
-  a trace) costs nothing whatever its size, so 1-GPU pods are not pushed onto 8-GPU nodes by this score; on a node
-  of NVLink pairs the GPU whose partner is busy is free of charge, and an intact pair costs its premium.
-
-Nodes share a handful of wiring patterns, so everything is tabulated once per pattern over all ``2^G`` masks
-(G <= 16) and looked up by (pattern, mask) per request; wider nodes fall back to cached enumeration per distinct
-(pattern, mask), exact up to ``EXACT_COMBINATIONS`` subsets and greedy beyond. The same tables answer the fit
-filter's "are there k eligible GPUs all linked by NVLink" question.
-"""
+"""Wiring patterns of a fleet and their tables: the best quality of ``k`` GPUs of every mask, NVLink cliques, the
+connected capacity of a mask and the connectivity lost by taking one slot (see the package docstring)."""
 
 from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import cast
 
 import numpy as np
 import numpy.typing as npt
-from pydantic import Field, model_validator
 
-from ..model import FleetArrays, GpuRequest, Topology
-from .base import BoolA, CycleContext, FloatA, IntA
-from .config import CamelModel
-from .eligibility import cycle_eligible, mask_bits, whole_free
-from .normalize import unit
-from .registry import register
+from ...model import FleetArrays
+from ...model.snapshot import IndexKey
+from ..base import BoolA, FloatA, IntA
+from ..eligibility import mask_bits
 
 LEVEL_NAMES = ("NVLink", "the same PCIe switch", "the same NUMA node", "across sockets")
 MAX_TABLE_GPUS = 16
 EXACT_COMBINATIONS = 4096
 I8A = npt.NDArray[np.int8]
-
-
-class TopologyArgs(CamelModel):
-    nvlink: float = Field(1.0, ge=0, le=1)
-    """Quality of an NVLink pair."""
-    same_switch: float = Field(0.6, ge=0, le=1)
-    """Quality of a pair behind the same PCIe switch."""
-    same_numa: float = Field(0.3, ge=0, le=1)
-    """Quality of a pair on the same NUMA node (through the CPU's root complex)."""
-    cross_socket: float = Field(0.0, ge=0, le=1)
-    """Quality of a pair on different sockets."""
-    worst_link_share: float = Field(0.8, ge=0, le=1)
-    """Weight of the worst pair in a set's quality; the rest goes to the mean pair."""
-
-    @model_validator(mode="after")
-    def _ordered(self) -> TopologyArgs:
-        if not self.nvlink >= self.same_switch >= self.same_numa >= self.cross_socket:
-            raise ValueError("link qualities must not increase: nvlink >= sameSwitch >= sameNuma >= crossSocket")
-        return self
-
-    def qualities(self) -> FloatA:
-        return np.array([self.nvlink, self.same_switch, self.same_numa, self.cross_socket], dtype=np.float64)
 
 
 def link_levels(fleet: FleetArrays, idx: IntA) -> I8A:
@@ -150,12 +101,12 @@ class Pattern:
     g: int
     n_present: int
     levels: I8A  # (G, G) link level
-    lq: FloatA  # (G, G) pair quality
+    pair_quality: FloatA  # (G, G) quality of the link between two slots
     nvl: BoolA  # (G, G) NVLink pair
     weights: FloatA  # (G + 1,) k/G for k >= 2, else 0
-    qbest: FloatA | None = None  # (G + 1, 2^G) best quality of k of the mask
+    best_quality: FloatA | None = None  # (G + 1, 2^G) best quality of k of the mask
     clique: BoolA | None = None  # (G + 1, 2^G) some k of the mask are all NVLink-linked
-    cval: FloatA | None = None  # (2^G,) connected free capacity of a mask (the multi-GPU picker's tie-break)
+    connected_capacity: FloatA | None = None  # (2^G,) connected free capacity of a mask (multi-GPU picker's tie-break)
     present: BoolA | None = None  # (G,) slots holding a GPU (default: the first n_present)
     loss: FloatA | None = None  # (2^G, G) connectivity quality lost by taking slot j of the mask (0..1)
 
@@ -165,7 +116,7 @@ class Pattern:
         if self.n_present < 2:
             return 1.0
         cols = np.flatnonzero(self.present) if self.present is not None else np.arange(self.n_present)
-        return float(self.lq[np.ix_(cols, cols)].min())
+        return float(self.pair_quality[np.ix_(cols, cols)].min())
 
     @property
     def drop_norm(self) -> float:
@@ -188,7 +139,7 @@ class Pattern:
         for h in range(1, g):
             lo = 1 << h
             below = ((s[:lo, None] >> np.arange(h)) & 1).astype(np.bool_)  # (2^h, h)
-            row = self.lq[h, :h]
+            row = self.pair_quality[h, :h]
             blk = slice(lo, 2 * lo)
             qmin[blk] = np.minimum(qmin[:lo], np.where(below, row[None, :], np.inf).min(axis=1))
             qsum[blk] = qsum[:lo] + below @ row
@@ -219,17 +170,17 @@ class Pattern:
             partner = np.full(n_sub, -np.inf)
             for i in range(g):
                 if i != j:
-                    partner = np.where((s >> i) & 1 == 1, np.maximum(partner, self.lq[j, i]), partner)
+                    partner = np.where((s >> i) & 1 == 1, np.maximum(partner, self.pair_quality[j, i]), partner)
             premium = np.clip(partner - floor, 0.0, None)
             without = s & ~(1 << j)
             drop = np.where(kept, qfin - qfin[:, without], 0.0)
             dsum = (self.weights[:, None] * drop).sum(axis=0)
             loss[:, j] = np.where(has, 0.5 * premium + (0.5 * dsum / norm if norm > 0 else 0.0), 0.0)
-        self.qbest, self.clique, self.cval, self.loss = qbest, clique, cval, loss
+        self.best_quality, self.clique, self.connected_capacity, self.loss = qbest, clique, cval, loss
 
     # Enumeration (wide nodes, and the picker)
     def best(self, bits: int, k: int, share: float) -> tuple[float, tuple[int, ...]]:
-        return best_set(self.lq, _bit_cols(bits, self.g), k, share)
+        return best_set(self.pair_quality, _bit_cols(bits, self.g), k, share)
 
     def has_clique(self, bits: int, k: int) -> bool:
         q, _ = best_set(self.nvl.astype(np.float64), _bit_cols(bits, self.g), k, 1.0)
@@ -242,25 +193,26 @@ class Pattern:
         cols = _bit_cols(bits, self.g)
         rest = [c for c in cols if c != j]
         drops = [
-            best_set(self.lq, cols, k, share)[0] - best_set(self.lq, rest, k, share)[0] for k in range(2, len(cols))
+            best_set(self.pair_quality, cols, k, share)[0] - best_set(self.pair_quality, rest, k, share)[0]
+            for k in range(2, len(cols))
         ]
         return self._combine(j, rest, drops)
 
     def slot_losses_greedy(self, bits: int, share: float) -> list[float]:
         """Wide nodes: every slot's loss, with ``best(k)`` approximated by one greedy growth per mask."""
         cols = _bit_cols(bits, self.g)
-        full = dict(greedy_chain(self.lq, cols, share))
+        full = dict(greedy_chain(self.pair_quality, cols, share))
         out = [0.0] * self.g
         for j in cols:
             rest = [c for c in cols if c != j]
-            part = dict(greedy_chain(self.lq, rest, share))
+            part = dict(greedy_chain(self.pair_quality, rest, share))
             drops = [max(0.0, full[k] - part[k]) for k in range(2, len(cols))]
             out[j] = self._combine(j, rest, drops)
         return out
 
     def _combine(self, j: int, rest: list[int], drops: list[float]) -> float:
         """Half the link premium of ``j``, half the size-weighted quality drop of sizes 2.. (``drops[0]`` is k = 2)."""
-        partner = max((float(self.lq[j, i]) for i in rest), default=-math.inf)
+        partner = max((float(self.pair_quality[j, i]) for i in rest), default=-math.inf)
         premium = max(0.0, partner - self.floor)
         norm = self.drop_norm
         if norm <= 0:
@@ -269,11 +221,14 @@ class Pattern:
         return 0.5 * premium + 0.5 * dsum / norm
 
     def capacity(self, bits: int, share: float) -> float:
-        if self.cval is not None:
-            return float(self.cval[bits])
+        if self.connected_capacity is not None:
+            return float(self.connected_capacity[bits])
         # Wide nodes: one greedy growth gives a nested best set for every size at once.
         return float(
-            sum(self.weights[k] * max(0.0, q) for k, q in greedy_chain(self.lq, _bit_cols(bits, self.g), share))
+            sum(
+                self.weights[k] * max(0.0, q)
+                for k, q in greedy_chain(self.pair_quality, _bit_cols(bits, self.g), share)
+            )
         )
 
 
@@ -283,44 +238,48 @@ class FleetTopology:
 
     pid: IntA
     patterns: list[Pattern]
-    qbest: FloatA | None
+    best_quality: FloatA | None
+    """(P, G + 1, 2^G) :attr:`Pattern.best_quality` of every pattern (None for wide nodes)."""
     clique: BoolA | None
     loss: FloatA | None
+    wide_best: dict[tuple[int, int, int], float] = field(default_factory=dict)
+    """Wide nodes: (pattern, mask, k) -> best quality of k of the mask, as asked."""
+    wide_clique: dict[tuple[int, int, int], bool] = field(default_factory=dict)
+    wide_loss: dict[tuple[int, int], list[float]] = field(default_factory=dict)
+
+
+#: The columns the wiring patterns are read from (never written in place, not by the simulator either).
+WIRING_COLUMNS = ("nvlink", "switch", "numa", "gpu_present")
+TOPOLOGY = IndexKey[FleetTopology]("topology.fleet", WIRING_COLUMNS, limit=8)
+"""Snapshot index: the :class:`FleetTopology` of a fleet per (link qualities, worst-link share)."""
 
 
 class TopologyTables:
-    """Wiring patterns and their tables, cached per plugin instance across snapshots (patterns repeat)."""
+    """Wiring patterns and their tables for one set of link qualities.
+
+    The patterns (one per distinct wiring, tabulated over every mask) are kept by the instance across snapshots
+    (nodes keep their wiring); which pattern each row of a fleet has (:class:`FleetTopology`) is in the fleet's
+    snapshot index, computed once per snapshot and shared by every plugin of the same qualities."""
 
     def __init__(self, link_quality: FloatA, share: float) -> None:
         self.link_quality = link_quality
         self.share = share
         self._patterns: dict[bytes, Pattern] = {}
-        self._fleet_key: tuple[object, ...] = ()
-        self._fleet: FleetTopology | None = None
-        self._memo: dict[tuple[str, int, int, int], object] = {}
+        self._quality = (link_quality.tobytes(), share)
 
     def same_quality(self, other: TopologyTables) -> bool:
         return self.share == other.share and bool(np.array_equal(self.link_quality, other.link_quality))
 
     def for_fleet(self, fleet: FleetArrays) -> FleetTopology:
-        key = (fleet.nvlink, fleet.switch, fleet.numa, fleet.gpu_present)
-        if self._fleet is not None:
-            if all(a is b for a, b in zip(key, self._fleet_key, strict=True)):
-                return self._fleet
-            # A copy of the same fleet (the simulator copies, the ledger overlay shares): compare the wiring, which
-            # costs far less than recomputing the patterns.
-            if all(
-                isinstance(b, np.ndarray) and a.shape == b.shape and np.array_equal(a, b)
-                for a, b in zip(key, self._fleet_key, strict=True)
-            ):
-                self._fleet_key = key
-                return self._fleet
+        """The wiring patterns of ``fleet``'s rows: from its snapshot index, computed once per snapshot."""
+        return fleet.derive(TOPOLOGY, self._patterns_of, self._quality)
+
+    def _patterns_of(self, fleet: FleetArrays) -> FleetTopology:
         n, g = fleet.gpu_present.shape
         if n == 0:  # an empty fleet (no telemetry yet) has no patterns
-            empty = FleetTopology(pid=np.zeros(0, dtype=np.int64), patterns=[], qbest=None, clique=None, loss=None)
-            self._fleet_key, self._fleet = key, empty
-            self._memo.clear()
-            return empty
+            return FleetTopology(
+                pid=np.zeros(0, dtype=np.int64), patterns=[], best_quality=None, clique=None, loss=None
+            )
         rows = np.arange(n, dtype=np.int64)
         lv = link_levels(fleet, rows)
         raw = np.concatenate([lv.reshape(n, -1), fleet.gpu_present.astype(np.int8)], axis=1)
@@ -338,7 +297,7 @@ class TopologyTables:
                     g=g,
                     n_present=int(fleet.gpu_present[r].sum()),
                     levels=lv[r],
-                    lq=self.link_quality[lv[r]],
+                    pair_quality=self.link_quality[lv[r]],
                     nvl=lv[r] == 0,
                     weights=weights,
                     present=fleet.gpu_present[r].copy(),
@@ -347,40 +306,49 @@ class TopologyTables:
                     pat.build_tables(self.share)
                 self._patterns[kb] = pat
             patterns.append(pat)
-        qbest: FloatA | None = None
+        best_quality: FloatA | None = None
         clique: BoolA | None = None
         loss: FloatA | None = None
         if g <= MAX_TABLE_GPUS:
-            qbest = np.stack([p.qbest for p in patterns if p.qbest is not None])
+            best_quality = np.stack([p.best_quality for p in patterns if p.best_quality is not None])
             clique = np.stack([p.clique for p in patterns if p.clique is not None])
             loss = np.stack([p.loss for p in patterns if p.loss is not None])
-        ft = FleetTopology(
+        return FleetTopology(
             pid=inverse.reshape(-1).astype(np.int64),
             patterns=patterns,
-            qbest=qbest,
+            best_quality=best_quality,
             clique=clique,
             loss=loss,
         )
-        self._fleet_key, self._fleet = key, ft
-        self._memo.clear()
-        return ft
 
-    def _per_key(self, ft: FleetTopology, pids: IntA, bits: IntA, what: str, k: int) -> FloatA:
-        """Wide nodes: evaluate per distinct (pattern, mask), memoised."""
+    # Wide nodes (G > MAX_TABLE_GPUS): evaluated per distinct (pattern, mask), memoised in the fleet's topology.
+
+    def _wide_best(self, ft: FleetTopology, pids: IntA, bits: IntA, k: int) -> FloatA:
         out = np.empty(pids.shape[0], dtype=np.float64)
         for i, (p, b) in enumerate(zip(pids.tolist(), bits.tolist(), strict=True)):
-            mk = (what, p, b, -1 if what == "loss" else k)
-            v = self._memo.get(mk)
+            v = ft.wide_best.get((p, b, k))
             if v is None:
-                pat = ft.patterns[p]
-                if what == "best":
-                    v = pat.best(b, k, self.share)[0]
-                elif what == "clique":
-                    v = 1.0 if pat.has_clique(b, k) else 0.0
-                else:  # "loss": every slot's, once per (pattern, mask)
-                    v = pat.slot_losses_greedy(b, self.share)
-                self._memo[mk] = v
-            out[i] = v[k] if isinstance(v, list) else float(v)  # type: ignore[arg-type]
+                v = ft.wide_best[(p, b, k)] = ft.patterns[p].best(b, k, self.share)[0]
+            out[i] = v
+        return out
+
+    def _wide_clique(self, ft: FleetTopology, pids: IntA, bits: IntA, k: int) -> BoolA:
+        out = np.empty(pids.shape[0], dtype=np.bool_)
+        for i, (p, b) in enumerate(zip(pids.tolist(), bits.tolist(), strict=True)):
+            v = ft.wide_clique.get((p, b, k))
+            if v is None:
+                v = ft.wide_clique[(p, b, k)] = ft.patterns[p].has_clique(b, k)
+            out[i] = v
+        return out
+
+    def _wide_loss(self, ft: FleetTopology, pids: IntA, bits: IntA, g: int) -> FloatA:
+        """(n, G) every slot's loss, once per (pattern, mask)."""
+        out = np.empty((pids.shape[0], g), dtype=np.float64)
+        for i, (p, b) in enumerate(zip(pids.tolist(), bits.tolist(), strict=True)):
+            v = ft.wide_loss.get((p, b))
+            if v is None:
+                v = ft.wide_loss[(p, b)] = ft.patterns[p].slot_losses_greedy(b, self.share)
+            out[i] = v
         return out
 
     def best_quality(self, fleet: FleetArrays, idx: IntA, usable: BoolA, k: int) -> FloatA:
@@ -389,9 +357,9 @@ class TopologyTables:
         bits = mask_bits(usable)
         if k > usable.shape[1]:
             return np.full(idx.shape[0], -np.inf)
-        if ft.qbest is not None:
-            return np.asarray(ft.qbest[ft.pid[idx], k, bits], dtype=np.float64)
-        return self._per_key(ft, ft.pid[idx], bits, "best", k)
+        if ft.best_quality is not None:
+            return np.asarray(ft.best_quality[ft.pid[idx], k, bits], dtype=np.float64)
+        return self._wide_best(ft, ft.pid[idx], bits, k)
 
     def has_clique(self, fleet: FleetArrays, idx: IntA, usable: BoolA, k: int) -> BoolA:
         """(n,) some ``k`` usable GPUs of the row are pairwise linked by NVLink."""
@@ -401,7 +369,7 @@ class TopologyTables:
         bits = mask_bits(usable)
         if ft.clique is not None:
             return np.asarray(ft.clique[ft.pid[idx], k, bits], dtype=np.bool_)
-        return self._per_key(ft, ft.pid[idx], bits, "clique", k) > 0.5
+        return self._wide_clique(ft, ft.pid[idx], bits, k)
 
     def slot_loss(self, fleet: FleetArrays, idx: IntA, free: BoolA) -> FloatA:
         """(n, G) connectivity quality lost by placing one GPU on each slot (0..1; see the module docstring)."""
@@ -410,130 +378,8 @@ class TopologyTables:
         pids = ft.pid[idx]
         if ft.loss is not None:
             return np.asarray(ft.loss[pids, bits], dtype=np.float64)
-        return np.stack([self._per_key(ft, pids, bits, "loss", j) for j in range(free.shape[1])], axis=1)
+        return self._wide_loss(ft, pids, bits, free.shape[1])
 
     def pattern(self, fleet: FleetArrays, row: int) -> Pattern:
         ft = self.for_fleet(fleet)
         return ft.patterns[int(ft.pid[row])]
-
-
-def _single_raw(
-    tables: TopologyTables, req: GpuRequest, fleet: FleetArrays, idx: IntA, elig: BoolA
-) -> tuple[FloatA, FloatA]:
-    """Single-GPU pods: (raw per row, loss per slot) where loss is +inf on slots the pod cannot use."""
-    loss = tables.slot_loss(fleet, idx, whole_free(fleet, idx))
-    loss = np.where(elig, loss, np.inf)
-    best = loss.min(axis=1) if loss.shape[1] else np.full(idx.shape[0], np.inf)
-    return np.where(np.isfinite(best), 1.0 - best, np.nan), loss
-
-
-class TopologyScore:
-    """Prefer nodes whose usable GPUs form the best-connected group; keep single pods off intact groups."""
-
-    name = "topology"
-
-    def __init__(self, args: TopologyArgs) -> None:
-        self.args = args
-        self.tables = TopologyTables(args.qualities(), args.worst_link_share)
-
-    def score(self, req: GpuRequest, fleet: FleetArrays, idx: IntA, ctx: CycleContext) -> FloatA:
-        if not req.wants_gpu or idx.size == 0:
-            return np.ones(idx.shape[0], dtype=np.float64)
-        elig = cycle_eligible(req, fleet, idx, ctx)
-        if req.count >= 2:
-            q = self.tables.best_quality(fleet, idx, elig, req.count)
-            return np.where(np.isfinite(q), q, np.nan)
-        raw, _ = _single_raw(self.tables, req, fleet, idx, elig)
-        return raw
-
-    def normalize(self, raw: FloatA) -> FloatA:
-        return unit(raw)
-
-    def explain(self, req: GpuRequest, fleet: FleetArrays, row: int, ctx: CycleContext) -> list[str]:
-        if not req.wants_gpu:
-            return ["the pod requests no GPU; topology does not matter"]
-        idx = np.array([row], dtype=np.int64)
-        elig = cycle_eligible(req, fleet, idx, ctx)
-        pat = self.tables.pattern(fleet, row)
-        gidx = fleet.gpu_index[row]
-        if req.count >= 2:
-            cols = [int(j) for j in np.nonzero(elig[0])[0]]
-            q, s = best_set(pat.lq, cols, req.count, self.args.worst_link_share)
-            if not s:
-                return [f"fewer than {req.count} usable GPUs ({len(cols)})"]
-            worst = max(int(pat.levels[a, b]) for a, b in itertools.combinations(s, 2))
-            names = ",".join(str(int(gidx[j])) for j in s)
-            return [
-                f"best {req.count} usable GPUs are {names}: slowest link {LEVEL_NAMES[worst]} "
-                f"(set quality {q:.2f} of 1)",
-                f"{len(cols)} GPUs usable by the pod",
-            ]
-        raw, loss = _single_raw(self.tables, req, fleet, idx, elig)
-        if not np.isfinite(raw[0]):
-            return ["no usable GPU"]
-        j = int(np.argmin(loss[0]))
-        free = int(whole_free(fleet, idx)[0].sum())
-        return [
-            f"best slot for one GPU is gpu {int(gidx[j])}: it costs {loss[0, j]:.0%} of the free GPUs' connectivity "
-            f"quality ({free} whole GPUs free; uniformly connected GPUs cost nothing)",
-        ]
-
-
-class TopologyPicker:
-    """Choose the best-connected usable set for multi-GPU pods; for one GPU, the slot that breaks the least."""
-
-    name = "topology"
-
-    def __init__(self, args: TopologyArgs) -> None:
-        self.args = args
-        self.tables = TopologyTables(args.qualities(), args.worst_link_share)
-
-    def pick(self, req: GpuRequest, fleet: FleetArrays, row: int, ctx: CycleContext) -> tuple[int, ...] | None:
-        if not req.wants_gpu:
-            return ()
-        idx = np.array([row], dtype=np.int64)
-        elig = cycle_eligible(req, fleet, idx, ctx)[0]
-        cols = [int(j) for j in np.nonzero(elig)[0]]
-        if len(cols) < req.count:
-            return None
-        gidx = fleet.gpu_index[row]
-        pat = self.tables.pattern(fleet, row)
-        share = self.args.worst_link_share
-        if req.count == 1:
-            _, loss = _single_raw(self.tables, req, fleet, idx, elig[None, :])
-            free_after = fleet.free_milli[row] - req.demand_milli(fleet.mem_total[row])
-            # least connectivity lost, then best fit (least left over), then the lowest slot
-            j = min(cols, key=lambda c: (round(float(loss[0, c]), 9), int(free_after[c]), c))
-            return (int(gidx[j]),)
-        free_bits = int(mask_bits(whole_free(fleet, idx))[0])
-        need_clique = req.topology is Topology.NVLINK_REQUIRED
-        best_key: tuple[float, float] | None = None
-        best: tuple[int, ...] | None = None
-        if math.comb(len(cols), req.count) <= EXACT_COMBINATIONS:
-            candidates: list[tuple[int, ...]] = list(itertools.combinations(cols, req.count))
-        else:
-            candidates = [best_set(pat.lq, cols, req.count, share)[1]]
-        for s in candidates:
-            if need_clique and not all(pat.nvl[a, b] for a, b in itertools.combinations(s, 2)):
-                continue
-            rest = free_bits
-            for c in s:
-                rest &= ~(1 << c)
-            key = (round(set_quality(pat.lq, s, share), 9), round(pat.capacity(rest, share), 9))
-            if best_key is None or key > best_key:
-                best_key, best = key, s
-        if best is None:
-            return None
-        return tuple(int(gidx[j]) for j in best)
-
-
-@register("score", "topology", TopologyArgs)
-def _topology_score(args: TopologyArgs) -> TopologyScore:
-    """Best-connected GPU group for multi-GPU pods; keep single-GPU pods off intact connected groups."""
-    return TopologyScore(args)
-
-
-@register("picker", "topology", TopologyArgs)
-def _topology_picker(args: TopologyArgs) -> TopologyPicker:
-    """Pick the best-connected set of usable GPUs (NVLink first) inside the chosen node."""
-    return TopologyPicker(args)

@@ -1,0 +1,294 @@
+"""The ``fragmentation`` (kelvin) and ``fgd`` (paper) score and picker plugins."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Self
+
+import numpy as np
+from pydantic import Field
+
+from ...model import GIB, MILLI_PER_GPU, FleetArrays, GpuRequest
+from ..base import MAX_EXTENDER_PRIORITY, CycleContext, FloatA, IntA, StateKey
+from ..config import CamelModel
+from ..normalize import minmax
+from ..packing import DEFAULT_REPLAN_DRIFT, PlanCache
+from ..registry import register
+from .gradient import (
+    Placements,
+    _accessible,
+    best_per_row,
+    cpu_surplus_factor,
+    fgd_value,
+    node_fragmentation,
+    placements,
+    quantised,
+    stranding_change,
+    stranding_penalty,
+)
+from .workload import (
+    DEFAULT_COVERAGE,
+    DEFAULT_HALF_LIFE_PODS,
+    DEFAULT_LEVELS,
+    DEFAULT_PRIOR_WEIGHT,
+    DEFAULT_STRANDING_WEIGHT,
+    Workload,
+    WorkloadEstimator,
+)
+
+WORKLOAD_KEY: StateKey[Workload] = StateKey("fragmentation.workload")
+"""Cycle state: the cycle's target :class:`Workload` (a caller's, e.g. the simulator's from the trace, overrides the
+learned one; else the first fragmentation plugin of the cycle writes the learned one)."""
+
+
+class FragmentationArgs(CamelModel):
+    """Arguments of the ``fragmentation`` (kelvin) and ``fgd`` (paper) policies."""
+
+    levels: int = Field(DEFAULT_LEVELS, ge=2, le=100_000, description="steps of the quantised score (FGD: 100)")
+    memory_aware: bool = Field(True, description="typical pods must also fit the node's free host memory")
+    half_life_pods: float = Field(DEFAULT_HALF_LIFE_PODS, gt=0, description="decay of the learned workload, in pods")
+    prior_weight: float = Field(DEFAULT_PRIOR_WEIGHT, ge=0, description="pseudo-pods of the default workload")
+    coverage: float = Field(DEFAULT_COVERAGE, gt=0, le=1, description="share of pods the workload's shapes cover")
+    reference_gpu_memory_gib: float = Field(80, gt=0, description="GPU size for converting memory pools to shares")
+    packing_plan: bool = Field(
+        True, description="shared pods: prefer placements of the workload's optimal packing (kelvin only, not fgd)"
+    )
+    stranding_weight: float = Field(
+        DEFAULT_STRANDING_WEIGHT,
+        ge=0,
+        le=1000,
+        description="weight of the GPU a node strands for lack of CPU, added to dF (kelvin only; 0 = FGD's measure)",
+    )
+    stranding_full_surplus: float = Field(
+        0.5,
+        ge=0,
+        le=10,
+        description="pods get the full stranding weight once free CPU exceeds what free GPUs need by this share",
+    )
+    replan_drift: float = Field(
+        DEFAULT_REPLAN_DRIFT, gt=0, le=2, description="re-solve the packing plan when the share mix moved this far (L1)"
+    )
+
+    def workload_settings(self) -> tuple[float, float, float, float]:
+        """The arguments that decide what the workload estimator learns."""
+        return (self.half_life_pods, self.prior_weight, self.coverage, self.reference_gpu_memory_gib)
+
+
+@dataclass(slots=True)
+class FragmentationBase:
+    """The common base of the ``fragmentation`` and ``fgd`` plugins: the workload they learn and the per-placement
+    values they rank by (:meth:`_values` for nodes, :meth:`_pick_values` for the GPUs inside the chosen node)."""
+
+    args: FragmentationArgs
+    estimator: WorkloadEstimator
+    name: str = "fragmentation"
+    plans: PlanCache = field(default_factory=PlanCache)
+    learns: bool = True
+    """Whether :meth:`observe` feeds the estimator (False once it is a peer's, which learns for both: :meth:`bind`)."""
+
+    @classmethod
+    def create(cls, args: FragmentationArgs) -> Self:
+        est = WorkloadEstimator(
+            half_life_pods=args.half_life_pods,
+            prior_weight=args.prior_weight,
+            coverage=args.coverage,
+            reference_gpu_memory=int(args.reference_gpu_memory_gib * GIB),
+        )
+        return cls(args, est, plans=PlanCache(args.replan_drift))
+
+    @property
+    def memory_aware(self) -> bool:
+        return self.args.memory_aware
+
+    # --- hooks the framework calls ---------------------------------------------------------------------------------
+
+    def bind(self, peers: Sequence[object]) -> None:
+        """As the picker, judge by the workload the first fragmentation scorer learns (``peers``: the score
+        plugins): one estimator, one histogram, fed once per pod. Shared only when both learn alike (same estimator
+        settings), the packing plans too when they re-plan alike; otherwise each learns apart."""
+        source = next((p for p in peers if isinstance(p, FragmentationBase)), None)
+        if source is None or source is self or source.args.workload_settings() != self.args.workload_settings():
+            return
+        self.estimator = source.estimator
+        self.learns = False
+        if source.args.replan_drift == self.args.replan_drift:
+            self.plans = source.plans
+
+    def observe(self, req: GpuRequest) -> None:
+        """Count one arriving pod in the learned workload (unless a peer's estimator, fed by that peer)."""
+        if self.learns:
+            self.estimator.observe(req)
+
+    # --- scoring ----------------------------------------------------------------------------------------------------
+
+    def workload(self, ctx: CycleContext) -> Workload:
+        """The cycle's target workload: the caller's (``ctx.state[WORKLOAD_KEY]``), else the one learned so far.
+        Only reads the estimator (it learns in :meth:`observe`)."""
+        return ctx.state.compute(WORKLOAD_KEY, self.estimator.workload)
+
+    def _values(self, req: GpuRequest, fleet: FleetArrays, pl: Placements, w: Workload) -> FloatA:
+        """Per placement: the value nodes are ranked by (a node scores its best placement's)."""
+        raise NotImplementedError
+
+    def _pick_values(self, req: GpuRequest, fleet: FleetArrays, pl: Placements, w: Workload) -> FloatA:
+        """Per placement: the value the GPUs inside the chosen node are picked by (default: :meth:`_values`)."""
+        return self._values(req, fleet, pl, w)
+
+    def score(self, req: GpuRequest, fleet: FleetArrays, idx: IntA, ctx: CycleContext) -> FloatA:
+        w = self.workload(ctx)
+        pl = placements(req, fleet, idx, w, ctx, memory_aware=self.memory_aware)
+        best, _ = best_per_row(self._values(req, fleet, pl, w), pl.pos, len(idx))
+        return best
+
+    def normalize(self, raw: FloatA) -> FloatA:
+        return minmax(raw)
+
+    def pick(self, req: GpuRequest, fleet: FleetArrays, row: int, ctx: CycleContext) -> tuple[int, ...] | None:
+        w = self.workload(ctx)
+        rows = np.array([row], dtype=np.int64)
+        pl = placements(req, fleet, rows, w, ctx, memory_aware=self.memory_aware)
+        _, which = best_per_row(self._pick_values(req, fleet, pl, w), pl.pos, 1)
+        if which[0] < 0:
+            return None
+        return tuple(int(fleet.gpu_index[row, c]) for c in pl.slots(int(which[0])))
+
+    def explain(self, req: GpuRequest, fleet: FleetArrays, row: int, ctx: CycleContext) -> list[str]:
+        w = self.workload(ctx)
+        rows = np.array([row], dtype=np.int64)
+        acc = _accessible(w, fleet, rows)
+        mem = fleet.mem_free_host[rows] if self.memory_aware else None
+        before = float(node_fragmentation(fleet.free_milli[rows], fleet.cpu_free[rows], acc, w, mem)[0])
+        pl = placements(req, fleet, rows, w, ctx, memory_aware=self.memory_aware)
+        lines = [f"fragmentation now {before / MILLI_PER_GPU:.2f} GPU (against {len(w)} typical pod shapes)"]
+        if len(pl.pos) == 0:
+            return [*lines, "the pod does not fit on any GPU of this node"]
+        _, which = best_per_row(self._pick_values(req, fleet, pl, w), pl.pos, 1)
+        i = int(which[0])
+        gpus = ", ".join(str(int(fleet.gpu_index[row, c])) for c in pl.slots(i)) or "none"
+        lines.append(f"best placement (GPU {gpus}) changes it by {pl.delta[i] / MILLI_PER_GPU:+.3f} GPU")
+        return [*lines, *self._explain_extras(req, fleet, pl, w, i)]
+
+    def _explain_extras(self, req: GpuRequest, fleet: FleetArrays, pl: Placements, w: Workload, i: int) -> list[str]:
+        return []
+
+
+def learn(plugins: Iterable[object], req: GpuRequest) -> None:
+    """Count one arriving pod in the workload estimators of ``plugins`` (each distinct estimator once; plugins
+    without one are skipped). For callers that hold plugins without a framework (the simulator)."""
+    seen: set[int] = set()
+    for p in plugins:
+        if isinstance(p, FragmentationBase) and id(p.estimator) not in seen:
+            seen.add(id(p.estimator))
+            p.estimator.observe(req)
+
+
+class FragmentationPolicy(FragmentationBase):
+    """kelvin's fragmentation score: FGD's quantised gradient over a memory-aware F; in-node ties to the tightest fit.
+
+    Nodes are ranked by the quantised score alone (``levels`` steps of sigmoid(-dF/1000)): placements whose dF
+    differ by less than a step are equally good, and the caller's tie-break decides. Measured on the Alibaba trace,
+    ranking by the raw dF instead chases noise and strands more GPUs. Inside the chosen node the GPU is picked by the
+    quantised score, then the smallest raw dF, then the least share left on the GPU.
+
+    Shared pods (``packingPlan``, on by default) are first ranked by the placement's reduced cost in the optimal
+    packing of the workload's shares (:mod:`.packing`), in hundredths of a GPU: FGD's score only decides among
+    placements the plan finds equally good.
+    """
+
+    def _values(self, req: GpuRequest, fleet: FleetArrays, pl: Placements, w: Workload) -> FloatA:
+        weight = self.args.stranding_weight * cpu_surplus_factor(fleet, w, self.args.stranding_full_surplus)
+        primary = quantised(pl.delta + weight * stranding_penalty(req, pl, w), self.args.levels)
+        penalty = self.plan_penalty(req, pl, w)
+        if penalty is not None:
+            primary = primary - (self.args.levels + 1) * penalty
+        return primary
+
+    def _pick_values(self, req: GpuRequest, fleet: FleetArrays, pl: Placements, w: Workload) -> FloatA:
+        """:meth:`_values`, ties broken by the smaller raw dF, then the tightest GPU."""
+        primary = self._values(req, fleet, pl, w)
+        return np.asarray(
+            primary - 1e-3 * np.tanh(pl.delta / MILLI_PER_GPU) + 1e-4 * (1.0 - pl.slot_left / MILLI_PER_GPU),
+            dtype=np.float64,
+        )
+
+    def _explain_extras(self, req: GpuRequest, fleet: FleetArrays, pl: Placements, w: Workload, i: int) -> list[str]:
+        out = []
+        penalty = self.plan_penalty(req, pl, w)
+        if penalty is not None:
+            cost = float(penalty[i])
+            out.append(
+                "packing plan: part of the optimal packing of the workload's shares"
+                if cost == 0
+                else f"packing plan: {cost / 100:.2f} GPU worse than the optimal packing of the workload's shares"
+            )
+        change = float(stranding_change(req, pl, w)[i])
+        if change and self.args.stranding_weight:
+            factor = cpu_surplus_factor(fleet, w, self.args.stranding_full_surplus)
+            what = "more" if change > 0 else "fewer"
+            note = f"weight x{factor:.2f}" if change > 0 else "not credited: dF counts what using them is worth"
+            out.append(
+                f"CPU stranding: {abs(change) / MILLI_PER_GPU:.2f} {what} GPU left without CPU to feed it "
+                f"(at {w.cpu_per_milli:.1f} millicores per thousandth of GPU; {note})"
+            )
+        return out
+
+    def prepare(self, fleet: FleetArrays) -> None:
+        """When a snapshot is published: re-solve the packing plan off the request path (:meth:`warm_plan`)."""
+        self.warm_plan()
+
+    def warm_plan(self) -> None:
+        """Re-solve the packing plan for the learned workload off the request path once the share mix has moved
+        half of ``replanDrift``."""
+        if not self.args.packing_plan:
+            return
+        w = self.estimator.workload()
+        if w.shares is not None:
+            self.plans.plan(*w.shares, drift=self.args.replan_drift / 2)
+
+    def plan_penalty(self, req: GpuRequest, pl: Placements, w: Workload) -> FloatA | None:
+        """Each placement's reduced cost in the workload's packing plan (hundredths of a GPU), or ``None``."""
+        if not (self.args.packing_plan and req.shared and pl.slot_free is not None and len(pl.pos)):
+            return None
+        if w.shares is not None:
+            plan = self.plans.plan(*w.shares)
+        else:
+            shares = w.gpu_shapes & (w.count == 1) & (w.milli < MILLI_PER_GPU)
+            plan = self.plans.plan(w.milli[shares], w.prob[shares])
+        if plan is None:
+            return None
+        return plan.penalty(pl.slot_free, pl.slot_free - pl.slot_left)
+
+
+class FgdPolicy(FragmentationBase):
+    """The FGD paper's score, exactly: int(100 * sigmoid(-dF/1000)); inside the node, the first best GPU."""
+
+    @property
+    def memory_aware(self) -> bool:
+        return False
+
+    def _values(self, req: GpuRequest, fleet: FleetArrays, pl: Placements, w: Workload) -> FloatA:
+        return fgd_value(pl.delta)
+
+    def normalize(self, raw: FloatA) -> FloatA:
+        return np.asarray(np.clip(np.nan_to_num(raw, neginf=0.0), 0, 100) / 100 * MAX_EXTENDER_PRIORITY)
+
+
+register(
+    "score",
+    "fragmentation",
+    FragmentationArgs,
+    "Expected increase of fragmentation against the learned workload (FGD class), binned; ties to best fit.",
+)(FragmentationPolicy.create)
+register(
+    "picker",
+    "fragmentation",
+    FragmentationArgs,
+    "The GPU(s) inside the node whose use raises fragmentation least, then the tightest fit.",
+)(FragmentationPolicy.create)
+register("score", "fgd", FragmentationArgs, "The FGD paper's fragmentation-gradient score (baseline).")(
+    FgdPolicy.create
+)
+register("picker", "fgd", FragmentationArgs, "The FGD paper's GPU choice: the first GPU with the best score.")(
+    FgdPolicy.create
+)

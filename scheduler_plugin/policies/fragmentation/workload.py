@@ -1,0 +1,285 @@
+"""The target workload of the fragmentation policies: pod shapes, their probabilities, and the estimator that learns
+them from arriving pods (a decayed histogram seeded with a default mix)."""
+
+from __future__ import annotations
+
+from collections import Counter, OrderedDict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import NamedTuple
+
+import numpy as np
+import numpy.typing as npt
+
+from ...model import GIB, MILLI_PER_GPU, FleetArrays, GpuRequest
+from ...model.claim import charge_milli
+from ...model.gpu_models import matches_any
+from ...model.request import MAX_GPUS_PER_POD
+from ..base import BoolA, FloatA, IntA
+
+DEFAULT_COVERAGE = 0.95
+DEFAULT_HALF_LIFE_PODS = 2000.0
+DEFAULT_PRIOR_WEIGHT = 200.0
+DEFAULT_LEVELS = 100
+DEFAULT_MAX_SHAPES = 512
+DEFAULT_REFERENCE_GPU_MEMORY = 80 * GIB
+DEFAULT_STRANDING_WEIGHT = 4.0
+_SEEN_KEYS = 20_000
+
+
+class PodShape(NamedTuple):
+    cpu_milli: int
+    milli: int
+    """Per-GPU thousandths (0 for a pod without GPUs)."""
+    gpus: int
+    models: frozenset[str] | None
+
+
+def shape_of(req: GpuRequest, reference_gpu_memory: int = DEFAULT_REFERENCE_GPU_MEMORY) -> PodShape:
+    """The workload shape of a request. A memory-pool share is converted to thousandths of a reference GPU."""
+    if not req.wants_gpu:
+        return PodShape(req.cpu_milli, 0, 0, None)
+    if req.shared:
+        milli = charge_milli(req.milli, req.memory_bytes, max(reference_gpu_memory, 1))
+        return PodShape(req.cpu_milli, min(milli, MILLI_PER_GPU), 1, req.models)
+    return PodShape(req.cpu_milli, MILLI_PER_GPU, req.count, req.models)
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """The target workload M: pod shapes and their probabilities (arrays of length M)."""
+
+    cpu_milli: IntA
+    milli: IntA
+    count: IntA
+    models: tuple[frozenset[str] | None, ...]
+    prob: FloatA
+    host_memory: IntA | None = None
+    """(M,) mean host memory (bytes) of each shape's pods; used by memory-aware scoring (zeros when unknown)."""
+    shares: tuple[IntA, FloatA] | None = None
+    """(per-GPU thousandths, weights) of *every* one-GPU share seen, before the coverage cut: the packing plan needs
+    the rare small shares too (they are what fills the gaps the common ones leave). ``None``: use the kept shapes."""
+    thresholds: IntA = field(init=False, repr=False, compare=False)
+    """Distinct per-GPU shares of the GPU shapes (ascending)."""
+    share_index: IntA = field(init=False, repr=False, compare=False)
+    """(M,) index of each shape's share in ``thresholds`` (0 for CPU-only shapes)."""
+    gpu_shapes: BoolA = field(init=False, repr=False, compare=False)
+    by_threshold: FloatA = field(init=False, repr=False, compare=False)
+    """(M, T) p_m in column ``share_index[m]`` for GPU shapes: sums the probabilities of the shapes sharing a
+    threshold."""
+    unrestricted: bool = field(init=False, repr=False, compare=False)
+    """No shape restricts GPU models (every node is accessible to every shape)."""
+    _access: dict[tuple[str, ...], BoolA] = field(init=False, repr=False, compare=False)
+    _node_access: list[tuple[tuple[str, ...], npt.NDArray[np.int32], BoolA]] = field(
+        init=False, repr=False, compare=False
+    )
+
+    def __post_init__(self) -> None:
+        if self.host_memory is None:
+            object.__setattr__(self, "host_memory", np.zeros(len(self.prob), dtype=np.int64))
+        gpu = self.count > 0
+        fill = self.milli[gpu][0] if gpu.any() else 1
+        th, tix = np.unique(np.where(gpu, self.milli, fill), return_inverse=True)
+        object.__setattr__(self, "thresholds", th.astype(np.int32))
+        object.__setattr__(self, "share_index", tix.astype(np.int64))
+        object.__setattr__(self, "gpu_shapes", gpu)
+        by_t = np.zeros((len(self.prob), len(th)), dtype=np.float64)
+        by_t[np.flatnonzero(gpu), tix[gpu]] = self.prob[gpu]
+        object.__setattr__(self, "by_threshold", by_t)
+        object.__setattr__(self, "_access", {})
+        object.__setattr__(self, "unrestricted", all(m is None for m in self.models))
+        object.__setattr__(self, "_node_access", [])
+
+    @classmethod
+    def from_counts(
+        cls,
+        counts: Mapping[PodShape, float],
+        coverage: float = DEFAULT_COVERAGE,
+        host_memory: Mapping[PodShape, float] | None = None,
+    ) -> Workload:
+        """Keep the most frequent shapes until they cover ``coverage`` of the weight; renormalise.
+
+        ``host_memory`` gives each shape's mean host memory in bytes (memory is not part of the shape key)."""
+        items = sorted(((w, s) for s, w in counts.items() if w > 0), key=lambda x: (-x[0], x[1][:3]))
+        if not items:
+            raise ValueError("a workload needs at least one pod shape with positive weight")
+        total = sum(w for w, _ in items)
+        kept: list[tuple[float, PodShape]] = []
+        acc = 0.0
+        for w, s in items:
+            kept.append((w, s))
+            acc += w
+            if acc >= coverage * total - 1e-9:
+                break
+        ws = np.array([w for w, _ in kept], dtype=np.float64)
+        shared = [(s.milli, w) for w, s in items if s.gpus == 1 and 0 < s.milli < MILLI_PER_GPU]
+        return cls(
+            cpu_milli=np.array([s.cpu_milli for _, s in kept], dtype=np.int64),
+            milli=np.array([s.milli for _, s in kept], dtype=np.int64),
+            count=np.array([s.gpus for _, s in kept], dtype=np.int64),
+            models=tuple(s.models for _, s in kept),
+            prob=ws / ws.sum(),
+            host_memory=np.array([int((host_memory or {}).get(s, 0)) for _, s in kept], dtype=np.int64),
+            shares=(
+                np.array([m for m, _ in shared], dtype=np.int64),
+                np.array([w for _, w in shared], dtype=np.float64),
+            ),
+        )
+
+    @classmethod
+    def from_requests(
+        cls,
+        reqs: Iterable[GpuRequest],
+        coverage: float = DEFAULT_COVERAGE,
+        reference_gpu_memory: int = DEFAULT_REFERENCE_GPU_MEMORY,
+    ) -> Workload:
+        counts: Counter[PodShape] = Counter()
+        mem: dict[PodShape, float] = {}
+        for r in map(bounded_request, reqs):
+            s = shape_of(r, reference_gpu_memory)
+            counts[s] += 1
+            mem[s] = mem.get(s, 0.0) + r.host_memory_bytes
+        return cls.from_counts(counts, coverage, {s: mem[s] / counts[s] for s in counts})
+
+    def __len__(self) -> int:
+        return len(self.prob)
+
+    @property
+    def cpu_per_milli(self) -> float:
+        """Millicores the GPU shapes ask for per thousandth of GPU, weighted by frequency (0 without GPU shapes)."""
+        g = self.gpu_shapes
+        gpu = float((self.prob[g] * self.milli[g] * self.count[g]).sum())
+        return float((self.prob[g] * self.cpu_milli[g]).sum()) / gpu if gpu > 0 else 0.0
+
+    def access_table(self, models: tuple[str, ...]) -> BoolA:
+        """(len(models) + 1, M): shape m admits GPU model i; the last row (nodes without GPUs) admits everything.
+        Cached per model list (fleets keep theirs)."""
+        hit = self._access.get(models)
+        if hit is None:
+            table = np.ones((len(models) + 1, len(self)), dtype=np.bool_)
+            for j, allowed in enumerate(self.models):
+                if allowed:
+                    table[: len(models), j] = [matches_any(allowed, m) for m in models]
+            hit = self._access[models] = table
+        return hit
+
+    def node_access(self, fleet: FleetArrays) -> BoolA:
+        """(N, M) :meth:`access_table` per node of ``fleet`` (by its first GPU's model). Cached for the last fleet:
+        ``model_id`` is telemetry, never written in place, so its array object is the key."""
+        hit = self._node_access
+        if hit and hit[0][0] == fleet.models and hit[0][1] is fleet.model_id:
+            return hit[0][2]
+        table = self.access_table(fleet.models)
+        per_node = np.asarray(table[fleet.model_id[:, 0]], dtype=np.bool_)  # model id -1 (no GPU) -> the last row
+        hit[:] = [(fleet.models, fleet.model_id, per_node)]
+        return per_node
+
+    def shapes(self) -> list[tuple[PodShape, float]]:
+        return [
+            (PodShape(int(c), int(m), int(n), s), float(p))
+            for c, m, n, s, p in zip(self.cpu_milli, self.milli, self.count, self.models, self.prob, strict=True)
+        ]
+
+
+#: Used until the estimator has seen pods: a broad mix of CPU-only pods, GPU shares, and 1 to 8 whole GPUs.
+DEFAULT_SHAPES: dict[PodShape, float] = {
+    PodShape(4000, 0, 0, None): 0.10,
+    PodShape(4000, 250, 1, None): 0.10,
+    PodShape(6000, 500, 1, None): 0.15,
+    PodShape(8000, 1000, 1, None): 0.40,
+    PodShape(16000, 1000, 2, None): 0.10,
+    PodShape(32000, 1000, 4, None): 0.08,
+    PodShape(64000, 1000, 8, None): 0.07,
+}
+
+
+#: What one observed pod may add to the learned workload: its CPU (millicores) and host memory (bytes) are clamped
+#: to these, its GPU count to ``MAX_GPUS_PER_POD``. The workload is shared by every later request, so a pod that asks
+#: for more than any node has (and more than int64 can add up) must not be able to store a value that breaks the
+#: scoring of others; clamped, it still counts as "does not fit anywhere", which is what it is. Both bounds are far
+#: above any node (2**40 millicores is a billion cores, 2**53 bytes 8 PiB) and exact in float64.
+MAX_SHAPE_CPU_MILLI = 2**40
+MAX_SHAPE_HOST_MEMORY = 2**53
+
+
+def bounded_request(req: GpuRequest) -> GpuRequest:
+    """``req`` with its CPU, host memory and GPU count clamped into the ranges the learned workload can hold."""
+    cpu = min(max(req.cpu_milli, 0), MAX_SHAPE_CPU_MILLI)
+    mem = min(max(req.host_memory_bytes, 0), MAX_SHAPE_HOST_MEMORY)
+    count = min(max(req.count, 0), MAX_GPUS_PER_POD)
+    if (cpu, mem, count) == (req.cpu_milli, req.host_memory_bytes, req.count):
+        return req
+    return replace(req, cpu_milli=cpu, host_memory_bytes=mem, count=count)
+
+
+class WorkloadEstimator:
+    """A decayed histogram of observed pod shapes (half-life in pods), seeded with a prior.
+
+    Each pod is counted once (by ``pod_uid`` or ``pod_key``) even when the scheduler retries it. What it is fed is
+    clamped first (:func:`bounded_request`): no request can store a value that later breaks scoring for others.
+    """
+
+    def __init__(
+        self,
+        *,
+        half_life_pods: float = DEFAULT_HALF_LIFE_PODS,
+        prior: Mapping[PodShape, float] | None = None,
+        prior_weight: float = DEFAULT_PRIOR_WEIGHT,
+        coverage: float = DEFAULT_COVERAGE,
+        max_shapes: int = DEFAULT_MAX_SHAPES,
+        reference_gpu_memory: int = DEFAULT_REFERENCE_GPU_MEMORY,
+    ) -> None:
+        self._growth = 2.0 ** (1.0 / half_life_pods)
+        self._inc = 1.0
+        self._coverage = coverage
+        self._max_shapes = max_shapes
+        self._ref_mem = reference_gpu_memory
+        base = prior if prior is not None else DEFAULT_SHAPES
+        total = sum(base.values()) or 1.0
+        self._weights: dict[PodShape, float] = {s: prior_weight * w / total for s, w in base.items()}
+        self._memory: dict[PodShape, float] = {}
+        self._seen: OrderedDict[str, None] = OrderedDict()
+        self._cached: Workload | None = None
+        self.observed = 0
+
+    def observe(self, req: GpuRequest) -> None:
+        key = req.pod_uid or req.pod_key
+        if key:
+            if key in self._seen:
+                self._seen.move_to_end(key)
+                return
+            self._seen[key] = None
+            if len(self._seen) > _SEEN_KEYS:
+                self._seen.popitem(last=False)
+        req = bounded_request(req)
+        # Instead of decaying every weight, new observations weigh exponentially more; rescale before overflow.
+        self._inc *= self._growth
+        s = shape_of(req, self._ref_mem)
+        self._weights[s] = self._weights.get(s, 0.0) + self._inc
+        self._memory[s] = self._memory.get(s, 0.0) + self._inc * req.host_memory_bytes
+        if self._inc > 1e12:
+            self._weights = {k: v / self._inc for k, v in self._weights.items()}
+            self._memory = {k: v / self._inc for k, v in self._memory.items()}
+            self._inc = 1.0
+        if len(self._weights) > self._max_shapes:
+            floor = sorted(self._weights.values())[-self._max_shapes]
+            self._weights = {k: v for k, v in self._weights.items() if v >= floor}
+            self._memory = {k: v for k, v in self._memory.items() if k in self._weights}
+        self.observed += 1
+        self._cached = None
+
+    def workload(self) -> Workload:
+        if self._cached is None:
+            mem = {k: v / self._weights[k] for k, v in self._memory.items() if self._weights.get(k, 0) > 0}
+            self._cached = Workload.from_counts(self._weights, self._coverage, mem)
+        return self._cached
+
+
+def workload_of(
+    reqs: Sequence[GpuRequest],
+    coverage: float = DEFAULT_COVERAGE,
+    reference_gpu_memory: int = DEFAULT_REFERENCE_GPU_MEMORY,
+) -> Workload:
+    """The target workload of a trace (the paper's definition: shapes covering ``coverage`` of the pods); memory
+    pools count as their share of a GPU of ``reference_gpu_memory`` bytes."""
+    return Workload.from_requests(reqs, coverage, reference_gpu_memory)

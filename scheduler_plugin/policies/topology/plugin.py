@@ -1,0 +1,169 @@
+"""The ``topology`` score and picker plugins and their arguments."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+from pydantic import Field, model_validator
+
+from ...model import FleetArrays, GpuRequest, Topology
+from ..base import BoolA, CycleContext, FloatA, IntA
+from ..config import CamelModel
+from ..eligibility import cycle_eligible, mask_bits, whole_free
+from ..normalize import unit
+from ..registry import register
+from .tables import EXACT_COMBINATIONS, LEVEL_NAMES, TopologyTables, best_set, set_quality
+
+
+class TopologyArgs(CamelModel):
+    nvlink: float = Field(1.0, ge=0, le=1)
+    """Quality of an NVLink pair."""
+    same_switch: float = Field(0.6, ge=0, le=1)
+    """Quality of a pair behind the same PCIe switch."""
+    same_numa: float = Field(0.3, ge=0, le=1)
+    """Quality of a pair on the same NUMA node (through the CPU's root complex)."""
+    cross_socket: float = Field(0.0, ge=0, le=1)
+    """Quality of a pair on different sockets."""
+    worst_link_share: float = Field(0.8, ge=0, le=1)
+    """Weight of the worst pair in a set's quality; the rest goes to the mean pair."""
+
+    @model_validator(mode="after")
+    def _ordered(self) -> TopologyArgs:
+        if not self.nvlink >= self.same_switch >= self.same_numa >= self.cross_socket:
+            raise ValueError("link qualities must not increase: nvlink >= sameSwitch >= sameNuma >= crossSocket")
+        return self
+
+    def qualities(self) -> FloatA:
+        return np.array([self.nvlink, self.same_switch, self.same_numa, self.cross_socket], dtype=np.float64)
+
+
+def _single_raw(
+    tables: TopologyTables, req: GpuRequest, fleet: FleetArrays, idx: IntA, elig: BoolA
+) -> tuple[FloatA, FloatA]:
+    """Single-GPU pods: (raw per row, loss per slot) where loss is +inf on slots the pod cannot use."""
+    loss = tables.slot_loss(fleet, idx, whole_free(fleet, idx))
+    loss = np.where(elig, loss, np.inf)
+    best = loss.min(axis=1) if loss.shape[1] else np.full(idx.shape[0], np.inf)
+    return np.where(np.isfinite(best), 1.0 - best, np.nan), loss
+
+
+class TopologyScore:
+    """Prefer nodes whose usable GPUs form the best-connected group; keep single pods off intact groups."""
+
+    name = "topology"
+
+    def __init__(self, args: TopologyArgs) -> None:
+        self.args = args
+        self.tables = TopologyTables(args.qualities(), args.worst_link_share)
+
+    def prepare(self, fleet: FleetArrays) -> None:
+        self.tables.for_fleet(fleet)
+
+    def score(self, req: GpuRequest, fleet: FleetArrays, idx: IntA, ctx: CycleContext) -> FloatA:
+        if not req.wants_gpu or idx.size == 0:
+            return np.ones(idx.shape[0], dtype=np.float64)
+        elig = cycle_eligible(req, fleet, idx, ctx)
+        if req.count >= 2:
+            q = self.tables.best_quality(fleet, idx, elig, req.count)
+            return np.where(np.isfinite(q), q, np.nan)
+        raw, _ = _single_raw(self.tables, req, fleet, idx, elig)
+        return raw
+
+    def normalize(self, raw: FloatA) -> FloatA:
+        return unit(raw)
+
+    def explain(self, req: GpuRequest, fleet: FleetArrays, row: int, ctx: CycleContext) -> list[str]:
+        if not req.wants_gpu:
+            return ["the pod requests no GPU; topology does not matter"]
+        idx = np.array([row], dtype=np.int64)
+        elig = cycle_eligible(req, fleet, idx, ctx)
+        pat = self.tables.pattern(fleet, row)
+        gidx = fleet.gpu_index[row]
+        if req.count >= 2:
+            cols = [int(j) for j in np.nonzero(elig[0])[0]]
+            q, s = best_set(pat.pair_quality, cols, req.count, self.args.worst_link_share)
+            if not s:
+                return [f"fewer than {req.count} usable GPUs ({len(cols)})"]
+            worst = max(int(pat.levels[a, b]) for a, b in itertools.combinations(s, 2))
+            names = ",".join(str(int(gidx[j])) for j in s)
+            return [
+                f"best {req.count} usable GPUs are {names}: slowest link {LEVEL_NAMES[worst]} "
+                f"(set quality {q:.2f} of 1)",
+                f"{len(cols)} GPUs usable by the pod",
+            ]
+        raw, loss = _single_raw(self.tables, req, fleet, idx, elig)
+        if not np.isfinite(raw[0]):
+            return ["no usable GPU"]
+        j = int(np.argmin(loss[0]))
+        free = int(whole_free(fleet, idx)[0].sum())
+        return [
+            f"best slot for one GPU is gpu {int(gidx[j])}: it costs {loss[0, j]:.0%} of the free GPUs' connectivity "
+            f"quality ({free} whole GPUs free; uniformly connected GPUs cost nothing)",
+        ]
+
+
+class TopologyPicker:
+    """Choose the best-connected usable set for multi-GPU pods; for one GPU, the slot that breaks the least."""
+
+    name = "topology"
+
+    def __init__(self, args: TopologyArgs) -> None:
+        self.args = args
+        self.tables = TopologyTables(args.qualities(), args.worst_link_share)
+
+    def prepare(self, fleet: FleetArrays) -> None:
+        self.tables.for_fleet(fleet)
+
+    def pick(self, req: GpuRequest, fleet: FleetArrays, row: int, ctx: CycleContext) -> tuple[int, ...] | None:
+        if not req.wants_gpu:
+            return ()
+        idx = np.array([row], dtype=np.int64)
+        elig = cycle_eligible(req, fleet, idx, ctx)[0]
+        cols = [int(j) for j in np.nonzero(elig)[0]]
+        if len(cols) < req.count:
+            return None
+        gidx = fleet.gpu_index[row]
+        pat = self.tables.pattern(fleet, row)
+        share = self.args.worst_link_share
+        if req.count == 1:
+            _, loss = _single_raw(self.tables, req, fleet, idx, elig[None, :])
+            free_after = fleet.free_milli[row] - req.demand_milli(fleet.mem_total[row])
+            # least connectivity lost, then best fit (least left over), then the lowest slot
+            j = min(cols, key=lambda c: (round(float(loss[0, c]), 9), int(free_after[c]), c))
+            return (int(gidx[j]),)
+        free_bits = int(mask_bits(whole_free(fleet, idx))[0])
+        need_clique = req.topology is Topology.NVLINK_REQUIRED
+        best_key: tuple[float, float] | None = None
+        best: tuple[int, ...] | None = None
+        if math.comb(len(cols), req.count) <= EXACT_COMBINATIONS:
+            candidates: list[tuple[int, ...]] = list(itertools.combinations(cols, req.count))
+        else:
+            candidates = [best_set(pat.pair_quality, cols, req.count, share)[1]]
+        for s in candidates:
+            if need_clique and not all(pat.nvl[a, b] for a, b in itertools.combinations(s, 2)):
+                continue
+            rest = free_bits
+            for c in s:
+                rest &= ~(1 << c)
+            key = (round(set_quality(pat.pair_quality, s, share), 9), round(pat.capacity(rest, share), 9))
+            if best_key is None or key > best_key:
+                best_key, best = key, s
+        if best is None:
+            return None
+        return tuple(int(gidx[j]) for j in best)
+
+
+register(
+    "score",
+    "topology",
+    TopologyArgs,
+    "Best-connected GPU group for multi-GPU pods; keep single-GPU pods off intact connected groups.",
+)(TopologyScore)
+register(
+    "picker",
+    "topology",
+    TopologyArgs,
+    "Pick the best-connected set of usable GPUs (NVLink first) inside the chosen node.",
+)(TopologyPicker)
