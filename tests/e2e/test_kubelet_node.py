@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import yaml
 
@@ -149,7 +150,12 @@ def kubelet_telemetry(
 
         def known() -> bool:
             kelvin_scheduler.check_alive()
-            return bool(kelvin_scheduler.explain(_kelvin_pod("probe", ENV, 1), kubelet_node.name)["fits"])
+            try:
+                return bool(kelvin_scheduler.explain(_kelvin_pod("probe", ENV, 1), kubelet_node.name)["fits"])
+            except httpx.HTTPStatusError as exc:  # 400 "... is not in kelvin's snapshot" until its next refresh
+                if exc.response.status_code == 400 and "not in kelvin's snapshot" in exc.response.text:
+                    return False
+                raise
 
         wait_for(f"kelvin: a 1-GPU pod fits {kubelet_node.name}", known, 60, 0.5)
         yield telemetry
