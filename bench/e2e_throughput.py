@@ -68,7 +68,7 @@ from tests.e2e.kelvin_scheduler import start as start_kelvin_scheduler  # noqa: 
 from tests.e2e.kubebin import MissingBinaries, find  # noqa: E402
 from tests.e2e.nodeagent import fake_nodes  # noqa: E402
 from tests.e2e.pods import gpu_pod  # noqa: E402
-from tests.e2e.telemetry import Telemetry  # noqa: E402
+from tests.e2e.telemetry import MAX_NODES_PER_EXPORTER, Telemetry  # noqa: E402
 from tests.e2e.telemetry import running as telemetry_running  # noqa: E402
 
 DEFAULT_SCHEDULER = "default-scheduler"
@@ -452,8 +452,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error(f"--rounds must be 1..{MAX_ROUNDS}")
     if not 1 <= args.create_concurrency <= 256:
         parser.error("--create-concurrency must be 1..256")
-    if not 1 <= args.nodes_per_exporter <= 1000:
-        parser.error("--nodes-per-exporter must be 1..1000")
+    if not 1 <= args.nodes_per_exporter <= MAX_NODES_PER_EXPORTER:
+        parser.error(
+            f"--nodes-per-exporter must be 1..{MAX_NODES_PER_EXPORTER} (one connection per target: the exporter's "
+            "--max-connections)"
+        )
     if not 10 <= args.round_timeout_s <= 3600:
         parser.error("--round-timeout-s must be 10..3600")
     return args

@@ -187,6 +187,9 @@ class Prometheus:
         return list(doc["data"]["result"])
 
 
+#: Nodes one shared exporter serves at most: Prometheus keeps one connection per target, and the exporter answers
+#: 503 past its ``--max-connections`` (64 by default).
+MAX_NODES_PER_EXPORTER = 64
 #: The job of the exporters that serve several nodes each (:meth:`Telemetry.add_shared`).
 SHARED_JOB = "kelvin-exporter-shared"
 #: Its scrape interval: a few exporters serve ~100 nodes' targets, and Prometheus ingests every one's ~1,000 samples
@@ -307,6 +310,8 @@ class Telemetry:
         --fake`` processes serving ``per_exporter`` nodes each, Prometheus scraping one target per node (job
         :data:`SHARED_JOB`, see :func:`prometheus_config`); every GPU idle. Returns once every node is scraped;
         :meth:`remove_shared` takes them away."""
+        if not 1 <= per_exporter <= MAX_NODES_PER_EXPORTER:
+            raise ValueError(f"per_exporter: {per_exporter} is not in 1..{MAX_NODES_PER_EXPORTER}")
         added: list[SharedExporter] = []
         try:
             for i in range(0, len(nodes), per_exporter):

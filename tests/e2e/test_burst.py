@@ -58,6 +58,13 @@ def burst_nodes(
                     {"metadata": {"labels": {BURST_LABEL: "true"}}, "spec": {"taints": [BURST_TAINT]}},
                 )
             exporters = telemetry.add_shared(BURST_NODES, GPU_MODEL, NODES_PER_EXPORTER)
+            assert len(exporters) == len(BURST_NODES) // NODES_PER_EXPORTER
+            # one node's GPUs per series set, each with UUIDs of its own, as one exporter per node gives them
+            series = telemetry.prometheus.query(f'kelvin_gpu_memory_total_bytes{{node=~"{BURST_PREFIX}.*"}}')
+            assert {(s["metric"]["node"], s["metric"]["gpu"]) for s in series} == {
+                (n, str(i)) for n in BURST_NODES for i in range(GPUS_PER_NODE)
+            }
+            assert len({s["metric"]["uuid"] for s in series}) == len(BURST_NODES) * GPUS_PER_NODE == len(series)
             want = len(ALL_NODES) + len(BURST_NODES)
 
             def fresh() -> bool:
