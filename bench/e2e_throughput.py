@@ -4,14 +4,18 @@ Starts the e2e suite's loopback control plane (tests/e2e/cluster.py: etcd, kube-
 and the default kube-scheduler of the pinned release), ``--nodes`` fake 8-GPU nodes (tests/e2e/fakenodes.py), kelvin
 installed as docs/install.md gives it (tests/e2e/install.py), and kelvin-scheduler as the e2e suite runs it
 (tests/e2e/kelvin_scheduler.py: the real kube-scheduler with the installed KubeSchedulerConfiguration, and ``kelvin
-extender`` with the installed policy and settings, telemetry from a simulated fleet with the fake nodes' names).
+extender`` with the installed policy and settings). The extender's telemetry (``--telemetry``): ``prometheus`` (the
+default) is kelvin's fake-NVML exporters scraped by a real Prometheus, as the e2e suite's burst scenario reads them
+(tests/e2e/telemetry.py's ``add_shared``: ``--nodes-per-exporter`` nodes per exporter process, one Prometheus target
+per node); ``simulated`` a simulated fleet with the fake nodes' names.
 Then alternating rounds, kelvin-scheduler first: a burst of ``--pods`` one-GPU pods
 (``schedulerName: kelvin-scheduler``, then ``default-scheduler``) in a fresh namespace, created behind a scheduling
 gate; the clock starts when the gates are removed (as fast as the API server takes it, ``--create-concurrency``
 requests in flight) and stops when a watch on the namespace has seen every pod bound (``spec.nodeName`` set).
 pods/s = pods / that time (``--no-gates``: pods created without a gate, timed from the first create). Each round's
-pods are deleted (``gracePeriodSeconds: 0``) before the next one, and the extender is restarted before each kelvin
-round after the first (the simulated fleet never learns of deleted pods: their GPUs would stay loaded).
+pods are deleted (``gracePeriodSeconds: 0``) before the next one; with ``--telemetry simulated`` the extender is
+restarted before each kelvin round after the first (the simulated fleet never learns of deleted pods: their GPUs would
+stay loaded).
 
 Prints, per round, pods/s, the time to release the burst and the time to bind (p50 / p99 from each pod's release),
 the CPU seconds each process used in the round, and (``--breakdown``, on by default) where the time went: the mean
@@ -64,6 +68,8 @@ from tests.e2e.kelvin_scheduler import start as start_kelvin_scheduler  # noqa: 
 from tests.e2e.kubebin import MissingBinaries, find  # noqa: E402
 from tests.e2e.nodeagent import fake_nodes  # noqa: E402
 from tests.e2e.pods import gpu_pod  # noqa: E402
+from tests.e2e.telemetry import MAX_NODES_PER_EXPORTER, Telemetry  # noqa: E402
+from tests.e2e.telemetry import running as telemetry_running  # noqa: E402
 
 DEFAULT_SCHEDULER = "default-scheduler"
 NODE_PREFIX = "bench-gpu-"
@@ -424,6 +430,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="record the extender with py-spy (on PATH or beside this Python) in each kelvin round: collapsed stacks "
         "in DIR/extender-round-N.txt",
     )
+    parser.add_argument(
+        "--telemetry",
+        choices=("prometheus", "simulated"),
+        default="prometheus",
+        help="the extender's source: fake-NVML exporters through a real Prometheus (default), or a simulated fleet",
+    )
+    parser.add_argument(
+        "--nodes-per-exporter", type=int, default=25, help="with --telemetry prometheus: nodes per exporter process"
+    )
     parser.add_argument("--workdir", type=Path, default=None, help="where the cluster's files and logs go")
     args = parser.parse_args(argv)
     if args.py_spy is not None:
@@ -437,6 +452,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error(f"--rounds must be 1..{MAX_ROUNDS}")
     if not 1 <= args.create_concurrency <= 256:
         parser.error("--create-concurrency must be 1..256")
+    if not 1 <= args.nodes_per_exporter <= MAX_NODES_PER_EXPORTER:
+        parser.error(
+            f"--nodes-per-exporter must be 1..{MAX_NODES_PER_EXPORTER} (one connection per target: the exporter's "
+            "--max-connections)"
+        )
     if not 10 <= args.round_timeout_s <= 3600:
         parser.error("--round-timeout-s must be 10..3600")
     return args
@@ -472,52 +492,77 @@ def run(args: argparse.Namespace) -> int:
                 f"error: kelvin's documented install failed: {failed[0].command}: {failed[0].output}", file=sys.stderr
             )
             return 1
-        fleet = workdir / "bench-fleet.yaml"
-        fleet.write_text(yaml.safe_dump(bench_fleet(args.nodes)))
-        # the installed Deployment's extender settings, telemetry from a simulated fleet of the fake nodes (one fake
-        # exporter per node does not fit a small machine); the Prometheus URL is then never read
-        settings = {"KELVIN_SOURCE": "simulated", "KELVIN_FLEET_FILE": str(fleet)}
-        kelvin = start_kelvin_scheduler(cluster, workdir / "kelvin-scheduler", UNUSED_PROMETHEUS, settings)
-        try:
-            shown = ", ".join(f"{k}={kelvin.extender_env[k]}" for k in ("KELVIN_SOURCE", "KELVIN_REFRESH_INTERVAL_S"))
-            print(
-                f"kelvin installed, kelvin-scheduler leading ({time.monotonic() - started:.0f} s); {shown}", flush=True
-            )
-            scrapes = None if args.no_breakdown else Scrapes(cluster, kelvin)
-            for index in range(1, args.rounds + 1):
-                for scheduler in (SCHEDULER_NAME, DEFAULT_SCHEDULER):
-                    if scheduler == SCHEDULER_NAME and index > 1:
-                        kelvin.restart_extender()  # a fresh simulated fleet: the last round's GPUs free again
-                    processes = {
-                        "kube-apiserver": cluster.processes["kube-apiserver"].popen.pid,
-                        "etcd": cluster.processes["etcd"].popen.pid,
-                        "kube-controller-manager": cluster.processes["kube-controller-manager"].popen.pid,
-                        "default kube-scheduler": cluster.processes["kube-scheduler"].popen.pid,
-                        "kelvin kube-scheduler": kelvin.scheduler.popen.pid,
-                        "kelvin extender": kelvin.extender.popen.pid,
-                        "fakenodes": agent.popen.pid,
-                        "this bench": os.getpid(),
-                    }
-                    rnd = Round(scheduler, index, args.pods, args.nodes)
-                    profile = args.py_spy if scheduler == SCHEDULER_NAME else None
-                    run_round(
-                        cluster,
-                        scrapes,
-                        processes,
-                        rnd,
-                        args.create_concurrency,
-                        args.round_timeout_s,
-                        profile,
-                        not args.no_gates,
-                    )
-                    kelvin.check_alive()
-                    rounds.append(rnd)
-                    print_round(rnd, not args.no_breakdown)
-        finally:
-            kelvin.stop()
+        with contextlib.ExitStack() as stack:
+            telemetry: Telemetry | None = None
+            if args.telemetry == "simulated":
+                fleet = workdir / "bench-fleet.yaml"
+                fleet.write_text(yaml.safe_dump(bench_fleet(args.nodes)))
+                # the installed Deployment's extender settings, telemetry from a simulated fleet of the fake nodes;
+                # the Prometheus URL is then never read
+                settings = {"KELVIN_SOURCE": "simulated", "KELVIN_FLEET_FILE": str(fleet)}
+                prometheus_url = UNUSED_PROMETHEUS
+            else:
+                telemetry = stack.enter_context(telemetry_running(workdir / "telemetry", cluster.logs, {}))
+                telemetry.add_shared(node_names(args.nodes), GPU_MODEL, args.nodes_per_exporter)
+                settings, prometheus_url = {}, telemetry.prometheus.url
+                print(f"{args.nodes} nodes scraped by Prometheus from {len(telemetry.shared)} exporters", flush=True)
+            kelvin = start_kelvin_scheduler(cluster, workdir / "kelvin-scheduler", prometheus_url, settings)
+            try:
+                rounds.extend(_rounds(args, cluster, kelvin, telemetry, agent.popen.pid, started))
+            finally:
+                kelvin.stop()
     summary(rounds, args.nodes, args.pods)
     print(f"total wall time {time.monotonic() - started:.0f} s")
     return 0 if all(r.bound == r.pods for r in rounds) else 1
+
+
+def _rounds(
+    args: argparse.Namespace,
+    cluster: LoopbackCluster,
+    kelvin: KelvinScheduler,
+    telemetry: Telemetry | None,
+    agent_pid: int,
+    started: float,
+) -> list[Round]:
+    rounds: list[Round] = []
+    if telemetry is not None:
+
+        def fresh() -> bool:
+            kelvin.check_alive()
+            return kelvin.telemetry_nodes("fresh") == args.nodes
+
+        wait_for(f"extender: {args.nodes} nodes fresh from prometheus", fresh, 120 + args.nodes / 10, 1.0)
+    shown = ", ".join(f"{k}={kelvin.extender_env[k]}" for k in ("KELVIN_SOURCE", "KELVIN_REFRESH_INTERVAL_S"))
+    print(f"kelvin installed, kelvin-scheduler leading ({time.monotonic() - started:.0f} s); {shown}", flush=True)
+    scrapes = None if args.no_breakdown else Scrapes(cluster, kelvin)
+    for index in range(1, args.rounds + 1):
+        for scheduler in (SCHEDULER_NAME, DEFAULT_SCHEDULER):
+            if scheduler == SCHEDULER_NAME and index > 1 and telemetry is None:
+                kelvin.restart_extender()  # a fresh simulated fleet: the last round's GPUs free again
+            processes = {
+                "kube-apiserver": cluster.processes["kube-apiserver"].popen.pid,
+                "etcd": cluster.processes["etcd"].popen.pid,
+                "kube-controller-manager": cluster.processes["kube-controller-manager"].popen.pid,
+                "default kube-scheduler": cluster.processes["kube-scheduler"].popen.pid,
+                "kelvin kube-scheduler": kelvin.scheduler.popen.pid,
+                "kelvin extender": kelvin.extender.popen.pid,
+                "fakenodes": agent_pid,
+                "this bench": os.getpid(),
+            }
+            if telemetry is not None and telemetry.prometheus.process is not None:
+                processes["prometheus"] = telemetry.prometheus.process.popen.pid
+                for shared in telemetry.shared:
+                    processes[f"exporter {shared.exporter.node}"] = shared.exporter.process.popen.pid
+            rnd = Round(scheduler, index, args.pods, args.nodes)
+            profile = args.py_spy if scheduler == SCHEDULER_NAME else None
+            run_round(
+                cluster, scrapes, processes, rnd, args.create_concurrency, args.round_timeout_s, profile,
+                not args.no_gates,
+            )  # fmt: skip
+            kelvin.check_alive()
+            rounds.append(rnd)
+            print_round(rnd, not args.no_breakdown)
+    return rounds
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from typing import Any
 
 import httpx
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.e2e.api import wait_for
 from tests.e2e.cluster import LoopbackCluster, Process, free_port, spawn
@@ -65,6 +66,16 @@ class KelvinScheduler:
         resp = httpx.post(f"http://127.0.0.1:{self.extender_port}/explain", json={"pod": pod, "node": node}, timeout=10)
         resp.raise_for_status()
         return dict(resp.json())
+
+    def telemetry_nodes(self, state: str = "fresh") -> int:
+        """The extender's own ``kelvin_telemetry_nodes{state=...}`` (its snapshot's nodes in that state; 0 when the
+        series is absent), from its metrics port."""
+        text = httpx.get(f"http://127.0.0.1:{self.extender_metrics_port}/metrics", timeout=5).text
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == "kelvin_telemetry_nodes" and sample.labels.get("state") == state:
+                    return int(sample.value)
+        return 0
 
     def check_alive(self) -> None:
         for proc in (self.extender, self.scheduler):

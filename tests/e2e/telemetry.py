@@ -25,9 +25,10 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import sys
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -139,6 +140,7 @@ class Prometheus:
             f"--storage.tsdb.path={self.data}",
             "--storage.tsdb.retention.time=2h",
             f"--web.listen-address=127.0.0.1:{self.port}",
+            "--web.enable-admin-api",  # delete_series: the series of nodes taken away (Telemetry.reload)
             "--log.level=info",
         ]
 
@@ -168,6 +170,14 @@ class Prometheus:
     def alive(self) -> bool:
         return self.process is not None and self.process.alive()
 
+    def delete_series(self, matchers: Sequence[str]) -> None:
+        """Delete the series matching any of ``matchers`` (the TSDB admin API): gone from queries at once."""
+        resp = httpx.post(
+            f"{self.url}/api/v1/admin/tsdb/delete_series", params=[("match[]", m) for m in matchers], timeout=30
+        )
+        if resp.status_code != 204:
+            raise RuntimeError(f"prometheus delete_series {matchers}: HTTP {resp.status_code}: {resp.text:.300}")
+
     def query(self, promql: str) -> list[dict[str, Any]]:
         """The instant vector of ``promql`` (``data.result``); RuntimeError for a failed query."""
         resp = httpx.get(f"{self.url}/api/v1/query", params={"query": promql}, timeout=5)
@@ -177,25 +187,155 @@ class Prometheus:
         return list(doc["data"]["result"])
 
 
-def prometheus_config(targets: Mapping[str, str]) -> dict[str, Any]:
-    """Static scrape targets, one job; node -> ``host:port``."""
-    return {
-        "global": {"scrape_interval": f"{SCRAPE_INTERVAL_S}s", "scrape_timeout": f"{SCRAPE_INTERVAL_S}s"},
-        "scrape_configs": [
+#: Nodes one shared exporter serves at most: Prometheus keeps one connection per target, and the exporter answers
+#: 503 past its ``--max-connections`` (64 by default).
+MAX_NODES_PER_EXPORTER = 64
+#: The job of the exporters that serve several nodes each (:meth:`Telemetry.add_shared`).
+SHARED_JOB = "kelvin-exporter-shared"
+#: Its scrape interval: a few exporters serve ~100 nodes' targets, and Prometheus ingests every one's ~1,000 samples
+#: per scrape (the chart's ServiceMonitor default is 15 s; the extender's ``telemetry.maxAgeSeconds`` 30 s).
+SHARED_SCRAPE_INTERVAL_S = 5
+
+
+def prometheus_config(targets: Mapping[str, str], shared: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Static scrape targets: job ``kelvin-exporter`` with one exporter per node (node -> ``host:port``; the series'
+    ``node`` label is the exporter's own ``--node-name``), and, when ``shared`` (node -> ``host:port``) is given, job
+    :data:`SHARED_JOB` with one target per node on exporters that serve several nodes: the target's ``node`` label
+    names the node (``honor_labels: false``, so the exporter's own ``node`` label becomes ``exported_node``) and each
+    ``uuid`` gets the node's name appended, so every node's GPUs have UUIDs of their own, as with one exporter each."""
+    jobs: list[dict[str, Any]] = [
+        {
+            "job_name": "kelvin-exporter",
+            "static_configs": [
+                {"targets": [target], "labels": {"kubernetes_node": node}} for node, target in targets.items()
+            ],
+        }
+    ]
+    if shared:
+        jobs.append(
             {
-                "job_name": "kelvin-exporter",
-                "static_configs": [
-                    {"targets": [target], "labels": {"kubernetes_node": node}} for node, target in targets.items()
+                "job_name": SHARED_JOB,
+                "scrape_interval": f"{SHARED_SCRAPE_INTERVAL_S}s",
+                "scrape_timeout": f"{SHARED_SCRAPE_INTERVAL_S}s",
+                "honor_labels": False,
+                "static_configs": [{"targets": [target], "labels": {"node": node}} for node, target in shared.items()],
+                "metric_relabel_configs": [
+                    {
+                        "source_labels": ["uuid", "node"],
+                        "separator": "@",
+                        "regex": "(.+)@(.+)",
+                        "target_label": "uuid",
+                        "replacement": "${1}-${2}",
+                    }
                 ],
             }
-        ],
+        )
+    return {
+        "global": {"scrape_interval": f"{SCRAPE_INTERVAL_S}s", "scrape_timeout": f"{SCRAPE_INTERVAL_S}s"},
+        "scrape_configs": jobs,
     }
+
+
+@dataclass
+class SharedExporter:
+    """One ``kelvin exporter --fake`` scraped as the target of each of ``nodes`` (:meth:`Telemetry.add_shared`)."""
+
+    exporter: FakeExporter
+    nodes: tuple[str, ...]
 
 
 @dataclass
 class Telemetry:
     exporters: dict[str, FakeExporter]
     prometheus: Prometheus
+    workdir: Path
+    logs: Path
+    shared: list[SharedExporter] = field(default_factory=list)
+
+    def targets(self) -> int:
+        """Nodes Prometheus scrapes: one exporter each, and each node of the shared exporters."""
+        return len(self.exporters) + sum(len(s.nodes) for s in self.shared)
+
+    def reload(self, timeout: float = 60, removed: Sequence[str] = ()) -> None:
+        """Write the scrape configuration of the exporters now registered, have Prometheus reload it (SIGHUP; a
+        stopped Prometheus reads it at its next start) and wait until every node is scraped and no other is.
+
+        ``removed``: nodes just taken away, whose series are deleted (admin API) once the reload is done: Prometheus
+        2.42 writes no staleness markers for the targets of a removed job (their last samples were still answered
+        80 s after the reload, and would be for the 5-minute lookback), so the next scenario would see them."""
+        shared = {node: s.exporter.target for s in self.shared for node in s.nodes}
+        targets = {n: e.target for n, e in self.exporters.items()}
+        _write_atomically(self.prometheus.config, yaml.safe_dump(prometheus_config(targets, shared)))
+        if not self.prometheus.alive():
+            return
+        assert self.prometheus.process is not None
+        os.kill(self.prometheus.process.popen.pid, signal.SIGHUP)
+        if removed:
+            want = len(targets) + len(shared)
+
+            def applied() -> bool:
+                resp = httpx.get(f"{self.prometheus.url}/api/v1/targets", params={"state": "active"}, timeout=5)
+                return len(orjson.loads(resp.content)["data"]["activeTargets"]) == want
+
+            wait_for(f"prometheus: {want} scrape targets", applied, timeout, 0.25)
+            names = "|".join(removed)
+            self.prometheus.delete_series([f'{{node=~"{names}"}}', f'{{kubernetes_node=~"{names}"}}'])
+        self.wait_scraped(timeout)
+
+    def add_exporter(self, node: str, model: str, *, seed: int | None = None, nvlink_islands: int = 1) -> FakeExporter:
+        """One more node's exporter (``seed``: its fake backend's, for GPUs with the UUIDs of a device plugin started
+        with the same ``--fake-seed``), scraped once this returns. :meth:`remove_exporter` takes it away."""
+        if node in self.exporters:
+            raise ValueError(f"{node} has an exporter already")
+        exporter = start_exporter(node, model, self.workdir, self.logs, nvlink_islands, seed=seed)
+        try:
+            wait_for(f"exporter of {node} /healthz", exporter.healthy, 60, 0.25)
+            self.exporters[node] = exporter
+            self.reload()
+        except BaseException:
+            self.exporters.pop(node, None)
+            exporter.stop()
+            raise
+        return exporter
+
+    def remove_exporter(self, node: str) -> None:
+        exporter = self.exporters.pop(node)
+        try:
+            self.reload(removed=[node])
+        finally:
+            exporter.stop()
+
+    def add_shared(self, nodes: Sequence[str], model: str, per_exporter: int = 25) -> list[SharedExporter]:
+        """Telemetry for many more nodes than one exporter process each fits on a small machine: ``kelvin exporter
+        --fake`` processes serving ``per_exporter`` nodes each, Prometheus scraping one target per node (job
+        :data:`SHARED_JOB`, see :func:`prometheus_config`); every GPU idle. Returns once every node is scraped;
+        :meth:`remove_shared` takes them away."""
+        if not 1 <= per_exporter <= MAX_NODES_PER_EXPORTER:
+            raise ValueError(f"per_exporter: {per_exporter} is not in 1..{MAX_NODES_PER_EXPORTER}")
+        added: list[SharedExporter] = []
+        try:
+            for i in range(0, len(nodes), per_exporter):
+                group = tuple(nodes[i : i + per_exporter])
+                name = f"shared-{len(self.shared) + len(added) + 1}-{group[0]}"
+                added.append(SharedExporter(start_exporter(name, model, self.workdir, self.logs), group))
+            for s in added:
+                wait_for(f"exporter {s.exporter.node} /healthz", s.exporter.healthy, 120, 0.5)
+            self.shared.extend(added)
+            self.reload(timeout=120)
+        except BaseException:
+            self.shared = [s for s in self.shared if s not in added]
+            for s in added:
+                s.exporter.stop()
+            raise
+        return added
+
+    def remove_shared(self, exporters: Sequence[SharedExporter]) -> None:
+        self.shared = [s for s in self.shared if s not in exporters]
+        try:
+            self.reload(timeout=120, removed=[node for s in exporters for node in s.nodes])
+        finally:
+            for s in exporters:
+                s.exporter.stop()
 
     def set_gpus(self, node: str, gpus: Mapping[str, Mapping[str, Any]]) -> None:
         self.exporters[node].set_gpus(gpus)
@@ -220,25 +360,29 @@ class Telemetry:
 
     def wait_scraped(self, timeout: float = 60) -> None:
         """Until Prometheus has every node's GPUs (all exporters up and scraped)."""
-        want = len(self.exporters)
+        want = self.targets()
 
         def probe() -> bool:
             try:
-                up = self.prometheus.query('count(up{job="kelvin-exporter"} == 1)')
+                up = self.prometheus.query('count(up{job=~"kelvin-exporter|kelvin-exporter-shared"} == 1)')
                 nodes = self.prometheus.query("count(count by (node) (kelvin_gpu_memory_used_bytes))")
             except (httpx.HTTPError, RuntimeError):
                 return False
-            return bool(up and nodes) and int(up[0]["value"][1]) == want and int(nodes[0]["value"][1]) == want
+            # count() of nothing is an empty vector: no node scraped
+            return all((int(v[0]["value"][1]) if v else 0) == want for v in (up, nodes))
 
-        wait_for(f"prometheus scraping {want} exporters", probe, timeout, 0.25)
+        wait_for(f"prometheus scraping {want} nodes", probe, timeout, 0.25)
 
     def stop(self) -> None:
         self.prometheus.stop()
-        for exporter in self.exporters.values():
+        for exporter in [*self.exporters.values(), *(s.exporter for s in self.shared)]:
             exporter.stop()
 
 
-def start_exporter(node: str, model: str, workdir: Path, logs: Path, nvlink_islands: int = 1) -> FakeExporter:
+def start_exporter(
+    node: str, model: str, workdir: Path, logs: Path, nvlink_islands: int = 1, *, seed: int | None = None
+) -> FakeExporter:
+    """``seed``: the fake backend's (UUIDs); by default one of the node's name."""
     port = free_port()
     state = workdir / f"state-{node}.yaml"
     argv = [
@@ -247,7 +391,7 @@ def start_exporter(node: str, model: str, workdir: Path, logs: Path, nvlink_isla
         "--fake",
         "--no-fake-vary",
         f"--fake-model={model}",
-        f"--fake-seed={sum(node.encode())}",
+        f"--fake-seed={sum(node.encode()) if seed is None else seed}",
         f"--fake-state-file={state}",
         f"--fake-nvlink-islands={nvlink_islands}",
         f"--node-name={node}",
@@ -279,7 +423,7 @@ def start(
         config.write_text(yaml.safe_dump(prometheus_config({n: e.target for n, e in exporters.items()})))
         prometheus = Prometheus(free_port(), config, workdir / "prometheus-data", logs)
         prometheus.start()
-        telemetry = Telemetry(exporters, prometheus)
+        telemetry = Telemetry(exporters, prometheus, workdir, logs)
         telemetry.wait_scraped()
         return telemetry
     except BaseException:

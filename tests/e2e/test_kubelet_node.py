@@ -1,6 +1,14 @@
 """One real kubelet node (tests/e2e/kubelet.py) with kelvin's device plugin: real containers run and stop, the plugin
-registers its resources, hands a pod bound by kelvin exactly its assigned GPUs, refuses a pod kelvin did not assign,
-and registers again after a kubelet restart. Every check reads the API server, containerd or the kubelet's pod logs."""
+registers its resources, hands a pod placed by kelvin-scheduler exactly its assigned GPUs, refuses a pod kelvin did
+not assign, and registers again after a kubelet restart. Every check reads the API server, containerd or the kubelet's
+pod logs.
+
+kelvin-scheduler knows the node as it knows the fake ones: a ``kelvin exporter --fake`` for ``e2e-kubelet-1`` with
+the device plugin's fake GPUs (same model, count and ``--fake-seed``, hence the same UUIDs), scraped by the suite's
+Prometheus for this module (:func:`kubelet_telemetry`). So the GPU pods of the assignment and restart scenarios go
+kube-scheduler -> kelvin's extender (filter, prioritize, bind) -> kubelet -> the plugin's Allocate; the pool,
+init-container and refusal scenarios, which need GPUs or a binding of the test's choosing, are bound by kelvin's own
+binder (``KubeBinder``) on the kelvin-scheduler token."""
 
 from __future__ import annotations
 
@@ -16,6 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import yaml
 
@@ -28,17 +37,22 @@ from tests.e2e.conftest import IN_CI
 from tests.e2e.images import busybox
 from tests.e2e.install import helm_template
 from tests.e2e.kelvin_scheduler import NAMESPACE as KELVIN_NAMESPACE
+from tests.e2e.kelvin_scheduler import SCHEDULER_NAME, KelvinScheduler
 from tests.e2e.kelvin_scheduler import SERVICE_ACCOUNT as SCHEDULER_SA
 from tests.e2e.kubelet import IMAGE, LABEL, TOLERATION, KubeletNode, NodeUnavailable
 from tests.e2e.kubelet import running as kubelet_running
 from tests.e2e.pods import GPU_ASSIGNED, GPU_ASSIGNED_NODE
+from tests.e2e.telemetry import Telemetry
 
 GPUS = 8
 SLOTS_PER_GPU = 16
 FAKE_SEED = 20
+#: The device plugin's fake model (its ``--fake-model`` default) and the node exporter's.
+FAKE_MODEL = "H100-SXM-80GB"
 RELEASE = "e2e-kubelet"
 DEVICE_PLUGIN_SA = f"{RELEASE}-kelvin-device-plugin"
-#: No scheduler has this name: the scenarios' GPU pods are bound by the test, as kelvin's binder binds them.
+#: No scheduler has this name: the pods of the scenarios that choose their GPUs are bound by the test, as kelvin's
+#: binder binds them.
 NO_SCHEDULER = "e2e-kubelet-none"
 GPU_ALLOCATED = "kelvin.dev/gpu-allocated"
 WHOLE = "nvidia.com/gpu"
@@ -61,7 +75,7 @@ def kubelet_node(cluster: LoopbackCluster, tmp_path_factory: pytest.TempPathFact
 
 def _uuids() -> list[str]:
     """The fake backend's GPU UUIDs by NVML index, as the plugin started with the same options reads them."""
-    nvml = FakeNvml(GPUS, "H100-SXM-80GB", seed=FAKE_SEED)
+    nvml = FakeNvml(GPUS, FAKE_MODEL, seed=FAKE_SEED)
     nvml.nvmlInit()
     try:
         return [nvml.nvmlDeviceGetUUID(nvml.nvmlDeviceGetHandleByIndex(i)) for i in range(GPUS)]
@@ -121,6 +135,35 @@ def device_plugin(
         plugin.stop(timeout=10)
 
 
+@pytest.fixture(scope="module")
+def kubelet_telemetry(
+    kubelet_node: KubeletNode, telemetry: Telemetry, kelvin_scheduler: KelvinScheduler
+) -> Iterator[Telemetry]:
+    """The node's exporter in the suite's telemetry, with the device plugin's fake GPUs (model, count, seed: the same
+    UUIDs), until the extender has the node fresh; afterwards the exporter goes and the extender is restarted (its
+    snapshot: the suite's nodes only)."""
+    telemetry.add_exporter(kubelet_node.name, FAKE_MODEL, seed=FAKE_SEED)
+    try:
+        series = telemetry.wait_query(f'kelvin_gpu_memory_total_bytes{{node="{kubelet_node.name}"}}')
+        by_index = {int(s["metric"]["gpu"]): s["metric"]["uuid"] for s in series}
+        assert [by_index[i] for i in range(GPUS)] == _uuids(), by_index  # the GPUs the device plugin serves
+
+        def known() -> bool:
+            kelvin_scheduler.check_alive()
+            try:
+                return bool(kelvin_scheduler.explain(_kelvin_pod("probe", ENV, 1), kubelet_node.name)["fits"])
+            except httpx.HTTPStatusError as exc:  # 400 "... is not in kelvin's snapshot" until its next refresh
+                if exc.response.status_code == 400 and "not in kelvin's snapshot" in exc.response.text:
+                    return False
+                raise
+
+        wait_for(f"kelvin: a 1-GPU pod fits {kubelet_node.name}", known, 60, 0.5)
+        yield telemetry
+    finally:
+        telemetry.remove_exporter(kubelet_node.name)
+        kelvin_scheduler.restart_extender()
+
+
 def _container(name: str, command: list[str], gpus: int = 0, resource: str = WHOLE) -> dict[str, Any]:
     container: dict[str, Any] = {
         "name": name,
@@ -160,6 +203,14 @@ def _pod(
         spec["nodeSelector"] = {LABEL: "true"}
     metadata = {"name": name, "annotations": annotations or {}}
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
+
+
+def _kelvin_pod(name: str, command: list[str], gpus: int) -> dict[str, Any]:
+    """A pod for kelvin-scheduler (kube-scheduler with the chart's configuration and kelvin's extender), kept to the
+    node by its label and toleration."""
+    pod = _pod(name, command, gpus=gpus)
+    pod["spec"]["schedulerName"] = SCHEDULER_NAME
+    return pod
 
 
 def _get(cluster: LoopbackCluster, namespace: str, name: str) -> dict[str, Any] | None:
@@ -253,23 +304,42 @@ def _registered(cluster: LoopbackCluster, node: KubeletNode, plugin: Process) ->
     )
 
 
+def _scheduled_by(cluster: LoopbackCluster, namespace: str, name: str) -> set[str]:
+    """The components that reported the pod's ``Scheduled`` Event (kube-scheduler names its profile)."""
+    events = cluster.api.get(
+        f"/api/v1/namespaces/{namespace}/events", fieldSelector=f"involvedObject.name={name},reason=Scheduled"
+    )["items"]
+    return {e.get("reportingComponent") or e.get("source", {}).get("component", "") for e in events}
+
+
 def _visible_devices(
-    cluster: LoopbackCluster, node: KubeletNode, namespace: str, name: str, gpus: tuple[int, ...]
-) -> tuple[list[str], dict[str, Any]]:
-    """Create a pod asking for ``len(gpus)`` GPUs, bind it as kelvin with ``gpus``, and return the container's
-    NVIDIA_VISIBLE_DEVICES (from its ``env`` output in the pod log) and the pod once Running."""
-    cluster.api.create(
-        f"/api/v1/namespaces/{namespace}/pods",
-        _pod(name, ENV, gpus=len(gpus), scheduler=NO_SCHEDULER),
-    )
-    _kelvin_bind(cluster, namespace, name, node.name, gpus)
+    cluster: LoopbackCluster, node: KubeletNode, namespace: str, name: str, gpus: int
+) -> tuple[list[str], tuple[int, ...], dict[str, Any]]:
+    """Create a pod asking for ``gpus`` GPUs for kelvin-scheduler and return, once it runs, the container's
+    NVIDIA_VISIBLE_DEVICES (from its ``env`` output in the pod log), the GPUs kelvin assigned, and the pod."""
+    cluster.api.create(f"/api/v1/namespaces/{namespace}/pods", _kelvin_pod(name, ENV, gpus))
     pod = wait_for(f"pod {name} Running", lambda: _running(cluster, node, namespace, name), 120)
+    annotations = pod["metadata"]["annotations"]
+    assert pod["spec"]["nodeName"] == node.name and annotations[GPU_ASSIGNED_NODE] == node.name, pod["metadata"]
+    assigned = tuple(int(i) for i in annotations[GPU_ASSIGNED].split(","))
+    assert len(set(assigned)) == gpus and all(0 <= i < GPUS for i in assigned), annotations
+    # placed and bound through kube-scheduler (the kelvin-scheduler profile), not by the test
+    assert wait_for(f"{name}'s Scheduled Event", lambda: _scheduled_by(cluster, namespace, name), 30) == {
+        SCHEDULER_NAME
+    }
     line = wait_for(
         f"{name}'s environment in its log",
         lambda: _log_line(node, namespace, name, "NVIDIA_VISIBLE_DEVICES="),
         30,
     )
-    return line.removeprefix("NVIDIA_VISIBLE_DEVICES=").split(","), pod
+    return line.removeprefix("NVIDIA_VISIBLE_DEVICES=").split(","), assigned, pod
+
+
+def _delete(cluster: LoopbackCluster, node: KubeletNode, namespace: str, name: str) -> None:
+    """Delete the pod and wait until the kubelet has stopped it and the object is gone (its GPUs free again for the
+    scenarios that bind GPUs of their own choosing)."""
+    cluster.api.delete(f"/api/v1/namespaces/{namespace}/pods/{name}")
+    wait_for(f"pod {name} gone", lambda: node.check_alive() or _get(cluster, namespace, name) is None, 60)
 
 
 def test_the_device_plugin_registers_with_the_kubelet(
@@ -284,16 +354,24 @@ def test_the_device_plugin_registers_with_the_kubelet(
         assert (kubelet_node.device_plugin_dir / sock).is_socket()
 
 
-def test_a_pod_bound_by_kelvin_gets_exactly_its_assigned_gpus(
-    cluster: LoopbackCluster, kubelet_node: KubeletNode, device_plugin: Process, namespace: str
+def test_a_pod_placed_by_kelvin_scheduler_gets_exactly_its_assigned_gpus(
+    cluster: LoopbackCluster,
+    kubelet_node: KubeletNode,
+    device_plugin: Process,
+    kubelet_telemetry: Telemetry,
+    namespace: str,
 ) -> None:
+    """kube-scheduler (chart configuration) -> kelvin's filter, prioritize and bind -> the kubelet -> the plugin's
+    Allocate: the container sees exactly the GPUs kelvin chose, in the assignment's order."""
     wait_for("device plugin registered", lambda: _registered(cluster, kubelet_node, device_plugin), 60)
     uuids = _uuids()
-    visible, pod = _visible_devices(cluster, kubelet_node, namespace, "assigned", (5, 2))
-    annotations = pod["metadata"]["annotations"]
-    assert annotations[GPU_ASSIGNED] == "5,2" and annotations[GPU_ASSIGNED_NODE] == kubelet_node.name
-    assert visible == [uuids[5], uuids[2]]
-    assert annotations[GPU_ALLOCATED] == "5,2"  # the plugin's record of what it served
+    try:
+        visible, assigned, pod = _visible_devices(cluster, kubelet_node, namespace, "assigned", 2)
+        assert visible == [uuids[i] for i in assigned]
+        # the plugin's record of what it served
+        assert pod["metadata"]["annotations"][GPU_ALLOCATED] == ",".join(map(str, assigned))
+    finally:
+        _delete(cluster, kubelet_node, namespace, "assigned")
 
 
 def _environment(node: KubeletNode, namespace: str, name: str, container: str = "main") -> dict[str, str]:
@@ -368,7 +446,11 @@ def test_a_pod_without_kelvins_assignment_fails_admission(
 
 
 def test_the_plugin_registers_again_after_a_kubelet_restart(
-    cluster: LoopbackCluster, kubelet_node: KubeletNode, device_plugin: Process, namespace: str
+    cluster: LoopbackCluster,
+    kubelet_node: KubeletNode,
+    device_plugin: Process,
+    kubelet_telemetry: Telemetry,
+    namespace: str,
 ) -> None:
     wait_for("device plugin registered", lambda: _registered(cluster, kubelet_node, device_plugin), 60)
     gpu_sock = kubelet_node.device_plugin_dir / "kelvin-gpu.sock"
@@ -387,9 +469,9 @@ def test_the_plugin_registers_again_after_a_kubelet_restart(
     kubelet_node.wait_ready()
     wait_for("resources allocatable again", lambda: _registered(cluster, kubelet_node, device_plugin), 60)
     uuids = _uuids()
-    visible, pod = _visible_devices(cluster, kubelet_node, namespace, "after-restart", (7,))
-    assert visible == [uuids[7]]
-    assert pod["metadata"]["annotations"][GPU_ALLOCATED] == "7"
+    visible, (gpu,), pod = _visible_devices(cluster, kubelet_node, namespace, "after-restart", 1)
+    assert visible == [uuids[gpu]]
+    assert pod["metadata"]["annotations"][GPU_ALLOCATED] == str(gpu)
 
 
 def test_the_node_images_are_one_layer_of_static_busybox(tmp_path: Path) -> None:
