@@ -46,8 +46,10 @@ from .extender.server import ServerThread
 from .extender.service import Extender
 from .model import GIB, MILLI_PER_GPU, THERMAL_THROTTLE_MASK, GpuAssignment, Snapshot
 from .model import annotations as ann
-from .policies import baselines as _baselines  # noqa: F401  (registers the comparison policies)
 from .policies.config import PolicyConfig
+from .policies.plugins import PRODUCTION
+from .policies.registry import Registry
+from .simulator.baselines import SIMULATOR
 from .telemetry.simulated import FleetSpec, SimulatedFleetSource
 
 #: A node with a GPU within this many degrees of its slowdown threshold (or throttling) counts as hot.
@@ -282,6 +284,7 @@ class Demo:
         mean_lifetime: float | None = None,
         policy_file: str | None = None,
         policy: PolicyConfig | None = None,
+        plugins: Registry = PRODUCTION,
     ) -> None:
         self.pods = pods
         self.interval_s = interval_s
@@ -305,7 +308,7 @@ class Demo:
         self.source = SimulatedFleetSource(demo_fleet(nodes, gpus, hot, seed), clock=self.clock)
         self.hot_nodes = self._heat_hot_nodes(hot, min(HOT_NODE_BUSY_GPUS, gpus - 1))
         self.ext: Extender = build_extender(
-            settings, source=self.source, policy=policy, binder=LocalBinder(), clock=self.clock
+            settings, source=self.source, policy=policy, binder=LocalBinder(), clock=self.clock, plugins=plugins
         )
         self.names = self.source.node_names
         self.rows: list[Row] = []
@@ -536,7 +539,8 @@ def print_summary(s: DemoSummary, console: Console, baseline: DemoSummary | None
             console.print(f"  {n:4d}  {escape(reason)}  [dim](e.g. {escape(example)})[/dim]")
 
 
-#: The comparison run: what a GPU-blind scheduler does (random feasible node and GPUs, no thermal limits).
+#: The comparison run: what a GPU-blind scheduler does (random feasible node and GPUs, no thermal limits); its
+#: ``random`` policy is one of the simulator's baselines, built through the simulator's registry.
 BASELINE_POLICY: dict[str, Any] = {
     "filters": {"thermalHardLimits": False, "throttleHardLimit": False, "hotNodes": False},
     "scoring": {"random": {"weight": 1, "args": {"seed": 0}}},
@@ -581,7 +585,7 @@ def run_demo(  # noqa: PLR0913
         baseline = None
         if compare:
             console.print("running the same pods through a GPU-blind baseline (random placement, no thermal limits)...")
-            baseline = Demo(policy=baseline_policy(seed), interval_s=0.0, **common).run(
+            baseline = Demo(policy=baseline_policy(seed), plugins=SIMULATOR, interval_s=0.0, **common).run(
                 console, live=False, progress=False
             )
         print_summary(summary, console, baseline)

@@ -41,7 +41,6 @@ from .eligibility import (
     static_ok,
     too_hot,
 )
-from .registry import register
 from .topology import TopologyArgs, TopologyTables
 
 
@@ -321,9 +320,3 @@ class FitFilter:
                 verdict = "usable"
             lines.append(f"{desc}; {verdict}")
         return lines
-
-
-@register("filter", "fit", FilterPolicy)
-def _fit(args: FilterPolicy) -> FitFilter:
-    """GPU-by-GPU fit: capacity, model, size, thermal hard limits and required NVLink topology."""
-    return FitFilter(args)

@@ -60,7 +60,6 @@ from .config import CamelModel
 from .eligibility import cycle_demand, cycle_eligible
 from .normalize import minmax
 from .packing import DEFAULT_REPLAN_DRIFT, PlanCache
-from .registry import register
 
 I32A = npt.NDArray[np.int32]
 
@@ -858,34 +857,6 @@ class FgdPolicy(_Base):
 
     def normalize(self, raw: FloatA) -> FloatA:
         return np.asarray(np.clip(np.nan_to_num(raw, neginf=0.0), 0, 100) / 100 * MAX_EXTENDER_PRIORITY)
-
-
-@register("score", "fragmentation", FragmentationArgs)
-def _fragmentation_score(args: FragmentationArgs) -> FragmentationPolicy:
-    """Expected increase of fragmentation against the learned workload (FGD class), binned; ties to best fit."""
-    policy: FragmentationPolicy = FragmentationPolicy.create(args)
-    return policy
-
-
-@register("picker", "fragmentation", FragmentationArgs)
-def _fragmentation_picker(args: FragmentationArgs) -> FragmentationPolicy:
-    """The GPU(s) inside the node whose use raises fragmentation least, then the tightest fit."""
-    policy: FragmentationPolicy = FragmentationPolicy.create(args)
-    return policy
-
-
-@register("score", "fgd", FragmentationArgs)
-def _fgd_score(args: FragmentationArgs) -> FgdPolicy:
-    """The FGD paper's fragmentation-gradient score (baseline)."""
-    policy: FgdPolicy = FgdPolicy.create(args)
-    return policy
-
-
-@register("picker", "fgd", FragmentationArgs)
-def _fgd_picker(args: FragmentationArgs) -> FgdPolicy:
-    """The FGD paper's GPU choice: the first GPU with the best score."""
-    policy: FgdPolicy = FgdPolicy.create(args)
-    return policy
 
 
 def workload_of(

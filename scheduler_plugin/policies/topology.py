@@ -41,7 +41,6 @@ from .base import BoolA, CycleContext, FloatA, IntA
 from .config import CamelModel
 from .eligibility import cycle_eligible, mask_bits, whole_free
 from .normalize import unit
-from .registry import register
 
 LEVEL_NAMES = ("NVLink", "the same PCIe switch", "the same NUMA node", "across sockets")
 MAX_TABLE_GPUS = 16
@@ -525,15 +524,3 @@ class TopologyPicker:
         if best is None:
             return None
         return tuple(int(gidx[j]) for j in best)
-
-
-@register("score", "topology", TopologyArgs)
-def _topology_score(args: TopologyArgs) -> TopologyScore:
-    """Best-connected GPU group for multi-GPU pods; keep single-GPU pods off intact connected groups."""
-    return TopologyScore(args)
-
-
-@register("picker", "topology", TopologyArgs)
-def _topology_picker(args: TopologyArgs) -> TopologyPicker:
-    """Pick the best-connected set of usable GPUs (NVLink first) inside the chosen node."""
-    return TopologyPicker(args)
