@@ -65,21 +65,15 @@ def rank(policy: SimPolicy, req: GpuRequest, fleet: FleetArrays, rows: IntA, ctx
     return ranking.rank(policy.framework, req, fleet, rows, ctx, raw=policy.raw)
 
 
-def single_score(
-    name: str,
-    plugin: ScorePlugin,
-    fit: FitFilter,
-    picker: GpuPicker | None = None,
-) -> SimPolicy:
+def single_score(name: str, plugin: ScorePlugin, fit: FitFilter, picker: GpuPicker) -> SimPolicy:
     """A telemetry-blind policy of one score plugin ranked by its raw score (the paper's baselines, kube-scheduler's
-    own scoring): the ``fit`` filter only (no staleness or hot-node filter, no ledger); ``plugin`` picks the GPUs
-    unless a ``picker`` is given."""
-    chosen: Any = picker if picker is not None else plugin
+    own scoring): the ``fit`` filter only (no staleness or hot-node filter, no ledger), GPUs from ``picker`` (for
+    the baselines the score plugin itself: gpu-clustering remembers what it placed, random draws from one stream)."""
     fw = Framework(
         telemetry=TelemetryPolicy(on_stale="allow"),
         fit=fit,
         scorers=[WeightedScore(name, plugin, 1.0)],
-        picker=chosen,
+        picker=picker,
     )
     return SimPolicy(name, fw, raw=True)
 

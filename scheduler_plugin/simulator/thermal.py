@@ -150,7 +150,8 @@ class ThermalResult:
 def thermal_policy(name: str) -> SimPolicy:
     if name == "default":
         blind = SIMULATOR.build("filter", "fit", {"thermalHardLimits": False, "throttleHardLimit": False}, "filters")
-        return single_score("default", LeastAllocated(), blind)
+        spread = LeastAllocated()
+        return single_score("default", spread, blind, spread)
     if name == "kelvin-no-thermal":
         base = PolicyConfig()
         scoring = {k: v for k, v in base.scoring.items() if k != "thermal"}

@@ -99,7 +99,8 @@ class PerPod:
 
 def kube_default(seed: int) -> PerPod:
     fit = SIMULATOR.build("filter", "fit", {}, "filters")
-    return PerPod("kube-default", single_score("kube-default", LeastAllocated(), fit), seed)
+    la = LeastAllocated()
+    return PerPod("kube-default", single_score("kube-default", la, fit, la), seed)
 
 
 def kelvin_pod(seed: int, config: PolicyConfig | None = None) -> PerPod:
