@@ -32,9 +32,9 @@ sys.path[:0] = [str(ROOT), str(ROOT / "operator")]
 from kelvin_operator.config import OperatorConfig  # noqa: E402
 from pydantic import BaseModel  # noqa: E402
 
-from scheduler_plugin.policies import registry  # noqa: E402
 from scheduler_plugin.policies.config import PolicyConfig, ScorerConfig  # noqa: E402
 from scheduler_plugin.policies.keys import camel  # noqa: E402
+from scheduler_plugin.policies.plugins import PRODUCTION  # noqa: E402
 
 Schema = dict[str, Any]
 DESCRIPTION = (
@@ -87,8 +87,8 @@ def model_schema(model: type[BaseModel]) -> Schema:
 def _scoring() -> Schema:
     scorer = model_schema(ScorerConfig)
     policies = {}
-    for name in registry.names("score"):
-        args = model_schema(registry.lookup("score", name).args_model)
+    for name in PRODUCTION.names("score"):
+        args = model_schema(PRODUCTION.lookup("score", name).args_model)
         policies[name] = {**scorer, "properties": {**scorer["properties"], "args": args}}
     return {
         "type": "object",
@@ -101,8 +101,8 @@ def _scoring() -> Schema:
 def _picker_rules() -> list[Schema]:
     """``pickerArgs`` (and its old spelling) are the chosen picker's args model."""
     rules = []
-    for name in registry.names("picker"):
-        args = model_schema(registry.lookup("picker", name).args_model)
+    for name in PRODUCTION.names("picker"):
+        args = model_schema(PRODUCTION.lookup("picker", name).args_model)
         rules.append(
             {
                 "if": {"properties": {"picker": {"const": name}}},
@@ -116,7 +116,7 @@ def policy_schema() -> Schema:
     schema = model_schema(PolicyConfig)
     props = schema["properties"]
     props["scoring"] = _scoring()
-    props["picker"] = {**props["picker"], "enum": registry.names("picker")}
+    props["picker"] = {**props["picker"], "enum": PRODUCTION.names("picker")}
     operator = model_schema(OperatorConfig)
     operator["description"] = "the operator's section (docs/operator.md)"
     props["operator"] = operator

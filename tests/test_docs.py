@@ -20,8 +20,9 @@ from typer.testing import CliRunner
 
 from scheduler_plugin.cli import app
 from scheduler_plugin.config import Settings
-from scheduler_plugin.policies import Framework, PolicyConfig, registry
+from scheduler_plugin.policies import Framework, PolicyConfig
 from scheduler_plugin.policies.keys import _models_in, camel
+from scheduler_plugin.policies.plugins import PRODUCTION
 from scheduler_plugin.policies.registry import PolicyConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -120,8 +121,8 @@ def _policy_field_names() -> set[str]:
     walk(PolicyConfig)
     walk(OperatorConfig)
     for kind in ("score", "picker"):
-        for name in registry.names(kind):
-            walk(registry.lookup(kind, name).args_model)
+        for name in PRODUCTION.names(kind):
+            walk(PRODUCTION.lookup(kind, name).args_model)
     # settings (KELVIN_* env, documented by their field names) are not policy keys
     return {n for n in names if camel(n) != n} - set(Settings.model_fields)
 

@@ -32,6 +32,9 @@ from ..extender.service import Extender
 from ..model import THERMAL_THROTTLE_MASK, GpuAssignment, Snapshot, parse_pod
 from ..policies.base import Rejection
 from ..policies.config import PolicyConfig
+from ..policies.plugins import PRODUCTION
+from ..policies.registry import Registry
+from ..simulator.baselines import SIMULATOR
 from ..simulator.simulated_fleet import SimulatedFleetSource
 from .scenario import (
     DEMO_EPOCH_S,
@@ -91,6 +94,7 @@ class Demo:
         mean_lifetime: float | None = None,
         policy_file: str | None = None,
         policy: PolicyConfig | None = None,
+        plugins: Registry = PRODUCTION,
     ) -> None:
         self.pods = pods
         self.interval_s = interval_s
@@ -114,7 +118,7 @@ class Demo:
         self.source = SimulatedFleetSource(demo_fleet(nodes, gpus, hot, seed), clock=self.clock)
         self.hot_nodes = self._heat_hot_nodes(hot, min(HOT_NODE_BUSY_GPUS, gpus - 1))
         self.ext: Extender = build_extender(
-            settings, source=self.source, policy=policy, binder=LocalBinder(), clock=self.clock
+            settings, source=self.source, policy=policy, binder=LocalBinder(), clock=self.clock, plugins=plugins
         )
         self.names = self.source.node_names
         self.rows: list[Row] = []
@@ -298,7 +302,7 @@ def run_demo(  # noqa: PLR0913
         baseline = None
         if compare:
             console.print("running the same pods through a GPU-blind baseline (random placement, no thermal limits)...")
-            baseline = Demo(policy=baseline_policy(seed), interval_s=0.0, **common).run(
+            baseline = Demo(policy=baseline_policy(seed), plugins=SIMULATOR, interval_s=0.0, **common).run(
                 console, live=False, progress=False
             )
         print_summary(summary, console, baseline)

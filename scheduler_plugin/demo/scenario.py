@@ -14,7 +14,6 @@ from typing import Any
 
 from ..model import GIB
 from ..model import annotations as ann
-from ..policies import baselines as _baselines  # noqa: F401  (registers the comparison policies)
 from ..policies.config import PolicyConfig
 from ..simulator.simulated_fleet import FleetSpec
 
@@ -118,7 +117,8 @@ def demand(shape: PodShape) -> float:
     return min(1.0, int(pool.removesuffix("Gi")) / 80)
 
 
-#: The comparison run: what a GPU-blind scheduler does (random feasible node and GPUs, no thermal limits).
+#: The comparison run: what a GPU-blind scheduler does (random feasible node and GPUs, no thermal limits); its
+#: ``random`` policy is one of the simulator's baselines, built through the simulator's registry.
 BASELINE_POLICY: dict[str, Any] = {
     "filters": {"thermalHardLimits": False, "throttleHardLimit": False, "hotNodes": False},
     "scoring": {"random": {"weight": 1, "args": {"seed": 0}}},

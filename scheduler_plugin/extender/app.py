@@ -19,10 +19,10 @@ from prometheus_client import CollectorRegistry
 from .. import __version__
 from ..config import ConfigError, Settings
 from ..kube import KubeClient, KubeConfig, KubeError
-from ..policies import fragmentation as _fragmentation  # noqa: F401  (registers the default score policy)
 from ..policies.config import PolicyConfig
 from ..policies.framework import Framework
-from ..policies.registry import PolicyConfigError
+from ..policies.plugins import PRODUCTION
+from ..policies.registry import PolicyConfigError, Registry
 from ..simulator.simulated_fleet import FleetSpecError, SimulatedFleetSource
 from ..telemetry import factory
 from ..telemetry.assignments import AssignedSource
@@ -81,12 +81,15 @@ def build_extender(
     binder: Binder | None = None,
     clock: Callable[[], float] = time.time,
     registry: CollectorRegistry | None = None,
+    plugins: Registry = PRODUCTION,
 ) -> Extender:
-    """Everything the service needs, validated. Raises :class:`StartupError` naming the bad field."""
+    """Everything the service needs, validated. Raises :class:`StartupError` naming the bad field. ``plugins`` is
+    the policy registry the policy's names are looked up in: the production one (the demo's comparison run passes
+    the simulator's)."""
     policy = policy if policy is not None else load_policy(settings)
     ledger = AssumedLedger(policy.ledger.ttl_seconds)
     try:
-        framework = Framework.from_config(policy, ledger=ledger)
+        framework = Framework.from_config(policy, ledger=ledger, plugins=plugins)
     except PolicyConfigError as exc:
         where = f"policy_file {settings.policy_file}" if settings.policy_file else "policy"
         raise StartupError(f"{where}: {exc}") from None
@@ -127,6 +130,7 @@ def build_extender(
         binder=binder,
         metrics=metrics,
         clock=clock,
+        plugins=plugins,
     )
 
 

@@ -60,7 +60,7 @@ class PreemptVerb:
 
     def __init__(self, ext: Extender) -> None:
         self.ext = ext
-        self.framework = Framework.from_config(ext.policy)
+        self.framework = Framework.from_config(ext.policy, plugins=ext.plugins)
 
     def __call__(self, args: PreemptionArgs) -> dict[str, Any]:
         ext = self.ext

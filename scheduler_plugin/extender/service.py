@@ -35,6 +35,8 @@ from ..model.claim import claim_of
 from ..policies.base import IntA, RejectionKind
 from ..policies.config import PolicyConfig
 from ..policies.framework import Framework
+from ..policies.plugins import PRODUCTION
+from ..policies.registry import Registry
 from ..telemetry.cache import SnapshotCache
 from ..telemetry.ledger import AssumedLedger
 from ..telemetry.source import TelemetrySource
@@ -126,6 +128,8 @@ class Extender:
     binder: Binder
     metrics: ExtenderMetrics
     clock: Callable[[], float] = time.time
+    plugins: Registry = PRODUCTION
+    """The registry the policy was built from (the preempt verb builds its own framework from it too)."""
 
     def __post_init__(self) -> None:
         self.memo = RequestMemo()

@@ -17,7 +17,7 @@ from typing import Any, Generic, TypeVar, cast
 import numpy as np
 import numpy.typing as npt
 
-from .claim import charge_milli_array
+from .claim import SlotCharges
 from .gpu import GIB, MILLI_PER_GPU, GpuAssignment, GpuNode
 from .gpu_models import matches_any
 
@@ -34,8 +34,7 @@ DEFAULT_IDLE_USED_BYTES = 1 * GIB
 def assigned_memory(a: GpuAssignment, memory_total: int) -> int:
     """GPU memory an assignment holds on one of its GPUs: its pool, else its share of the GPU's memory (a whole GPU
     holds all of it; a compute-only share of ``milli`` thousandths holds that share of the memory). The scalar form of
-    what :meth:`FleetArrays.with_assumed` and the snapshot builder compute over arrays (used by the preemption
-    overlay)."""
+    what :class:`~.claim.SlotCharges` computes over arrays (used by the preemption overlay)."""
     if a.memory_bytes is not None:
         return a.memory_bytes
     return memory_total * min(a.milli or 0, MILLI_PER_GPU) // MILLI_PER_GPU
@@ -125,56 +124,33 @@ class FleetArrays:
 
         Only the capacity arrays are copied; everything else is shared with ``self``. Vectorised over the
         assignments' GPUs (the extender rebuilds this view after every bind, with every assignment of the ledger's
-        TTL in it): each GPU is charged by :func:`~.claim.charge_milli_array` as :func:`~.claim.charged_milli`
-        would, on the first slot of the node that reports its index; nodes and GPUs the fleet does not hold are
-        skipped.
+        TTL in it): charged by :meth:`charge`; nodes the fleet does not hold are skipped.
         """
         if not assumed:
             return self
-        a_rows: list[int] = []
-        a_gpu: list[int] = []
-        a_share: list[int] = []  # the compute share (0 when none)
-        a_pool: list[int] = []  # the memory pool in bytes (-1 when none)
-        index = self.index
-        for node, entries in assumed.items():
-            i = index.get(node)
-            if i is None:
-                continue
-            for a in entries:
-                for gi in a.gpu_indices:
-                    a_rows.append(i)
-                    a_gpu.append(gi)
-                    a_share.append(a.milli or 0)
-                    a_pool.append(-1 if a.memory_bytes is None else a.memory_bytes)
         out = replace(self)
-        out.free_milli = free_milli = self.free_milli.copy()
-        out.free_mem = free_mem = self.free_mem.copy()
-        out.assigned_milli = assigned_milli = self.assigned_milli.copy()
-        out.assigned_mem = assigned_mem = self.assigned_mem.copy()
-        out.tenants = tenants = self.tenants.copy()
-        if not a_rows:
-            return out
-        rows = np.asarray(a_rows, dtype=np.int64)
-        hit = self.gpu_index[rows] == np.asarray(a_gpu, dtype=np.int64)[:, None]  # (m, G)
-        known = hit.any(axis=1)
-        rows, cols = rows[known], hit[known].argmax(axis=1)  # the first slot with that index
-        share = np.asarray(a_share, dtype=np.int64)[known]
-        pool = np.asarray(a_pool, dtype=np.int64)[known]
-        total = self.mem_total[rows, cols]
-        milli = np.minimum(charge_milli_array(share, pool, total), MILLI_PER_GPU)
-        mem = np.where(pool >= 0, pool, total * np.minimum(share, MILLI_PER_GPU) // MILLI_PER_GPU)
-        at = (rows, cols)
-        charged = np.zeros(free_milli.shape, dtype=np.int64)
-        np.add.at(charged, at, milli)
-        held = np.zeros(free_mem.shape, dtype=np.int64)
-        np.add.at(held, at, mem)
-        assigned_milli += charged.astype(assigned_milli.dtype)
-        free_milli[...] = np.maximum(0, free_milli - charged)  # charges are >= 0: one clamp is the per-entry clamps
-        assigned_mem += held
-        free_mem[...] = np.maximum(0, free_mem - held)
-        np.add.at(tenants, at, 1)
+        for name in _CAPACITY_COLUMNS:
+            setattr(out, name, getattr(self, name).copy())
+        index = self.index
+        out.charge((index[node], a) for node, entries in assumed.items() if node in index for a in entries)
         return out
 
+    def charge(self, claims: Iterable[tuple[int, GpuAssignment]], sign: int = 1) -> int:
+        """Charge ``claims`` ((row, record) pairs) against this fleet's capacity in place: kelvin's assigned share,
+        memory and tenants up, free share and memory down, by :class:`~.claim.SlotCharges` (the one charge of a
+        claim, as the snapshot builder records it). ``sign=-1`` gives them back. Returns the thousandths charged.
+
+        The simulators place pods into their mutable copy of the fleet with it; the extender's overlay is
+        :meth:`with_assumed`."""
+        c = SlotCharges.of(self.gpu_index, self.mem_total, claims)
+        if len(c):
+            c.record(self.assigned_milli, self.assigned_mem, self.tenants, sign)
+            c.take(self.free_milli, self.free_mem, self.mem_total, sign)
+        return int(c.milli.sum())
+
+
+_CAPACITY_COLUMNS = ("free_milli", "free_mem", "assigned_milli", "assigned_mem", "tenants")
+"""The columns :meth:`FleetArrays.charge` writes."""
 
 _GPU_COLUMNS: tuple[tuple[str, str], ...] = (
     # (FleetArrays field, GpuInfo attribute) copied as they are
@@ -331,33 +307,9 @@ class ArraysBuilder:
         self._fill_assignments(nodes, lo)
 
     def _fill_assignments(self, nodes: Sequence[GpuNode], lo: int) -> None:
-        a_rows: list[int] = []
-        a_gpu: list[int] = []
-        a_milli: list[int] = []
-        a_mem: list[int] = []  # -1: no memory pool (a share of the GPU's memory)
-        for i, nd in enumerate(nodes, start=lo):
-            for a in nd.assignments:
-                for gi in a.gpu_indices:
-                    a_rows.append(i)
-                    a_gpu.append(gi)
-                    a_milli.append(a.milli or 0)
-                    a_mem.append(-1 if a.memory_bytes is None else a.memory_bytes)
-        if not a_rows:
-            return
-        rows = np.asarray(a_rows, dtype=np.int64)
-        gidx = self.cols["gpu_index"][rows]  # (m, G)
-        hit = (gidx == np.asarray(a_gpu, dtype=np.int64)[:, None]) & self.present[rows]
-        known = hit.any(axis=1)  # assignments to GPUs the node does not report are ignored
-        rows = rows[known]
-        cols = hit.shape[1] - 1 - hit[known, ::-1].argmax(axis=1)  # the last slot with that index, as in _nvlink_of
-        share = np.asarray(a_milli, dtype=np.int64)[known]
-        pool = np.asarray(a_mem, dtype=np.int64)[known]
-        total = self.cols["mem_total"][rows, cols]
-        mem = np.where(pool >= 0, pool, total * np.minimum(share, MILLI_PER_GPU) // MILLI_PER_GPU)
-        milli = np.minimum(charge_milli_array(share, pool, total), MILLI_PER_GPU)  # claim.charged_milli, vectorised
-        np.add.at(self.assigned_milli, (rows, cols), milli.astype(np.int32))
-        np.add.at(self.assigned_mem, (rows, cols), mem)
-        np.add.at(self.tenants, (rows, cols), 1)
+        claims = ((i, a) for i, nd in enumerate(nodes, start=lo) for a in nd.assignments)
+        charges = SlotCharges.of(self.cols["gpu_index"], self.cols["mem_total"], claims)
+        charges.record(self.assigned_milli, self.assigned_mem, self.tenants)
 
     def finish(self) -> FleetArrays:
         """The arrays, once every row is filled."""

@@ -1,19 +1,7 @@
-"""Scoring policies. Importing this package registers every policy (filters, scores, pickers) in the registry."""
+"""Scoring policies: the plugin contracts, the framework that runs them, and the explicit registry of their names
+(:mod:`.plugins`)."""
 
-from . import baselines, burst, fit, fragmentation, noise, thermal, topology
 from .config import PolicyConfig
 from .framework import Explanation, FilterOutcome, Framework
 
-__all__ = [
-    "Explanation",
-    "FilterOutcome",
-    "Framework",
-    "PolicyConfig",
-    "baselines",
-    "burst",
-    "fit",
-    "fragmentation",
-    "noise",
-    "thermal",
-    "topology",
-]
+__all__ = ["Explanation", "FilterOutcome", "Framework", "PolicyConfig"]

@@ -22,7 +22,6 @@ from ..model import FleetArrays, GpuRequest
 from .base import RECENT_PLACEMENTS, CycleContext, FloatA, IntA, StateKey
 from .config import CamelModel
 from .normalize import unit
-from .registry import register
 
 PLACEMENTS_KEY = RECENT_PLACEMENTS
 """The cycle-state key of the ledger's recent placements (``Mapping[str, Sequence[float]]``)."""
@@ -90,9 +89,3 @@ class BurstScore:
             f"{len(recent)} pods placed here in the last {self.args.window_seconds:g} s "
             f"(fading load {load:.2f} of {self.args.saturation:g})"
         ]
-
-
-@register("score", "burst", BurstArgs)
-def _burst(args: BurstArgs) -> BurstScore:
-    """Penalise nodes with many placements in the last seconds (from the assumed-allocation ledger)."""
-    return BurstScore(args)

@@ -4,7 +4,8 @@ Every field has a documented default (docs/policies.md). Keys are camelCase (``m
 the old snake_case spelling (``max_age_seconds``) is still accepted with one warning per key naming its camelCase
 form (:mod:`.keys`). Unknown keys are errors. Structural errors name the field path, e.g.
 ``scoring.thermal.weight: Input should be greater than or equal to 0``. Policy names and their ``args`` are checked
-by :meth:`scheduler_plugin.policies.framework.Framework.from_config` through the registry, which also names the path.
+by :meth:`scheduler_plugin.policies.framework.Framework.from_config` through a registry (the production one,
+:mod:`.plugins`, unless the simulator passes its own), which also names the path.
 """
 
 from __future__ import annotations
@@ -21,9 +22,8 @@ from ..config import error_message
 from ..gang.config import GangPolicy
 from ..hotness import HotnessConfig
 from ..operator_settings import FileSection
-from . import registry
 from .keys import Normalised, Renamed, camel, display_path, normalise
-from .registry import PolicyConfigError
+from .registry import Kind, PolicyConfigError, Registry
 
 log = logging.getLogger("kelvin.policy")
 
@@ -109,9 +109,10 @@ class PolicyConfig(CamelModel):
     that a file the operator refuses stops the extender too. The operator puts its environment and flags on top."""
 
     @classmethod
-    def from_mapping(cls, data: Any, *, source: str = "policy config") -> PolicyConfig:
+    def from_mapping(cls, data: Any, *, source: str = "policy config", plugins: Registry | None = None) -> PolicyConfig:
         """Validate parsed YAML/JSON. Raises :class:`PolicyConfigError` naming every bad field by its path; logs one
-        warning per key written in the old snake_case spelling."""
+        warning per key written in the old snake_case spelling (in the policies' ``args`` too, by their models in
+        ``plugins``: the production registry unless given)."""
         if data is None:
             data = {}
         if not isinstance(data, dict):
@@ -127,20 +128,27 @@ class PolicyConfig(CamelModel):
             raise PolicyConfigError(format_validation_error(exc, source, cls)) from None
         operator = _operator_section(cfg.operator, source)
         cfg = cfg.model_copy(update={"operator": operator.data})
-        renamed = [*keys.renamed, *operator.renamed, *cfg._renamed_args(source)]
+        renamed = [*keys.renamed, *operator.renamed, *cfg._renamed_args(source, plugins)]
         for r in renamed:
             log.warning("%s", r.warning(source))
         return cfg
 
-    def _renamed_args(self, source: str) -> list[Renamed]:
+    def _renamed_args(self, source: str, plugins: Registry | None) -> list[Renamed]:
         """Old spellings inside the policies' ``args`` (their models are the registry's; unknown names are left to
         :meth:`Framework.from_config <scheduler_plugin.policies.framework.Framework.from_config>`)."""
+        if plugins is None:
+            # imported here, not at the top: every plugin module imports this one (CamelModel, FilterPolicy)
+            from .plugins import PRODUCTION
+
+            plugins = PRODUCTION
         out: list[Renamed] = []
-        sections = [("score", name, sc.args, f"scoring.{name}.args.") for name, sc in self.scoring.items()]
+        sections: list[tuple[Kind, str, dict[str, Any], str]] = [
+            ("score", name, sc.args, f"scoring.{name}.args.") for name, sc in self.scoring.items()
+        ]
         sections.append(("picker", self.picker, self.picker_args, "pickerArgs."))
         for kind, name, args, path in sections:
             try:
-                model = registry.lookup(kind, name).args_model
+                model = plugins.lookup(kind, name).args_model
             except PolicyConfigError:
                 continue
             keys = normalise(model, args, path)

@@ -61,7 +61,6 @@ from .reasons import (
     WrongModel,
     celsius,
 )
-from .registry import register
 from .topology import TopologyArgs, TopologyTables
 
 
@@ -312,9 +311,3 @@ class FitFilter:
                 verdict = "usable"
             lines.append(f"{desc}; {verdict}")
         return lines
-
-
-@register("filter", "fit", FilterPolicy)
-def _fit(args: FilterPolicy) -> FitFilter:
-    """GPU-by-GPU fit: capacity, model, size, thermal hard limits and required NVLink topology."""
-    return FitFilter(args)

@@ -23,7 +23,6 @@ from ..model import FleetArrays, GpuAssignment, GpuRequest
 from ..model.claim import claim_of
 from ..model.snapshot import stale_mask
 from ..telemetry.ledger import AssumedLedger
-from . import registry
 from .base import (
     MAX_EXTENDER_PRIORITY,
     RECENT_PLACEMENTS,
@@ -44,6 +43,8 @@ from .eligibility import LIMITS_KEY
 from .fit import FitFilter, TelemetryFilter
 from .hot import HotNodeFilter
 from .normalize import finite
+from .plugins import PRODUCTION
+from .registry import PolicyConfigError, Registry
 
 
 class BatchFilter(Protocol):
@@ -168,22 +169,25 @@ class Framework:
         self._overlay: FleetArrays | None = None
 
     @classmethod
-    def from_config(cls, cfg: PolicyConfig, *, ledger: AssumedLedger | None = None) -> Framework:
-        """Build every plugin through the registry; raises ``PolicyConfigError`` naming the bad field path."""
-        fit = registry.build("filter", "fit", cfg.filters.model_dump(), "filters")
+    def from_config(
+        cls, cfg: PolicyConfig, *, ledger: AssumedLedger | None = None, plugins: Registry = PRODUCTION
+    ) -> Framework:
+        """Build every plugin through ``plugins`` (the production registry unless the simulator passes its own);
+        raises ``PolicyConfigError`` naming the bad field path and the names ``plugins`` knows."""
+        fit = plugins.build("filter", "fit", cfg.filters.model_dump(), "filters")
         scorers = []
         for name, sc in cfg.scoring.items():
             try:
-                registry.lookup("score", name)
-            except registry.PolicyConfigError as exc:
-                raise registry.PolicyConfigError(f"scoring.{name}: {exc}") from None
-            plugin = registry.build("score", name, sc.args, f"scoring.{name}.args")
+                plugins.lookup("score", name)
+            except PolicyConfigError as exc:
+                raise PolicyConfigError(f"scoring.{name}: {exc}") from None
+            plugin = plugins.build("score", name, sc.args, f"scoring.{name}.args")
             scorers.append(WeightedScore(name, plugin, sc.weight))
         try:
-            registry.lookup("picker", cfg.picker)
-        except registry.PolicyConfigError as exc:
-            raise registry.PolicyConfigError(f"picker: {exc}") from None
-        picker = registry.build("picker", cfg.picker, cfg.picker_args, "pickerArgs")
+            plugins.lookup("picker", cfg.picker)
+        except PolicyConfigError as exc:
+            raise PolicyConfigError(f"picker: {exc}") from None
+        picker = plugins.build("picker", cfg.picker, cfg.picker_args, "pickerArgs")
         return cls(
             telemetry=cfg.telemetry,
             fit=fit,

@@ -27,7 +27,6 @@ from .base import BoolA, CycleContext, FloatA, IntA
 from .config import CamelModel
 from .eligibility import cycle_eligible
 from .normalize import unit
-from .registry import register
 
 
 class NoiseArgs(CamelModel):
@@ -165,9 +164,3 @@ class NoiseScore:
                 f"{int(fleet.xid[row, j])} XID errors; quiet {quiet[j]:.2f}"
             )
         return lines or ["no GPU the pod could share"]
-
-
-@register("score", "noise", NoiseArgs)
-def _noise(args: NoiseArgs) -> NoiseScore:
-    """Co-tenant pressure (utilisation, memory pressure, crowding, XID errors) on shared GPUs."""
-    return NoiseScore(args)

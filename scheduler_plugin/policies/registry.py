@@ -1,20 +1,24 @@
-"""Policy registry: name -> (typed args model, factory). Unknown names or bad args fail at startup, not per request.
+"""Policy registries: (kind, name) -> (typed args model, factory). Unknown names or bad args fail at startup, not per
+request.
 
-Policies register themselves with :func:`register` at import; ``scheduler_plugin.policies`` imports every policy
-module so that importing the package fills the registry.
+A :class:`Registry` is an immutable table built explicitly from a list of :class:`Registration` rows; nothing
+registers itself on import. The extender's is :data:`scheduler_plugin.policies.plugins.PRODUCTION` (kelvin's own
+filters, scores and pickers: what a policy file may name); the simulator's adds the FGD paper's comparison policies
+to it (:data:`scheduler_plugin.simulator.baselines.SIMULATOR`), so a production policy file cannot select them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
 from ..config import error_message
 
 ArgsT = TypeVar("ArgsT", bound=BaseModel)
+Kind = Literal["filter", "score", "picker"]
 
 
 class PolicyConfigError(ValueError):
@@ -23,49 +27,59 @@ class PolicyConfigError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class Registration(Generic[ArgsT]):
+    """One policy: its kind, name, the pydantic model of its ``args`` and the factory ``(args) -> plugin``."""
+
+    kind: Kind
     name: str
-    kind: str  # "filter" | "score" | "picker"
     args_model: type[ArgsT]
     factory: Callable[[ArgsT], Any]
     doc: str
+    """One line: what the policy does (the generated Helm schema and the docs show it)."""
 
 
-_REGISTRY: dict[tuple[str, str], Registration[Any]] = {}
+class Registry:
+    """An immutable set of :class:`Registration` rows, looked up by (kind, name)."""
 
+    __slots__ = ("_rows",)
 
-def register(
-    kind: str, name: str, args_model: type[ArgsT], doc: str = ""
-) -> Callable[[Callable[[ArgsT], Any]], Callable[[ArgsT], Any]]:
-    """Decorator for a factory ``(args) -> plugin``."""
+    def __init__(self, registrations: Iterable[Registration[Any]]) -> None:
+        rows: dict[tuple[str, str], Registration[Any]] = {}
+        for reg in registrations:
+            key = (reg.kind, reg.name)
+            if key in rows:
+                raise PolicyConfigError(f"{reg.kind} policy {reg.name!r} registered twice")
+            rows[key] = reg
+        self._rows = rows
 
-    def deco(factory: Callable[[ArgsT], Any]) -> Callable[[ArgsT], Any]:
-        key = (kind, name)
-        if key in _REGISTRY and _REGISTRY[key].factory is not factory:
-            raise PolicyConfigError(f"{kind} policy {name!r} registered twice")
-        _REGISTRY[key] = Registration(name, kind, args_model, factory, doc or (factory.__doc__ or "").strip())
-        return factory
+    def extended(self, registrations: Iterable[Registration[Any]]) -> Registry:
+        """This registry plus ``registrations`` (a name already here is refused)."""
+        return Registry([*self._rows.values(), *registrations])
 
-    return deco
+    def __iter__(self) -> Iterator[Registration[Any]]:
+        return iter(self._rows.values())
 
+    def __contains__(self, key: object) -> bool:
+        return key in self._rows
 
-def names(kind: str) -> list[str]:
-    return sorted(n for k, n in _REGISTRY if k == kind)
+    def names(self, kind: Kind) -> list[str]:
+        return sorted(n for k, n in self._rows if k == kind)
 
+    def lookup(self, kind: Kind, name: str) -> Registration[Any]:
+        """The registration of ``name``; :class:`PolicyConfigError` listing the known names of ``kind`` if none."""
+        try:
+            return self._rows[(kind, name)]
+        except KeyError:
+            known = ", ".join(self.names(kind)) or "none"
+            raise PolicyConfigError(f"unknown {kind} policy {name!r} (known: {known})") from None
 
-def lookup(kind: str, name: str) -> Registration[Any]:
-    try:
-        return _REGISTRY[(kind, name)]
-    except KeyError:
-        known = ", ".join(names(kind)) or "none"
-        raise PolicyConfigError(f"unknown {kind} policy {name!r} (known: {known})") from None
-
-
-def build(kind: str, name: str, raw_args: dict[str, Any] | None, path: str) -> Any:
-    """Validate ``raw_args`` against the policy's model and build it. Errors name every bad field by its path."""
-    reg = lookup(kind, name)
-    try:
-        args = reg.args_model.model_validate(raw_args or {})
-    except ValidationError as exc:
-        problems = "; ".join(f"{path}.{'.'.join(str(p) for p in e['loc'])}: {error_message(e)}" for e in exc.errors())
-        raise PolicyConfigError(problems) from None
-    return reg.factory(args)
+    def build(self, kind: Kind, name: str, raw_args: dict[str, Any] | None, path: str) -> Any:
+        """Validate ``raw_args`` against the policy's model and build it. Errors name every bad field by its path."""
+        reg = self.lookup(kind, name)
+        try:
+            args = reg.args_model.model_validate(raw_args or {})
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{path}.{'.'.join(str(p) for p in e['loc'])}: {error_message(e)}" for e in exc.errors()
+            )
+            raise PolicyConfigError(problems) from None
+        return reg.factory(args)

@@ -47,7 +47,6 @@ from .base import CycleContext, FloatA, IntA
 from .config import CamelModel
 from .eligibility import cycle_eligible
 from .normalize import unit
-from .registry import register
 
 
 @overload
@@ -254,9 +253,3 @@ class ThermalScore:
                 line += f"; clocks slowed ({', '.join(throttle_reason_names(thr))}, at {fleet.clock_ratio[row, j]:.0%})"
             lines.append(line)
         return lines
-
-
-@register("score", "thermal", ThermalArgs)
-def _thermal(args: ThermalArgs) -> ThermalScore:
-    """Headroom below the slowdown temperature, predicted from the trend; throttling penalised."""
-    return ThermalScore(args)

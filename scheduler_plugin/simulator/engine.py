@@ -1,5 +1,5 @@
-"""Replay a trace through a policy: filter, score and pick with the extender's own plugins, on a mutable copy of the
-fleet's arrays. Pure computation; the CLI adds I/O (progress, tables, files)."""
+"""Replay a trace through a policy: filter, rank and pick with the policy's framework (the extender's own), on a
+mutable copy of the fleet's arrays. Pure computation; the CLI adds I/O (progress, tables, files)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,10 @@ import numpy.typing as npt
 
 from ..model import MILLI_PER_GPU, FleetArrays, GpuRequest
 from ..model.claim import charge_milli
-from ..policies.base import CycleContext, FilterPlugin, GpuPicker, ScorePlugin
-from ..policies.fragmentation import DEFAULT_REFERENCE_GPU_MEMORY, WORKLOAD_KEY, Workload, learn, workload_of
+from ..policies.fragmentation import DEFAULT_REFERENCE_GPU_MEMORY, WORKLOAD_KEY, Workload, workload_of
+from ..policies.ranking import tied_best
 from .fleet import apply_placement, build_fleet, gpu_memory_bytes
+from .policies import SimPolicy, feasible, rank
 from .protocol import DEFAULT_TARGET, arrivals
 from .trace import Trace, TracePod
 
@@ -23,55 +24,6 @@ IntA = npt.NDArray[np.int64]
 BoolA = npt.NDArray[np.bool_]
 
 CHECKPOINTS = (100, 110, 120, 130)
-
-
-@dataclass(slots=True)
-class SimPolicy:
-    """A policy as the simulator runs it: the extender's filter plugins, weighted score plugins and GPU picker.
-
-    ``rank`` orders feasible nodes (higher is better). With one score plugin it is that plugin's raw score (the
-    paper's baselines are defined on their raw scores); with several, the weighted sum of normalised scores before
-    the extender's rounding.
-    """
-
-    name: str
-    filters: Sequence[FilterPlugin]
-    scorers: Sequence[tuple[ScorePlugin, float]]
-    picker: GpuPicker
-    rank_fn: Callable[[GpuRequest, FleetArrays, IntA, CycleContext], FloatA] | None = None
-    context_fn: Callable[[FleetArrays, float], CycleContext] | None = None
-    """Builds each cycle's context (the framework's: staleness, limits, ledger); default: a bare one."""
-    observe_fn: Callable[[GpuRequest], None] | None = None
-    """Learns an arriving pod (the framework's :meth:`~scheduler_plugin.policies.framework.Framework.observe`);
-    default: the workload estimators of the score plugins and the picker."""
-
-    def observe(self, req: GpuRequest) -> None:
-        """Learn one arriving pod into the policy's target workload (the extender does it at filter)."""
-        if self.observe_fn is not None:
-            self.observe_fn(req)
-        else:
-            learn((*(p for p, _ in self.scorers), self.picker), req)
-
-    def context(self, fleet: FleetArrays, now: float) -> CycleContext:
-        return self.context_fn(fleet, now) if self.context_fn is not None else CycleContext(now=now)
-
-    def feasible(self, req: GpuRequest, fleet: FleetArrays, idx: IntA, ctx: CycleContext) -> IntA:
-        for f in self.filters:
-            idx = idx[f.filter(req, fleet, idx, ctx)]
-            if len(idx) == 0:
-                break
-        return idx
-
-    def rank(self, req: GpuRequest, fleet: FleetArrays, idx: IntA, ctx: CycleContext) -> FloatA:
-        if self.rank_fn is not None:
-            return self.rank_fn(req, fleet, idx, ctx)
-        if len(self.scorers) == 1:
-            return np.asarray(self.scorers[0][0].score(req, fleet, idx, ctx), dtype=np.float64)
-        total = np.zeros(len(idx))
-        for plugin, weight in self.scorers:
-            if weight:
-                total += weight * plugin.normalize(plugin.score(req, fleet, idx, ctx))
-        return total
 
 
 @dataclass(slots=True)
@@ -197,7 +149,7 @@ def run(
 
     Ties between equally ranked nodes go to a node order drawn at random per seed (as in the paper's simulator).
     The fragmentation policies get the trace's target workload (``workload``, default ``prep.workload``: the paper's
-    M), or with ``learn_workload`` none at all: they learn it from the arriving pods (:meth:`SimPolicy.observe` on
+    M), or with ``learn_workload`` none at all: they learn it from the arriving pods (the framework's ``observe`` on
     each arrival, before it is scored, fitting or not), as the extender does at filter in a cluster (a decayed
     histogram seeded with a default mix).
     """
@@ -218,24 +170,23 @@ def run(
     demand_so_far = 0
     placed = 0
     w = workload if workload is not None else prep.workload
+    fw = policy.framework
     for p in arrivals(prep.trace.pods, seed):
         req = prep.requests[p]
         pod = prep.trace.pods[p]
         names.append(pod.name)
         if learn_workload:
-            policy.observe(req)
-        ctx = policy.context(fleet, 0.0)
+            fw.observe(req)
+        ctx = fw.context(fleet, 0.0)
         if not learn_workload:
             ctx.state.write(WORKLOAD_KEY, w)
-        cand = policy.feasible(req, fleet, all_rows, ctx)
+        cand = feasible(policy, req, fleet, all_rows, ctx)
         gpus: tuple[int, ...] | None = None
         row = -1
         if len(cand):
-            score = policy.rank(req, fleet, cand, ctx)
-            best = np.max(score)
-            tied = cand[score >= best - 1e-9 * max(1.0, abs(float(best)))] if np.isfinite(best) else cand
+            tied = tied_best(cand, rank(policy, req, fleet, cand, ctx))
             row = int(tied[np.argmin(node_rank[tied])])
-            gpus = policy.picker.pick(req, fleet, row, ctx)
+            gpus = fw.pick(req, fleet, row, ctx)
         if gpus is None or (req.wants_gpu and len(gpus) != req.count):
             failed.append(True)
             demand_so_far += pod.gpu_demand_milli  # what it would take (a memory pool: on the median GPU)

@@ -5,10 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-import numpy as np
-
-from ..model import GIB, MILLI_PER_GPU, FleetArrays, GpuInfo, GpuNode, GpuRequest, build_arrays
+from ..model import GIB, FleetArrays, GpuInfo, GpuNode, GpuRequest, build_arrays
 from ..model.catalogue import UnknownModelError, resolve
+from ..model.claim import claim_of
 from ..model.gpu_models import memory_gb
 
 if TYPE_CHECKING:
@@ -76,22 +75,12 @@ def build_fleet(nodes: Sequence[TraceNode]) -> FleetArrays:
     return build_arrays(to_gpu_nodes(nodes))
 
 
-def apply_placement(fleet: FleetArrays, req: GpuRequest, row: int, gpu_indices: Sequence[int]) -> int:
-    """Subtract the pod from the node's free capacity in place; return the GPU thousandths it took."""
-    fleet.cpu_free[row] -= req.cpu_milli
-    fleet.mem_free_host[row] -= req.host_memory_bytes
-    taken = 0
+def apply_placement(fleet: FleetArrays, req: GpuRequest, row: int, gpu_indices: Sequence[int], sign: int = 1) -> int:
+    """Charge the pod to node ``row`` in place: its CPU and memory requests, and on its GPUs the claim bind would
+    record (:func:`~scheduler_plugin.model.claim.claim_of`, charged by :meth:`FleetArrays.charge` as the snapshot
+    charges it). ``sign=-1`` gives it all back (a pod that finished). Returns the GPU thousandths it took."""
+    fleet.cpu_free[row] -= sign * req.cpu_milli
+    fleet.mem_free_host[row] -= sign * req.host_memory_bytes
     if not gpu_indices:
         return 0
-    cols = [int(np.flatnonzero(fleet.gpu_index[row] == gi)[0]) for gi in gpu_indices]
-    demand = req.demand_milli(fleet.mem_total[row, cols])
-    for c, d in zip(cols, demand, strict=True):
-        d = int(d)
-        mem = req.memory_bytes if req.memory_bytes is not None else int(fleet.mem_total[row, c]) * d // MILLI_PER_GPU
-        fleet.free_milli[row, c] -= d
-        fleet.assigned_milli[row, c] += d
-        fleet.free_mem[row, c] = max(0, int(fleet.free_mem[row, c]) - mem)
-        fleet.assigned_mem[row, c] += mem
-        fleet.tenants[row, c] += 1
-        taken += d
-    return taken
+    return fleet.charge([(row, claim_of(req, gpu_indices))], sign)

@@ -1,29 +1,34 @@
-"""The simulator's policies, built from the extender's own registry and framework (no second implementation).
+"""The simulator's policies: each is one kelvin :class:`~scheduler_plugin.policies.framework.Framework`, run as the
+extender runs it (no second filter or score combination).
 
-* Every policy runs behind kube-scheduler's NodeResourcesFit (CPU, memory) and kelvin's ``fit`` filter (GPU count,
-  share, model, thermal limits), exactly as a pod meets them in a cluster.
-* ``kelvin`` is the :class:`~scheduler_plugin.policies.framework.Framework` built from the default
-  :class:`~scheduler_plugin.policies.config.PolicyConfig` (or a policy file): nodes are ranked by its weighted score
-  before rounding, GPUs chosen by its picker. Pods without GPUs are ranked by its ``fragmentation`` policy (they
-  change the CPU left for GPU pods).
-* The paper's baselines are single score plugins of the registry, ranked by their raw score.
+* Every policy runs behind kube-scheduler's NodeResourcesFit (CPU, memory), then the framework's filters (the
+  ``fit`` filter: GPU count, share, model, thermal limits; for kelvin also telemetry staleness and hot nodes),
+  exactly as a pod meets them in a cluster. GPUs are chosen by :meth:`Framework.pick
+  <scheduler_plugin.policies.framework.Framework.pick>`; arrivals are learned by its ``observe``.
+* ``kelvin`` is the framework built from the default :class:`~scheduler_plugin.policies.config.PolicyConfig` (or a
+  policy file, checked against the production registry as the extender checks it): nodes are ranked by its weighted
+  score before rounding. Pods without GPUs (which the extender never sees) are ranked by its ``fragmentation``
+  score: they change the CPU left for GPU pods.
+* The paper's baselines (:mod:`.baselines`, in the simulator's registry only) are frameworks with that one score
+  plugin, which is also the picker, ranked by its raw score (:func:`~scheduler_plugin.policies.ranking.rank`).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ..model import FleetArrays, GpuRequest
-from ..policies import baselines, fragmentation  # noqa: F401  (registration on import)
-from ..policies.base import BoolA, CycleContext, FloatA, IntA, Rejection
-from ..policies.config import PolicyConfig
-from ..policies.framework import Framework
-from ..policies.reasons import Fits
-from ..policies.registry import PolicyConfigError, build
-from .engine import SimPolicy
+from ..policies import ranking
+from ..policies.base import CycleContext, FloatA, GpuPicker, IntA, ScorePlugin
+from ..policies.config import PolicyConfig, TelemetryPolicy
+from ..policies.fit import FitFilter
+from ..policies.framework import Framework, WeightedScore
+from ..policies.registry import PolicyConfigError
+from .baselines import SIMULATOR
 from .kube import NodeResourcesFit
 
 BASELINES = ("random", "dotproduct", "gpu-clustering", "gpu-packing", "best-fit", "fgd")
@@ -31,64 +36,53 @@ POLICIES = ("kelvin", "kelvin-fragmentation", *BASELINES)
 #: kelvin's framework with only its fragmentation score (what kelvin does on a fleet without telemetry or topology).
 FRAGMENTATION_ONLY = {"scoring": {"fragmentation": {"weight": 1.0}}}
 
-
-class FrameworkFilter:
-    """The framework's filters (telemetry, fit) as one filter plugin."""
-
-    name = "kelvin"
-
-    def __init__(self, fw: Framework) -> None:
-        self.fw = fw
-
-    def filter(self, req: GpuRequest, fleet: FleetArrays, idx: IntA, ctx: CycleContext) -> BoolA:
-        # The framework's own filters, without wording a reason for every rejected node (the simulator needs none).
-        ok = np.ones(len(idx), dtype=np.bool_)
-        for f in self.fw.filters:
-            sel = np.flatnonzero(ok)
-            if sel.size == 0:
-                break
-            ok[sel] = f.filter(req, fleet, idx[sel], ctx)
-        return ok
-
-    def explain(self, req: GpuRequest, fleet: FleetArrays, row: int, ctx: CycleContext) -> Rejection:
-        rejected = self.fw.filter(req, fleet, np.array([row], dtype=np.int64), ctx).rejected
-        return rejected.get(row, Fits())
+_KUBE_FIT = NodeResourcesFit()
 
 
-class FrameworkPicker:
-    """The framework's pick (filters re-checked on the node, then its configured picker)."""
+@dataclass(slots=True)
+class SimPolicy:
+    """A policy as the simulator runs it: a named framework and how its nodes are ranked."""
 
-    name = "kelvin"
+    name: str
+    framework: Framework
+    raw: bool = False
+    """Rank by the raw score of the framework's only score plugin (the paper's baselines), not by its weighted
+    mean."""
+    no_gpu_score: ScorePlugin | None = None
+    """Ranks pods without GPUs (the framework scores them 0); default: the framework's ranking."""
 
-    def __init__(self, fw: Framework) -> None:
-        self.fw = fw
 
-    def pick(self, req: GpuRequest, fleet: FleetArrays, row: int, ctx: CycleContext) -> tuple[int, ...] | None:
-        return self.fw.pick(req, fleet, row, ctx)
+def feasible(policy: SimPolicy, req: GpuRequest, fleet: FleetArrays, rows: IntA, ctx: CycleContext) -> IntA:
+    """The rows that pass kube-scheduler's NodeResourcesFit, then every filter of the policy's framework."""
+    rows = rows[_KUBE_FIT.filter(req, fleet, rows, ctx)]
+    return ranking.feasible(policy.framework, req, fleet, rows, ctx) if rows.size else rows
+
+
+def rank(policy: SimPolicy, req: GpuRequest, fleet: FleetArrays, rows: IntA, ctx: CycleContext) -> FloatA:
+    """What the feasible ``rows`` are ordered by (higher is better)."""
+    if not req.wants_gpu and policy.no_gpu_score is not None:
+        return np.asarray(policy.no_gpu_score.score(req, fleet, rows, ctx), dtype=np.float64)
+    return ranking.rank(policy.framework, req, fleet, rows, ctx, raw=policy.raw)
+
+
+def single_score(name: str, plugin: ScorePlugin, fit: FitFilter, picker: GpuPicker) -> SimPolicy:
+    """A telemetry-blind policy of one score plugin ranked by its raw score (the paper's baselines, kube-scheduler's
+    own scoring): the ``fit`` filter only (no staleness or hot-node filter, no ledger), GPUs from ``picker`` (for
+    the baselines the score plugin itself: gpu-clustering remembers what it placed, random draws from one stream)."""
+    fw = Framework(
+        telemetry=TelemetryPolicy(on_stale="allow"),
+        fit=fit,
+        scorers=[WeightedScore(name, plugin, 1.0)],
+        picker=picker,
+    )
+    return SimPolicy(name, fw, raw=True)
 
 
 def kelvin_policy(config: PolicyConfig | None = None, name: str = "kelvin") -> SimPolicy:
+    """kelvin's framework from ``config`` (default: the default policy), built through the production registry."""
     fw = Framework.from_config(config or PolicyConfig())
     frag = next((ws.plugin for ws in fw.scorers if ws.name == "fragmentation"), None)
-
-    def rank(req: GpuRequest, fleet: FleetArrays, idx: IntA, ctx: CycleContext) -> FloatA:
-        if not req.wants_gpu:
-            return frag.score(req, fleet, idx, ctx) if frag is not None else np.zeros(len(idx))
-        _, combined = fw.prioritize(req, fleet, idx, ctx)
-        return combined
-
-    def context(fleet: FleetArrays, now: float) -> CycleContext:
-        return fw.context(fleet, now)
-
-    return SimPolicy(
-        name=name,
-        context_fn=context,
-        filters=[NodeResourcesFit(), FrameworkFilter(fw)],
-        scorers=[(ws.plugin, ws.weight) for ws in fw.scorers],
-        picker=FrameworkPicker(fw),
-        rank_fn=rank,
-        observe_fn=fw.observe,
-    )
+    return SimPolicy(name, fw, no_gpu_score=frag)
 
 
 def build_policy(name: str, seed: int = 0, *, policy_file: Path | None = None) -> SimPolicy:
@@ -100,7 +94,7 @@ def build_policy(name: str, seed: int = 0, *, policy_file: Path | None = None) -
     if name not in BASELINES:
         raise PolicyConfigError(f"unknown policy {name!r} (known: {', '.join(POLICIES)})")
     args: dict[str, Any] = {"seed": seed} if name == "random" else {}
-    scorer = build("score", name, args, f"policy.{name}")
-    picker = scorer if hasattr(scorer, "pick") else build("picker", name, args, f"policy.{name}")
-    fit = build("filter", "fit", {}, "filters")
-    return SimPolicy(name=name, filters=[NodeResourcesFit(), fit], scorers=[(scorer, 1.0)], picker=picker)
+    scorer = SIMULATOR.build("score", name, args, f"policy.{name}")
+    picker = scorer if hasattr(scorer, "pick") else SIMULATOR.build("picker", name, args, f"policy.{name}")
+    fit = SIMULATOR.build("filter", "fit", {}, "filters")
+    return single_score(name, scorer, fit, picker)

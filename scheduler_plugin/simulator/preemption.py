@@ -263,19 +263,9 @@ class _Sim:
 
     # capacity ------------------------------------------------------------------------------------------------------
 
-    def _cols(self, row: int, gpus: Sequence[int]) -> list[int]:
-        gi = self.fleet.gpu_index[row]
-        return [int(np.flatnonzero(gi == g)[0]) for g in gpus]
-
     def _take(self, row: int, gpus: Sequence[int], sign: int) -> None:
-        f = self.fleet
-        for c in self._cols(row, gpus):
-            f.free_milli[row, c] -= sign * MILLI_PER_GPU
-            f.assigned_milli[row, c] += sign * MILLI_PER_GPU
-            mem = int(f.mem_total[row, c])
-            f.free_mem[row, c] -= sign * mem
-            f.assigned_mem[row, c] += sign * mem
-            f.tenants[row, c] += sign
+        """Charge (``sign=1``) or give back (``-1``) whole GPUs of ``row``, as a bound pod's record is charged."""
+        self.fleet.charge([(row, GpuAssignment("", tuple(gpus)))], sign)
 
     def _ctx(self, now: float) -> CycleContext:
         self.fleet.observed_at[:] = now

@@ -29,13 +29,12 @@ from .. import hotness
 from ..model import GIB, THERMAL_THROTTLE_MASK, FleetArrays, GpuAssignment, GpuNode, GpuRequest, build_arrays
 from ..operator_settings import OperatorConfig
 from ..policies.config import FilterPolicy, PolicyConfig, ScorerConfig
-from ..policies.registry import build
-from ..simulator.simulated_fleet import FleetSpec, SimulatedFleetSource
 from ..telemetry.cooling import CoolingEstimator
-from .engine import SimPolicy
+from .baselines import SIMULATOR
 from .fleet import apply_placement
-from .kube import LeastAllocated, NodeResourcesFit
-from .policies import kelvin_policy
+from .kube import LeastAllocated
+from .policies import SimPolicy, feasible, kelvin_policy, rank, single_score
+from .simulated_fleet import FleetSpec, SimulatedFleetSource
 
 THERMAL_POLICIES = ("default", "kelvin-no-thermal", "kelvin", "kelvin+operator", "kelvin+operator-pays")
 GPU_COUNTS = (1, 2, 4, 8)
@@ -150,9 +149,9 @@ class ThermalResult:
 
 def thermal_policy(name: str) -> SimPolicy:
     if name == "default":
-        blind = build("filter", "fit", {"thermalHardLimits": False, "throttleHardLimit": False}, "filters")
+        blind = SIMULATOR.build("filter", "fit", {"thermalHardLimits": False, "throttleHardLimit": False}, "filters")
         spread = LeastAllocated()
-        return SimPolicy("default", [NodeResourcesFit(), blind], [(spread, 1.0)], spread)
+        return single_score("default", spread, blind, spread)
     if name == "kelvin-no-thermal":
         base = PolicyConfig()
         scoring = {k: v for k, v in base.scoring.items() if k != "thermal"}
@@ -345,13 +344,13 @@ def run_thermal(  # noqa: C901
                 pod_key=pod.key,
                 pod_uid=pod.key,
             )
-            ctx = policy.context(fleet, t)
-            cand = policy.feasible(req, fleet, rows, ctx)
+            ctx = policy.framework.context(fleet, t)
+            cand = feasible(policy, req, fleet, rows, ctx)
             gpus: tuple[int, ...] | None = None
             if len(cand):
-                score = policy.rank(req, fleet, cand, ctx)
+                score = rank(policy, req, fleet, cand, ctx)
                 row = int(cand[int(np.argmax(score))])
-                gpus = policy.picker.pick(req, fleet, row, ctx)
+                gpus = policy.framework.pick(req, fleet, row, ctx)
             if gpus is None:
                 waiting.append(job)
                 continue

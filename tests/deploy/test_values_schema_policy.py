@@ -90,6 +90,8 @@ CASES: list[dict[str, Any]] = [
     {"scoring": {"thermal": {"weight": 101}}},
     {"scoring": {"thermall": {"weight": 1}}},
     {"scoring": {"fgd": {"weight": 1}}},
+    {"scoring": {"dotproduct": {"weight": 1}}},
+    {"picker": "random"},
     {"scoring": {"noise": {"args": {"tenantsWeight": -1}}}},
     {"scoring": {"noise": {"args": {"tenants_weight": 0}}}},
     {"telemetry": {"maxAgeSeconds": 0}},

@@ -6,7 +6,7 @@ import numpy as np
 
 from scheduler_plugin.model import FleetArrays, GpuRequest
 from scheduler_plugin.policies.base import CycleContext
-from scheduler_plugin.policies.registry import build
+from scheduler_plugin.simulator.baselines import SIMULATOR
 from scheduler_plugin.simulator.fleet import apply_placement, build_fleet
 from scheduler_plugin.simulator.trace import TraceNode
 
@@ -22,7 +22,7 @@ def test_best_fit_prefers_the_fullest_node_and_normalises_to_integers() -> None:
     f = fleet4()
     apply_placement(f, GpuRequest(count=2, cpu_milli=8000), 1, (0, 1))
     apply_placement(f, GpuRequest(count=1, cpu_milli=4000), 2, (0,))
-    raw = build("score", "best-fit", {}, "t").score(GpuRequest(count=1, cpu_milli=1000), f, np.arange(4), CTX)
+    raw = SIMULATOR.build("score", "best-fit", {}, "t").score(GpuRequest(count=1, cpu_milli=1000), f, np.arange(4), CTX)
     assert raw.tolist() == [0.0, 100.0, 50.0, 0.0]
 
 
@@ -30,14 +30,14 @@ def test_gpu_packing_bands_shared_gpu_then_used_node_then_idle_node() -> None:
     f = fleet4()
     apply_placement(f, GpuRequest(count=1, milli=500), 1, (0,))
     apply_placement(f, GpuRequest(count=1), 2, (0,))
-    plugin = build("score", "gpu-packing", {}, "t")
+    plugin = SIMULATOR.build("score", "gpu-packing", {}, "t")
     raw = plugin.score(GpuRequest(count=1, milli=300), f, np.arange(4), CTX)
     assert raw[1] > raw[2] > raw[0] == raw[3]
 
 
 def test_gpu_clustering_keeps_classes_together() -> None:
     f = fleet4()
-    plugin = build("score", "gpu-clustering", {}, "t")
+    plugin = SIMULATOR.build("score", "gpu-clustering", {}, "t")
     share, whole = GpuRequest(count=1, milli=300), GpuRequest(count=1)
     # node 0 gets a share pod, node 1 a whole-GPU pod, node 2 both; node 3 stays empty
     for row, req in ((0, share), (1, whole), (2, share), (2, whole)):
@@ -52,7 +52,7 @@ def test_dotproduct_and_random_choose_eligible_gpus() -> None:
     f = fleet4()
     apply_placement(f, GpuRequest(count=1, milli=800), 0, (2,))
     for name, args in (("dotproduct", {}), ("random", {"seed": 3})):
-        plugin = build("score", name, args, "t")
+        plugin = SIMULATOR.build("score", name, args, "t")
         raw = plugin.score(GpuRequest(count=1, milli=500), f, np.arange(4), CTX)
         assert raw.shape == (4,) and np.isfinite(raw).all()
         gpus = plugin.pick(GpuRequest(count=1, milli=500), f, 0, CTX)

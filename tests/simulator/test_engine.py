@@ -10,8 +10,8 @@ import pytest
 
 from scheduler_plugin.policies.config import PolicyConfig
 from scheduler_plugin.policies.registry import PolicyConfigError
-from scheduler_plugin.simulator.engine import RunResult, SimPolicy, prepare, run
-from scheduler_plugin.simulator.policies import POLICIES, build_policy, kelvin_policy
+from scheduler_plugin.simulator.engine import RunResult, prepare, run
+from scheduler_plugin.simulator.policies import POLICIES, SimPolicy, build_policy, kelvin_policy
 from scheduler_plugin.simulator.report import CURVE_POINTS
 from scheduler_plugin.simulator.trace import Trace, TraceNode, TracePod, load_trace
 
@@ -142,20 +142,20 @@ def test_learned_workload_mode_leaves_m_to_the_policys_estimator(small_trace: tu
     run(prep, learned, 1, target=1.0, learn_workload=True)
 
     def estimator_of(policy: SimPolicy) -> int:
-        frag = policy.scorers[0][0]
+        frag = policy.framework.scorers[0].plugin
         return int(frag.estimator.observed)  # type: ignore[attr-defined]
 
     assert estimator_of(given) == 0  # the trace's M was given: nothing learned
     assert estimator_of(learned) > 0
     shapes = {(int(m), int(c)) for m, c in zip(prep.workload.milli, prep.workload.count, strict=True)}
-    learned_w = learned.scorers[0][0].estimator.workload()  # type: ignore[attr-defined]
+    learned_w = learned.framework.scorers[0].plugin.estimator.workload()  # type: ignore[attr-defined]
     assert shapes & {(int(m), int(c)) for m, c in zip(learned_w.milli, learned_w.count, strict=True)}
 
 
 @pytest.mark.parametrize("name", ["kelvin", "fgd"])
 def test_learned_workload_mode_learns_every_arrival_even_one_that_fits_nowhere(name: str) -> None:
     """Issue 15: learning was a side effect of scoring, so an arrival with no feasible node was never learned. Now
-    every arrival is observed once (``SimPolicy.observe``, the framework's ``observe`` for kelvin), as the extender
+    every arrival is observed once (the policy framework's ``observe``), as the extender
     does at filter."""
     nodes = [TraceNode("n", 64000, 64 * GIB, 2, "A100-SXM-80GB", 80 * GIB)]
     pods = [TracePod("eight", 1000, GIB, 8, 1000), TracePod("one", 1000, GIB, 1, 1000)]
@@ -163,7 +163,7 @@ def test_learned_workload_mode_learns_every_arrival_even_one_that_fits_nowhere(n
     policy = build_policy(name)
     r = run(prep, policy, 0, target=10.0, learn_workload=True)  # past the trace: both pods arrive, and again
     assert len(r.failed) > 2 and r.failed.any() and not r.failed.all()
-    frag = policy.scorers[0][0]
+    frag = policy.framework.scorers[0].plugin
     assert frag.estimator.observed == 2  # type: ignore[attr-defined]  # before: 1 (only the pod that was scored)
     assert 8 in frag.estimator.workload().count.tolist()  # type: ignore[attr-defined]
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from scheduler_plugin.model import GIB, GpuInfo, GpuNode, GpuRequest, build_arrays
-from scheduler_plugin.policies import baselines, fragmentation  # noqa: F401  (registration)
+from scheduler_plugin.policies import fragmentation
 from scheduler_plugin.policies.base import CycleContext, CycleState
 from scheduler_plugin.policies.fragmentation import (
     WORKLOAD_KEY,
@@ -22,7 +22,8 @@ from scheduler_plugin.policies.fragmentation import (
     placements,
     shape_of,
 )
-from scheduler_plugin.policies.registry import PolicyConfigError, build
+from scheduler_plugin.policies.plugins import PRODUCTION
+from scheduler_plugin.policies.registry import PolicyConfigError
 
 
 def node(name: str, used: list[int], cpu: int = 32_000, model: str = "A100") -> GpuNode:
@@ -121,7 +122,7 @@ def test_score_prefers_the_node_where_the_pod_fills_a_hole() -> None:
     ctx = CycleContext(now=0.0, state=CycleState({WORKLOAD_KEY: wl((WHOLE, 1), (HALF, 1))}))
     req = GpuRequest(count=1, milli=500, cpu_milli=1000)
     for name in ("fragmentation", "fgd"):
-        plugin = build("score", name, {}, "t")
+        plugin = PRODUCTION.build("score", name, {}, "t")
         raw = plugin.score(req, fleet, np.array([0, 1]), ctx)
         assert raw[1] > raw[0], name
         norm = plugin.normalize(raw)
@@ -148,7 +149,7 @@ def test_shape_of_memory_pool_uses_the_reference_gpu() -> None:
 def test_learned_workload_is_used_without_a_trace() -> None:
     """Scoring reads the estimator's workload and does not learn the pod it scores (``learn`` does that)."""
     fleet = build_arrays([node("n", [0, 0])])
-    plugin = build("score", "fragmentation", {"prior_weight": 1}, "t")
+    plugin = PRODUCTION.build("score", "fragmentation", {"prior_weight": 1}, "t")
     req = GpuRequest(count=1, milli=300, pod_key="a/b")
     learn([plugin, plugin], req)
     assert plugin.estimator.observed == 1  # one estimator, counted once
@@ -161,12 +162,12 @@ def test_learned_workload_is_used_without_a_trace() -> None:
 
 def test_bad_args_name_the_field() -> None:
     with pytest.raises(PolicyConfigError, match=r"policies\.fragmentation\.bin_milli"):
-        build("score", "fragmentation", {"bin_milli": -1}, "policies.fragmentation")
+        PRODUCTION.build("score", "fragmentation", {"bin_milli": -1}, "policies.fragmentation")
 
 
 def test_explain_gives_the_change_in_fragmentation() -> None:
     fleet = build_arrays([node("n", [0, 500])])
-    plugin = build("score", "fragmentation", {}, "t")
+    plugin = PRODUCTION.build("score", "fragmentation", {}, "t")
     lines = plugin.explain(
         GpuRequest(count=1, milli=500), fleet, 0, CycleContext(now=0.0, state=CycleState({WORKLOAD_KEY: wl((HALF, 1))}))
     )
@@ -335,7 +336,7 @@ def test_no_request_can_store_a_value_that_breaks_the_learned_workload(extreme: 
     """The estimator's state is shared by every later request: whatever it is fed (even requests no parser would
     produce), the workload it learns stays in int64 and scoring a normal pod still works."""
     fleet = build_arrays([node("a", [0, 500]), node("b", [1000, 0])])
-    plugin = build("score", "fragmentation", {"prior_weight": 1}, "t")
+    plugin = PRODUCTION.build("score", "fragmentation", {"prior_weight": 1}, "t")
     for i in range(30):
         bad = GpuRequest(**{"count": 1, "milli": 1000, **extreme}, pod_key=f"ns/bad-{i}")  # type: ignore[arg-type]
         plugin.estimator.observe(bad)  # what Framework.observe feeds it at filter, before any score

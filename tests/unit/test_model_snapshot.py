@@ -140,16 +140,16 @@ def test_an_overlay_charges_like_the_records_it_stands_for(
 def test_an_overlay_charges_all_its_gpus_in_one_vectorised_pass(monkeypatch: pytest.MonkeyPatch) -> None:
     """The extender rebuilds the overlay after every bind, with every assignment of the ledger's TTL: its charge is
     one array computation, not one per GPU (a thousand assumed pods cost 20 ms a request when it was)."""
-    from scheduler_plugin.model import snapshot
+    from scheduler_plugin.model import claim
 
     calls: list[int] = []
-    real = snapshot.charge_milli_array  # type: ignore[attr-defined]
+    real = claim.charge_milli_array
 
     def counting(share: object, pool: object, total: object) -> object:
         calls.append(1)
         return real(share, pool, total)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(snapshot, "charge_milli_array", counting)
+    monkeypatch.setattr(claim, "charge_milli_array", counting)
     f = fleet(dgx("a"), dgx("b"))
     view = f.with_assumed({"a": [whole(f"w{j}", j) for j in range(8)], "b": [shared("s", 3, milli=250)]})
     assert len(calls) == 1

@@ -162,12 +162,13 @@ def test_fgd_baseline_ignores_plan_and_stranding() -> None:
 
 
 def test_bad_args_name_the_field() -> None:
-    from scheduler_plugin.policies.registry import PolicyConfigError, build
+    from scheduler_plugin.policies.plugins import PRODUCTION
+    from scheduler_plugin.policies.registry import PolicyConfigError
 
     with pytest.raises(PolicyConfigError, match="strandingWeight"):
-        build("score", "fragmentation", {"strandingWeight": -1}, "scoring.fragmentation.args")
+        PRODUCTION.build("score", "fragmentation", {"strandingWeight": -1}, "scoring.fragmentation.args")
     with pytest.raises(PolicyConfigError, match="replanDrift"):
-        build("score", "fragmentation", {"replanDrift": 0}, "scoring.fragmentation.args")
+        PRODUCTION.build("score", "fragmentation", {"replanDrift": 0}, "scoring.fragmentation.args")
 
 
 def test_explain_names_the_plan_and_the_stranding() -> None:

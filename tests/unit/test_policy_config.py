@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from scheduler_plugin.policies import Framework, PolicyConfig
-from scheduler_plugin.policies.registry import PolicyConfigError, names
+from scheduler_plugin.policies.plugins import PRODUCTION
+from scheduler_plugin.policies.registry import PolicyConfigError
 
 MINE = {"topology": {}, "thermal": {}, "noise": {}, "burst": {}}
 
@@ -115,7 +116,7 @@ def test_yaml_errors(tmp_path: Path) -> None:
 
 
 def test_default_config_builds() -> None:
-    assert "fragmentation" in names("score")
+    assert "fragmentation" in PRODUCTION.names("score")
     fw = Framework.from_config(PolicyConfig())
     assert {ws.name for ws in fw.scorers} == {"fragmentation", "topology", "thermal", "noise", "burst"}
 

@@ -14,7 +14,6 @@ from ..base import MAX_EXTENDER_PRIORITY, CycleContext, FloatA, IntA, StateKey
 from ..config import CamelModel
 from ..normalize import minmax
 from ..packing import DEFAULT_REPLAN_DRIFT, PlanCache
-from ..registry import register
 from .gradient import (
     Placements,
     _accessible,
@@ -272,23 +271,3 @@ class FgdPolicy(FragmentationBase):
 
     def normalize(self, raw: FloatA) -> FloatA:
         return np.asarray(np.clip(np.nan_to_num(raw, neginf=0.0), 0, 100) / 100 * MAX_EXTENDER_PRIORITY)
-
-
-register(
-    "score",
-    "fragmentation",
-    FragmentationArgs,
-    "Expected increase of fragmentation against the learned workload (FGD class), binned; ties to best fit.",
-)(FragmentationPolicy.create)
-register(
-    "picker",
-    "fragmentation",
-    FragmentationArgs,
-    "The GPU(s) inside the node whose use raises fragmentation least, then the tightest fit.",
-)(FragmentationPolicy.create)
-register("score", "fgd", FragmentationArgs, "The FGD paper's fragmentation-gradient score (baseline).")(
-    FgdPolicy.create
-)
-register("picker", "fgd", FragmentationArgs, "The FGD paper's GPU choice: the first GPU with the best score.")(
-    FgdPolicy.create
-)

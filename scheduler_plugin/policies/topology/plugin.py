@@ -13,7 +13,6 @@ from ..base import BoolA, CycleContext, FloatA, IntA
 from ..config import CamelModel
 from ..eligibility import cycle_eligible, mask_bits, whole_free
 from ..normalize import unit
-from ..registry import register
 from .tables import EXACT_COMBINATIONS, LEVEL_NAMES, TopologyTables, best_set, set_quality
 
 
@@ -153,17 +152,3 @@ class TopologyPicker:
         if best is None:
             return None
         return tuple(int(gidx[j]) for j in best)
-
-
-register(
-    "score",
-    "topology",
-    TopologyArgs,
-    "Best-connected GPU group for multi-GPU pods; keep single-GPU pods off intact connected groups.",
-)(TopologyScore)
-register(
-    "picker",
-    "topology",
-    TopologyArgs,
-    "Pick the best-connected set of usable GPUs (NVLink first) inside the chosen node.",
-)(TopologyPicker)

@@ -19,7 +19,7 @@ import numpy as np
 
 from ...gang.config import GangPolicy, TopologyLevel
 from ...gang.topology import Domains, build_domains
-from ...model import GIB, MILLI_PER_GPU, FleetArrays, GpuInfo, GpuNode, GpuRequest, build_arrays
+from ...model import GIB, FleetArrays, GpuInfo, GpuNode, build_arrays
 from ..fleet import known_gpu_memory_bytes
 from ..trace import TraceError, TraceNode, load_nodes
 
@@ -162,22 +162,3 @@ def apply_cooling(jf: JobFleet, sc: CoolingScenario, seed: int) -> tuple[FleetAr
             fleet.util[rows[0], cols[0]] = 0.9
     fleet.cooling_samples = np.where(fleet.gpu_present, -1, 0).astype(np.int32)
     return fleet, poor
-
-
-def release(fleet: FleetArrays, req: GpuRequest, row: int, gpu_indices: Sequence[int]) -> None:
-    """Give a finished pod's capacity back (the inverse of :func:`~scheduler_plugin.simulator.fleet.apply_placement`,
-    whole GPUs and shares alike)."""
-    fleet.cpu_free[row] += req.cpu_milli
-    fleet.mem_free_host[row] += req.host_memory_bytes
-    if not gpu_indices:
-        return
-    cols = [int(np.flatnonzero(fleet.gpu_index[row] == gi)[0]) for gi in gpu_indices]
-    demand = req.demand_milli(fleet.mem_total[row, cols])
-    for c, d in zip(cols, demand, strict=True):
-        d = int(d)
-        mem = req.memory_bytes if req.memory_bytes is not None else int(fleet.mem_total[row, c]) * d // MILLI_PER_GPU
-        fleet.free_milli[row, c] += d
-        fleet.assigned_milli[row, c] -= d
-        fleet.free_mem[row, c] = min(int(fleet.mem_total[row, c]), int(fleet.free_mem[row, c]) + mem)
-        fleet.assigned_mem[row, c] -= mem
-        fleet.tenants[row, c] -= 1

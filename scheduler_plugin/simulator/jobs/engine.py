@@ -24,7 +24,7 @@ import numpy as np
 
 from ...model import MILLI_PER_GPU, FleetArrays, GpuRequest
 from ..fleet import apply_placement
-from .cluster import CoolingScenario, JobFleet, release
+from .cluster import CoolingScenario, JobFleet
 from .network import Network
 from .schedulers import JobScheduler
 from .workload import JobSpec
@@ -250,7 +250,7 @@ def simulate_jobs(  # noqa: C901, PLR0913
             o = outcomes[i]
             o.finished = t
             for (row, gpus), req in zip(running.pop(i), requests.pop(i), strict=True):
-                release(work, req, row, gpus)
+                apply_placement(work, req, row, gpus, sign=-1)
             held -= o.job.gpus
             held_running -= o.job.gpus
             releases += 1

@@ -25,10 +25,10 @@ from ...gang.readers import TopologyAsk
 from ...model import MILLI_PER_GPU, FleetArrays, GpuRequest
 from ...policies.config import PolicyConfig
 from ...policies.framework import Framework
-from ...policies.registry import build
-from ..engine import SimPolicy
-from ..kube import LeastAllocated, NodeResourcesFit
-from ..policies import kelvin_policy
+from ...policies.ranking import tied_best
+from ..baselines import SIMULATOR
+from ..kube import LeastAllocated
+from ..policies import SimPolicy, feasible, kelvin_policy, rank, single_score
 from .cluster import GANG_POLICY, JobFleet
 from .workload import JobSpec
 
@@ -58,7 +58,8 @@ class JobScheduler(Protocol):
 
 @dataclass
 class PerPod:
-    """A per-pod scheduler over a :class:`SimPolicy` (filters, rank, picker), with kube-scheduler's node sampling."""
+    """A per-pod scheduler over a :class:`SimPolicy` (its framework's filters, ranking and picker), with
+    kube-scheduler's node sampling."""
 
     name: str
     policy: SimPolicy
@@ -71,7 +72,8 @@ class PerPod:
         self._rng = np.random.default_rng([self.seed, 3])
 
     def place_pod(self, req: GpuRequest, fleet: FleetArrays, now: float) -> tuple[int, tuple[int, ...]] | None:
-        ctx = self.policy.context(fleet, TELEMETRY_TIME)
+        fw = self.policy.framework
+        ctx = fw.context(fleet, TELEMETRY_TIME)
         whole = ((fleet.free_milli >= MILLI_PER_GPU) & fleet.gpu_present).sum(axis=1)
         rows = np.flatnonzero(whole >= req.count).astype(np.int64)  # cheap pre-check of the fit filter
         if rows.size == 0:
@@ -79,16 +81,14 @@ class PerPod:
         k = nodes_to_score(fleet.n_nodes)
         start = int(np.searchsorted(rows, self._next % max(fleet.n_nodes, 1)))
         rows = np.concatenate([rows[start:], rows[:start]])
-        cand = self.policy.feasible(req, fleet, rows, ctx)
+        cand = feasible(self.policy, req, fleet, rows, ctx)
         if cand.size == 0:
             return None
         cand = cand[:k]
         self._next = int(cand[-1]) + 1
-        score = self.policy.rank(req, fleet, cand, ctx)
-        best = float(np.max(score))
-        tied = cand[score >= best - 1e-9 * max(1.0, abs(best))]
+        tied = tied_best(cand, rank(self.policy, req, fleet, cand, ctx))
         row = int(tied[self._rng.integers(tied.size)])
-        gpus = self.policy.picker.pick(req, fleet, row, ctx)
+        gpus = fw.pick(req, fleet, row, ctx)
         if gpus is None or len(gpus) != req.count:
             return None
         return row, tuple(gpus)
@@ -98,9 +98,9 @@ class PerPod:
 
 
 def kube_default(seed: int) -> PerPod:
-    fit = build("filter", "fit", {}, "filters")
+    fit = SIMULATOR.build("filter", "fit", {}, "filters")
     la = LeastAllocated()
-    return PerPod("kube-default", SimPolicy("kube-default", [NodeResourcesFit(), fit], [(la, 1.0)], la), seed)
+    return PerPod("kube-default", single_score("kube-default", la, fit, la), seed)
 
 
 def kelvin_pod(seed: int, config: PolicyConfig | None = None) -> PerPod:

@@ -1,4 +1,6 @@
-"""The FGD paper's baseline policies, as score plugins + GPU pickers of kelvin's framework.
+"""The FGD paper's baseline policies, as score plugins + GPU pickers of kelvin's framework, and the simulator's
+registry (:data:`SIMULATOR`: the production one plus these). They are for comparison only: the production registry
+(:data:`scheduler_plugin.policies.plugins.PRODUCTION`) does not hold them, so a policy file cannot select them.
 
 Definitions follow the paper (Weng et al., USENIX ATC '23, section 6) and its public simulator:
 
@@ -19,17 +21,20 @@ Scores are raw values (higher is better); ``normalize`` maps them to 0..10 for t
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from pydantic import Field
 
 from ..model import MILLI_PER_GPU, FleetArrays, GpuRequest
-from .base import BoolA, CycleContext, FloatA, IntA
-from .config import CamelModel
-from .fragmentation import eligible_gpus
-from .normalize import minmax
-from .registry import register
+from ..policies.base import BoolA, CycleContext, FloatA, IntA
+from ..policies.config import CamelModel
+from ..policies.fragmentation import eligible_gpus
+from ..policies.normalize import minmax
+from ..policies.plugins import PRODUCTION
+from ..policies.registry import Kind, Registration, Registry
 
 MAX_SPEC_CPU_MILLI = 128_000
 MAX_SPEC_GPU_MILLI = 8 * MILLI_PER_GPU
@@ -204,28 +209,36 @@ class GpuClusteringPolicy(_Baseline):
         return chosen
 
 
-def _reg(name: str, cls: type[_Baseline], doc: str) -> None:
+def _same(cls: type[_Baseline], name: str) -> Callable[[NoArgs], _Baseline]:
     def factory(args: NoArgs) -> _Baseline:
         return cls(name)
 
-    factory.__doc__ = doc
-    register("score", name, NoArgs, doc)(factory)
-    register("picker", name, NoArgs, doc)(factory)
+    return factory
 
 
-@register("score", "random", RandomArgs)
 def _random_score(args: RandomArgs) -> RandomPolicy:
-    """A uniformly random feasible node (paper baseline)."""
     return RandomPolicy("random", np.random.default_rng(args.seed))
 
 
-@register("picker", "random", RandomArgs)
 def _random_picker(args: RandomArgs) -> RandomPolicy:
-    """Random eligible GPUs (paper baseline)."""
     return RandomPolicy("random", np.random.default_rng(args.seed + 1))
 
 
-_reg("best-fit", BestFitPolicy, "Least CPU and GPU left after placement; tightest GPU (paper baseline).")
-_reg("dotproduct", DotProductPolicy, "Tetris dot-product alignment (paper baseline).")
-_reg("gpu-packing", GpuPackingPolicy, "Partly used GPUs first, then used nodes, then idle nodes (paper baseline).")
-_reg("gpu-clustering", GpuClusteringPolicy, "Same GPU request class on the same nodes (paper baseline).")
+_TWO_WAY: tuple[tuple[str, type[_Baseline], str], ...] = (
+    ("best-fit", BestFitPolicy, "Least CPU and GPU left after placement; tightest GPU (paper baseline)."),
+    ("dotproduct", DotProductPolicy, "Tetris dot-product alignment (paper baseline)."),
+    ("gpu-packing", GpuPackingPolicy, "Partly used GPUs first, then used nodes, then idle nodes (paper baseline)."),
+    ("gpu-clustering", GpuClusteringPolicy, "Same GPU request class on the same nodes (paper baseline)."),
+)
+
+_KINDS: tuple[Kind, ...] = ("score", "picker")
+
+BASELINES: tuple[Registration[Any], ...] = (
+    Registration("score", "random", RandomArgs, _random_score, "A uniformly random feasible node (paper baseline)."),
+    Registration("picker", "random", RandomArgs, _random_picker, "Random eligible GPUs (paper baseline)."),
+    *(Registration(kind, name, NoArgs, _same(cls, name), doc) for name, cls, doc in _TWO_WAY for kind in _KINDS),
+)
+"""The paper's baselines, each a score plugin that is its own GPU picker (``random``'s picker draws apart)."""
+
+SIMULATOR: Registry = PRODUCTION.extended(BASELINES)
+"""The simulator's registry: every production policy plus :data:`BASELINES`."""
