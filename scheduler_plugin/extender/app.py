@@ -25,7 +25,7 @@ from ..policies.framework import Framework
 from ..policies.registry import PolicyConfigError
 from ..telemetry import factory
 from ..telemetry.assignments import AssignedSource
-from ..telemetry.cache import SnapshotCache, TelemetryMetrics
+from ..telemetry.cache import CacheSettings, SnapshotCache, TelemetryMetrics
 from ..telemetry.ledger import AssumedLedger
 from ..telemetry.simulated import FleetSpecError, SimulatedFleetSource
 from ..telemetry.source import TelemetrySource
@@ -81,8 +81,10 @@ def build_extender(
     binder: Binder | None = None,
     clock: Callable[[], float] = time.time,
     registry: CollectorRegistry | None = None,
+    freeze_gc: bool = False,
 ) -> Extender:
-    """Everything the service needs, validated. Raises :class:`StartupError` naming the bad field."""
+    """Everything the service needs, validated. Raises :class:`StartupError` naming the bad field. ``freeze_gc``: for
+    the long-lived server process (``kelvin extender``), see :attr:`CacheSettings.freeze_gc`."""
     policy = policy if policy is not None else load_policy(settings)
     ledger = AssumedLedger(policy.ledger.ttl_seconds)
     try:
@@ -108,8 +110,11 @@ def build_extender(
     metrics = ExtenderMetrics(registry)
     cache = SnapshotCache(
         source,
-        refresh_interval_s=settings.refresh_interval_s,
-        max_age_s=settings.max_telemetry_age_s,
+        CacheSettings(
+            refresh_interval_s=settings.refresh_interval_s,
+            max_age_s=settings.max_telemetry_age_s,
+            freeze_gc=freeze_gc,
+        ),
         ledger=ledger,
         metrics=TelemetryMetrics(registry, source.name),
         clock=clock,

@@ -19,7 +19,7 @@ from kelvin_operator.reconcile import Reconciler
 from opkit import pod
 
 from scheduler_plugin.model.gpu import THERMAL_THROTTLE_MASK, GpuAssignment, GpuNode
-from scheduler_plugin.telemetry.cache import SnapshotCache
+from scheduler_plugin.telemetry.cache import CacheSettings, SnapshotCache
 from scheduler_plugin.telemetry.simulated import FleetSpec, SimulatedFleetSource
 
 STEP_S = 30.0
@@ -131,7 +131,7 @@ async def simulate(operator_on: bool) -> Run:
     )
     source = SimulatedFleetSource(spec, clock=clock)
     fail_cooling(source, FAILED, COOLING_LEFT)
-    cache = SnapshotCache(source, refresh_interval_s=STEP_S, max_age_s=120.0, clock=clock)
+    cache = SnapshotCache(source, CacheSettings(refresh_interval_s=STEP_S, max_age_s=120.0), clock=clock)
     kube = FleetKube(source, clock)
     # a busy failed node (8 jobs) and 4 jobs on each healthy node: 12 free GPUs elsewhere
     for g in range(8):
