@@ -14,11 +14,8 @@ from typing import Annotated, Any, NoReturn
 import typer
 
 from ..config import ConfigError, Settings, load_settings
-from ..console import LogLevel, LogLevelOption, console, fail, setup_logging
+from ..console import STARTUP_FAILURE, LogLevel, LogLevelOption, console, fail, setup_logging
 from ..textfile import TextFileError, decode_problem, first_undecodable, read_text
-
-#: Exit status of a server whose startup failed, as ``uvicorn.run`` uses.
-STARTUP_FAILURE = 3
 
 
 def _fail(message: str, code: int = 2) -> NoReturn:
