@@ -177,8 +177,9 @@ class VerbEndpoint:
 
 
 async def _validation_error(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, RequestValidationError)
-    return _json({"Error": _validation_message(exc)}, 400)
+    """FastAPI's validation failures (the probes' routes): a 400 naming the fields, never its 422."""
+    message = _validation_message(exc) if isinstance(exc, RequestValidationError) else str(exc)
+    return _json({"Error": message}, 400)
 
 
 def install_routes(app: FastAPI, ext: Extender, *, health: bool = True) -> None:
