@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
 from kelvin_operator.config import OperatorConfig
 from kelvin_operator.k8s import EvictOutcome, EvictResult, ObjectRef
 from kelvin_operator.reconcile import Reconciler
@@ -180,6 +181,7 @@ async def simulate(operator_on: bool) -> Run:
     )
 
 
+@pytest.mark.slow
 async def test_failed_cooling_node_is_tainted_drained_and_released() -> None:
     off = await simulate(operator_on=False)
     on = await simulate(operator_on=True)
