@@ -1,7 +1,7 @@
 """The errors a verb answers with a status of their own: one base class, :class:`HttpError`, carrying the status, the
 log level and whether the connection is closed after the reply. ``routes.py`` answers any of them with
 ``{"Error": "<message>"}`` and that status; anything else a verb raises is an unexpected failure (the verb's own
-error reply, see ``routes.Verb.on_error``).
+error reply, see ``verbs.Verb.on_error``).
 """
 
 from __future__ import annotations
