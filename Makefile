@@ -16,6 +16,7 @@ test:
 lint:
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports --no-logo
 
 fmt:
 	$(VENV)/bin/ruff format .

@@ -58,6 +58,10 @@ def one_line(message: object) -> str:
     return " ".join(str(message).split())
 
 
+#: Exit status of a server whose startup failed, as ``uvicorn.run`` uses (``kelvin extender``, ``kelvin operator``).
+STARTUP_FAILURE = 3
+
+
 def fail(message: object, code: int = 2) -> NoReturn:
     """End the command: ``error: <message>`` as one line on stderr, exit status ``code`` (2: bad input)."""
     typer.echo(f"error: {one_line(message)}", err=True)

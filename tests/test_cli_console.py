@@ -66,6 +66,7 @@ def test_console_off_a_terminal_never_wraps() -> None:
     assert c.width == UNWRAPPED_WIDTH and c.soft_wrap
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("force_color", [None, "1"])
 def test_errors_are_one_line_and_tables_whole_when_piped(
     trace: tuple[Path, Path], tmp_path: Path, force_color: str | None
@@ -119,6 +120,7 @@ def test_log_level_is_a_choice(command: str) -> None:
 # -- item 11: unknown fleet model --------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("argv", "env"),
     [
@@ -306,6 +308,7 @@ def test_device_plugin_takes_the_log_level_in_any_case(tmp_path: Path) -> None:
 OFF_CLUSTER = ("KUBECONFIG", "KUBERNETES_SERVICE_HOST", "KELVIN_KUBECONFIG", "KELVIN_KUBE_SERVER")
 
 
+@pytest.mark.slow
 def test_operator_off_cluster_points_to_kubeconfig() -> None:
     res = kelvin("operator", unset=OFF_CLUSTER, timeout=60)
     assert res.returncode == 2, res.stderr
@@ -314,6 +317,7 @@ def test_operator_off_cluster_points_to_kubeconfig() -> None:
     assert "pass --kubeconfig PATH" in line, line
 
 
+@pytest.mark.slow
 def test_device_plugin_names_kubeconfig_only_when_it_was_passed(tmp_path: Path) -> None:
     args = ("device-plugin", "--fake", "--node-name", "n1", "--socket-dir", str(tmp_path))
     res = kelvin(*args, unset=OFF_CLUSTER, timeout=60)

@@ -145,6 +145,7 @@ def test_policy_keys_in_the_docs_are_camel_case() -> None:
     assert not found, "old snake_case policy keys in the docs:\n" + "\n".join(found)
 
 
+@pytest.mark.slow
 def test_configuration_md_examples_print_what_it_shows(tmp_path: Path) -> None:
     doc = (ROOT / "docs" / "configuration.md").read_text()
     block = re.search(r"^```console\n(.*?)^```", doc, re.M | re.S)

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 SHARED_FIXTURES = ("shared_dir", "fixtures_dir", "traces_dir", "capture")
 # the one place each of tests/ and bench/ says where ../shared is
@@ -37,6 +39,7 @@ def test_no_test_or_benchmark_builds_the_path_to_shared_itself() -> None:
     assert not found, use + ":\n" + "\n".join(found)
 
 
+@pytest.mark.slow
 def test_without_shared_every_test_that_needs_it_skips_with_the_reason(tmp_path: Path) -> None:
     users = sorted(
         str(f.relative_to(ROOT))

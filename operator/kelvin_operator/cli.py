@@ -16,8 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
-from scheduler_plugin.console import LogLevel, LogLevelOption, fail, setup_logging
-from scheduler_plugin.extender.cli import STARTUP_FAILURE
+from scheduler_plugin.console import STARTUP_FAILURE, LogLevel, LogLevelOption, fail, setup_logging
 from scheduler_plugin.textfile import decode_problem, first_undecodable
 
 if TYPE_CHECKING:

@@ -13,7 +13,7 @@ from prometheus_client import start_http_server
 
 from scheduler_plugin.kube import KubeClient, KubeConfig
 from scheduler_plugin.model.snapshot import Snapshot
-from scheduler_plugin.telemetry.cache import SnapshotCache, TelemetryMetrics
+from scheduler_plugin.telemetry.cache import CacheSettings, SnapshotCache, TelemetryMetrics
 from scheduler_plugin.telemetry.source import TelemetrySource
 
 from .config import OperatorConfig, WebhookConfig
@@ -52,8 +52,7 @@ class Runtime:
         client = KubeClient(kube_config)
         cache = SnapshotCache(
             source,
-            refresh_interval_s=refresh_interval_s,
-            max_age_s=cfg.max_telemetry_age_s,
+            CacheSettings(refresh_interval_s=refresh_interval_s, max_age_s=cfg.max_telemetry_age_s),
             metrics=TelemetryMetrics(metrics.registry, source.name),
         )
         await cache.start()

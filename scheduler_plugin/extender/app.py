@@ -26,7 +26,7 @@ from ..policies.registry import PolicyConfigError, Registry
 from ..simulator.simulated_fleet import FleetSpecError, SimulatedFleetSource
 from ..telemetry import factory
 from ..telemetry.assignments import AssignedSource
-from ..telemetry.cache import SnapshotCache, TelemetryMetrics
+from ..telemetry.cache import CacheSettings, SnapshotCache, TelemetryMetrics
 from ..telemetry.ledger import AssumedLedger
 from ..telemetry.source import TelemetrySource
 from .binder import Binder, KubeBinder, LocalBinder, NoApiBinder
@@ -82,10 +82,12 @@ def build_extender(
     clock: Callable[[], float] = time.time,
     registry: CollectorRegistry | None = None,
     plugins: Registry = PRODUCTION,
+    freeze_gc: bool = False,
 ) -> Extender:
     """Everything the service needs, validated. Raises :class:`StartupError` naming the bad field. ``plugins`` is
     the policy registry the policy's names are looked up in: the production one (the demo's comparison run passes
-    the simulator's)."""
+    the simulator's). ``freeze_gc``: for the long-lived server process (``kelvin extender``), see
+    :attr:`CacheSettings.freeze_gc`."""
     policy = policy if policy is not None else load_policy(settings)
     ledger = AssumedLedger(policy.ledger.ttl_seconds)
     try:
@@ -111,8 +113,11 @@ def build_extender(
     metrics = ExtenderMetrics(registry)
     cache = SnapshotCache(
         source,
-        refresh_interval_s=settings.refresh_interval_s,
-        max_age_s=settings.max_telemetry_age_s,
+        CacheSettings(
+            refresh_interval_s=settings.refresh_interval_s,
+            max_age_s=settings.max_telemetry_age_s,
+            freeze_gc=freeze_gc,
+        ),
         ledger=ledger,
         metrics=TelemetryMetrics(registry, source.name),
         clock=clock,

@@ -14,11 +14,8 @@ from typing import Annotated, Any, NoReturn
 import typer
 
 from ..config import ConfigError, Settings, load_settings
-from ..console import LogLevel, LogLevelOption, console, fail, setup_logging
+from ..console import STARTUP_FAILURE, LogLevel, LogLevelOption, console, fail, setup_logging
 from ..textfile import TextFileError, decode_problem, first_undecodable, read_text
-
-#: Exit status of a server whose startup failed, as ``uvicorn.run`` uses.
-STARTUP_FAILURE = 3
 
 
 def _fail(message: str, code: int = 2) -> NoReturn:
@@ -117,16 +114,15 @@ def extender(
             refresh_interval_s=refresh_interval,
         )
         _check_fleet_model(settings)
-        ext = build_extender(settings)
+        # A long-lived server: keep snapshots out of the cyclic collector's scans (CacheSettings.freeze_gc)
+        ext = build_extender(settings, freeze_gc=True)
         servers = ExtenderServers(ext, settings, log_level=log_level.value)
     except (ConfigError, StartupError) as exc:
         _fail(f"configuration error: {exc}")
     except UnicodeDecodeError as exc:
         _fail(f"configuration error: {first_undecodable(policy_file, fleet_file) or decode_problem(exc)}")
-    # A long-lived server: keep snapshots out of the cyclic collector's scans, and let the event loop take the GIL
-    # back every 0.5 ms instead of every 5 ms from worker threads (a source's fetch; the snapshot itself is built on
-    # the loop in slices that step aside for requests).
-    ext.cache.freeze_gc = True
+    # Let the event loop take the GIL back every 0.5 ms instead of every 5 ms from worker threads (a source's fetch;
+    # the snapshot itself is built on the loop in slices that step aside for requests).
     sys.setswitchinterval(0.0005)
     setup_logging(log_level)
     try:
@@ -323,8 +319,8 @@ def _offline_explainer(**flags: Any) -> Any:
     """``explain(pod, node, candidates) -> dict`` on a simulated fleet built once from the flags and environment."""
     import asyncio
 
-    from . import wire
     from .app import StartupError, build_extender
+    from .errors import WireError
 
     try:
         settings = load_settings(
@@ -347,7 +343,7 @@ def _offline_explainer(**flags: Any) -> Any:
     def explain_one(pod: dict[str, Any], node: str, candidates: list[str] | None) -> dict[str, Any]:
         try:
             return ext.explain(pod, node, candidates)
-        except wire.WireError as exc:
+        except WireError as exc:
             _fail(str(exc), 1)
 
     return explain_one

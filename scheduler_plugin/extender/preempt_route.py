@@ -1,39 +1,25 @@
-"""``POST /preempt`` and ``/scheduler/preempt``: body read, limits and errors as for the other verbs (``routes.py``'s
-``run_verb``); parsed by :func:`.preempt_wire.parse_preemption`, answered by :class:`.preempt.PreemptVerb`."""
+"""The preempt verb's row of the verbs table (``routes.py``): served at ``/preempt`` and ``/scheduler/preempt``,
+parsed by :func:`.preempt_wire.parse_preemption`, answered by :class:`.preempt.PreemptVerb` in its turn; an
+unexpected failure is a 503 (kube-scheduler then goes on with its own victims)."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
-
-from fastapi import FastAPI, Request
-from fastapi.responses import Response
+from functools import partial
+from typing import TYPE_CHECKING
 
 from .preempt import PreemptVerb
 from .preempt_wire import PreemptionArgs, parse_preemption
+from .verbs import Verb, in_turn, served_at, unavailable
 
 if TYPE_CHECKING:
     from .service import Extender
 
-RunVerb = Callable[[str, Request, Callable[[bytes], Awaitable[Any]]], Awaitable[Response]]
 
-
-def install_preempt_route(app: FastAPI, ext: Extender, run_verb: RunVerb) -> None:
-    from .routes import decode  # routes imports this module: decode is read at install time
-
-    verb = PreemptVerb(ext)
-    max_names = ext.settings.max_node_names
-
-    def parse(body: bytes) -> PreemptionArgs:
-        return parse_preemption(body, max_node_names=max_names)
-
-    async def do_preempt(body: bytes) -> Any:
-        args = await decode(parse, body)
-        async with ext.turn:
-            return verb(args)
-
-    async def preempt_route(request: Request) -> Response:
-        return await run_verb("preempt", request, do_preempt)
-
-    for prefix in ("", "/scheduler"):
-        app.add_route(f"{prefix}/preempt", preempt_route, methods=["POST"], include_in_schema=False)
+def preempt_verb(ext: Extender) -> Verb[PreemptionArgs]:
+    return Verb(
+        "preempt",
+        served_at("preempt"),
+        partial(parse_preemption, max_node_names=ext.settings.max_node_names),
+        in_turn(ext.turn, PreemptVerb(ext)),
+        unavailable,
+    )

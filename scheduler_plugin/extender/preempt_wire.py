@@ -24,7 +24,8 @@ from typing import Any
 import msgspec
 import orjson
 
-from .wire import WireError, _check_pod, _type_name, too_many_names
+from .errors import WireError, too_many_names
+from .wire import _check_pod, _type_name
 
 
 @dataclass(frozen=True, slots=True)

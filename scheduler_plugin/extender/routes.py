@@ -1,23 +1,23 @@
-"""HTTP endpoints of the extender. Bodies are read raw and decoded with orjson (no FastAPI body validation on the hot
-path); every reply is orjson.
+"""HTTP endpoints of the extender: the verbs table (:func:`verb_table`, one :class:`~.verbs.Verb` per verb: paths,
+parser, handler, error reply), served by :class:`VerbEndpoint`, and /healthz, /readyz and /metrics. Bodies are read
+raw and decoded with orjson or msgspec (no FastAPI body validation on the hot path); every reply is orjson.
 
 Error behaviour (see docs/extender.md):
-* a body that is not the expected JSON -> HTTP 400 ``{"Error": "<field>: <problem>"}``;
-* an unexpected failure inside kelvin -> logged with its traceback and answered without a 500: filter and bind
-  reply 200 with ``Error`` set (kube-scheduler keeps the pod pending with that message and retries); prioritize and
-  explain reply 503 (kube-scheduler ignores prioritize failures);
-* kelvin never answers 422: FastAPI's validation handler is replaced by a 400 that names the fields;
-* a body over ``max_body_bytes`` (by its Content-Length, or counted while it streams in) or listing more than
-  ``max_node_names`` nodes -> HTTP 413 ``{"Error": "..."}`` naming the limit, its setting and its env var;
-* a body sent with a ``Content-Encoding`` (gzip, ...) -> HTTP 415 naming the encoding (kelvin does not decompress:
+* a refusal is an :class:`~.errors.HttpError`, which carries its status, answered ``{"Error": "<message>"}``:
+  a body that is not the expected JSON -> 400 naming the field and the problem;
+  a body over ``max_body_bytes`` (by its Content-Length, or counted while it streams in) or listing more than
+  ``max_node_names`` nodes -> 413 naming the limit, its setting and its env var;
+  a body sent with a ``Content-Encoding`` (gzip, ...) -> 415 naming the encoding (kelvin does not decompress:
   kube-scheduler never compresses, and a decompressor would open the door to zip bombs);
+  a client that went away before its body was read -> counted under 499 (nobody reads the answer);
+* an unexpected failure inside kelvin -> logged with its traceback and answered with the verb's ``on_error``, never a
+  500 (:mod:`.verbs`: filter and bind reply 200 with ``Error`` set, the others 503);
+* kelvin never answers 422: FastAPI's validation handler is replaced by a 400 that names the fields;
 * a path kelvin does not serve, with or without a trailing slash (``/filter/``) -> HTTP 404, never a redirect; no
   OpenAPI schema or docs pages are served.
 
-Bodies over :data:`PARSE_INLINE_MAX_BYTES` are decoded (orjson + the shape checks) in a worker thread, so that the
-event loop keeps answering /healthz and other requests meanwhile; small ones, the common case, inline.
-
-The verbs are served at ``/<verb>`` and ``/scheduler/<verb>`` (the prefix used in the captures and examples).
+Bodies over :data:`PARSE_INLINE_MAX_BYTES` are decoded in a worker thread, so that the event loop keeps answering
+/healthz and other requests meanwhile; small ones, the common case, inline.
 :func:`install_health_routes` adds /healthz, /readyz and /metrics (the metrics listener; see ``app.py``).
 """
 
@@ -26,7 +26,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
+from functools import partial
 from typing import Any, TypeVar
 
 import anyio.to_thread
@@ -37,9 +38,13 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import ValidationError
 from starlette.requests import ClientDisconnect
 
+from ..telemetry.gate import RequestGate
 from . import wire
-from .preempt_route import install_preempt_route
+from .errors import ClientGone, HttpError, UnsupportedEncoding, WireError, body_too_large, too_many_names
+from .metrics import ExtenderMetrics
+from .preempt_route import preempt_verb
 from .service import Extender
+from .verbs import BindFailed, Verb, filter_failed, in_turn, served_at, unavailable
 
 log = logging.getLogger(__name__)
 
@@ -47,9 +52,6 @@ JSON = "application/json"
 
 #: Bodies up to this size are decoded on the event loop (under a millisecond); bigger ones in a worker thread.
 PARSE_INLINE_MAX_BYTES = 256 * 1024
-
-#: The status a request the client gave up on is counted under in ``kelvin_extender_requests_total`` (nginx's code).
-CLIENT_CLOSED_REQUEST = 499
 
 T = TypeVar("T")
 
@@ -66,41 +68,38 @@ def _validation_message(exc: ValidationError | RequestValidationError) -> str:
     return "; ".join(parts)
 
 
-def body_too_large(size: str, limit: int) -> wire.TooLarge:
-    return wire.TooLarge(
-        f"request body {size} bytes is over max_body_bytes ({limit} bytes, env KELVIN_MAX_BODY_BYTES); raise the "
-        "limit if your scheduler sends requests this big (nodeCacheCapable: false with many nodes)"
-    )
-
-
 def check_encoding(request: Request) -> None:
-    """Refuse a compressed body with :class:`wire.UnsupportedEncoding` before it is read.
+    """Refuse a compressed body with :class:`~.errors.UnsupportedEncoding` before it is read.
 
     kube-scheduler sends its bodies uncompressed (Go's HTTP client never compresses a request), so kelvin does not
     decompress: accepting gzip would add a decompressor, and its zip bombs, for no client that needs one. A
     ``Content-Encoding`` other than ``identity`` gets a 415 naming it, instead of "not valid JSON"."""
     encoding = request.headers.get("content-encoding", "").strip().lower()
     if encoding not in ("", "identity"):
-        raise wire.UnsupportedEncoding(
+        raise UnsupportedEncoding(
             f"Content-Encoding {encoding!r} is not supported: kelvin reads request bodies uncompressed (as "
             "kube-scheduler sends them); send the JSON without compressing it"
         )
 
 
 async def read_body(request: Request, limit: int) -> bytes:
-    """The request body, refused with :class:`wire.TooLarge` before it is read when its Content-Length is over
-    ``limit``, or as soon as the bytes received pass it (a chunked body has no Content-Length)."""
+    """The request body, refused with :class:`~.errors.TooLarge` before it is read when its Content-Length is over
+    ``limit``, or as soon as the bytes received pass it (a chunked body has no Content-Length);
+    :class:`~.errors.ClientGone` when the client disconnects first."""
     check_encoding(request)
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise body_too_large(f"of {declared}", limit)
     chunks: list[bytes] = []
     received = 0
-    async for chunk in request.stream():
-        received += len(chunk)
-        if received > limit:
-            raise body_too_large(f"of more than {limit}", limit)
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            received += len(chunk)
+            if received > limit:
+                raise body_too_large(f"of more than {limit}", limit)
+            chunks.append(chunk)
+    except ClientDisconnect:
+        raise ClientGone from None
     return b"".join(chunks)
 
 
@@ -111,114 +110,88 @@ async def decode(fn: Callable[[bytes], T], body: bytes) -> T:
     return await anyio.to_thread.run_sync(fn, body)
 
 
-def install_routes(app: FastAPI, ext: Extender, *, health: bool = True) -> None:  # noqa: C901
-    """The verbs and /healthz; with ``health`` also /readyz and /metrics (one listener for everything)."""
-    m = ext.metrics
-    gate = ext.cache.gate  # the snapshot refresh steps aside while a verb is served
-    max_body = ext.settings.max_body_bytes
-    max_names = ext.settings.max_node_names
+def parse_explain(body: bytes, *, max_node_names: int) -> wire.ExplainArgs:
+    try:
+        args = wire.ExplainArgs.model_validate_json(body or b"null")
+    except ValidationError as exc:
+        raise WireError(_validation_message(exc)) from None
+    if args.candidates is not None:
+        if len(args.candidates) > max_node_names:
+            raise too_many_names("candidates", len(args.candidates), max_node_names)
+        args.candidates = list(dict.fromkeys(args.candidates))
+    return args
 
-    async def run_verb(verb: str, request: Request, call: Callable[[bytes], Awaitable[Any]]) -> Response:
+
+def verb_table(ext: Extender) -> tuple[Verb[Any], ...]:
+    """The verbs ``ext`` serves: kube-scheduler's (filter, prioritize, bind, preempt) and kelvin's ``/explain``."""
+    max_names = ext.settings.max_node_names
+    parse_args = partial(wire.parse_args, max_node_names=max_names, names=ext.names)
+    return (
+        Verb("filter", served_at("filter"), parse_args, in_turn(ext.turn, ext.filter), filter_failed),
+        Verb("prioritize", served_at("prioritize"), parse_args, in_turn(ext.turn, ext.prioritize), unavailable),
+        # bind takes its turn itself, around its CPU work only (not while the API server answers)
+        Verb("bind", served_at("bind"), wire.parse_binding, ext.bind, BindFailed(ext.metrics)),
+        Verb(
+            "explain",
+            ("/explain",),
+            partial(parse_explain, max_node_names=max_names),
+            in_turn(ext.turn, lambda a: ext.explain(a.pod, a.node, a.candidates)),
+            unavailable,
+        ),
+        preempt_verb(ext),  # preempt_route.py
+    )
+
+
+class VerbEndpoint:
+    """Serves one :class:`~.verbs.Verb`: reads the body within ``max_body`` bytes, marks the request as being served
+    (the snapshot refresh steps aside meanwhile), parses and answers it, maps its errors to replies, and counts it in
+    ``kelvin_extender_requests_total`` and ``kelvin_extender_request_duration_seconds``."""
+
+    def __init__(self, verb: Verb[Any], *, gate: RequestGate, metrics: ExtenderMetrics, max_body: int) -> None:
+        self.verb = verb
+        self.gate = gate
+        self.max_body = max_body
+        self._duration = metrics.duration.labels(verb.name)
+        self._requests = metrics.requests
+
+    async def serve(self, request: Request) -> Response:
         started = time.perf_counter()
+        arrived = asyncio.get_running_loop().time()  # a bind's deadline counts from here, before the body is read
+        verb = self.verb
         try:
-            body = await read_body(request, max_body)
-            with gate.serving():
-                resp = _json(await call(body))
-        except wire.TooLarge as exc:
-            # kube-scheduler shows only the status code (413) on the pod: the reason is in kelvin's log
-            log.warning("%s: request refused: %s", verb, exc)
-            resp = _json({"Error": str(exc)}, 413)
-            resp.headers["Connection"] = "close"  # the rest of an unread body is not worth reading
-        except wire.UnsupportedEncoding as exc:
-            log.info("%s: request refused: %s", verb, exc)
-            resp = _json({"Error": str(exc)}, 415)
-            resp.headers["Connection"] = "close"  # the body was not read
-        except wire.WireError as exc:
-            log.info("%s: bad request: %s", verb, exc)
-            resp = _json({"Error": str(exc)}, 400)
-        except ClientDisconnect:
-            # kube-scheduler gave up (its httpTimeout) or went away while sending: nothing failed inside kelvin and
-            # nobody reads the answer. Counted under nginx's 499 ("client closed request"), not as an error.
-            log.info("%s: the client disconnected before the request was read", verb)
-            resp = _json({"Error": "client disconnected"}, CLIENT_CLOSED_REQUEST)
+            body = await read_body(request, self.max_body)
+            with self.gate.serving():
+                resp = _json(await verb.handle(await decode(verb.parse, body), arrived))
+        except HttpError as exc:
+            log.log(exc.log_level, "%s", exc.log_line(verb.name))
+            resp = _json({"Error": str(exc)}, exc.status)
+            if exc.close:
+                resp.headers["Connection"] = "close"
         except Exception as exc:
-            log.exception("%s failed", verb)
-            msg = f"kelvin {verb} failed: {type(exc).__name__}: {exc}"
-            if verb == "filter":
-                resp = _json(wire.error_result(msg))
-            elif verb == "bind":
-                m.decisions.labels("bind", "error").inc()
-                resp = _json({"Error": msg})
-            else:
-                resp = _json({"Error": msg}, 503)
-        m.duration.labels(verb).observe(time.perf_counter() - started)
-        m.requests.labels(verb, str(resp.status_code)).inc()
+            log.exception("%s failed", verb.name)
+            reply, status = verb.on_error(f"kelvin {verb.name} failed: {type(exc).__name__}: {exc}")
+            resp = _json(reply, status)
+        self._duration.observe(time.perf_counter() - started)
+        self._requests.labels(verb.name, str(resp.status_code)).inc()
         return resp
 
-    def parse_filter(body: bytes) -> wire.ParsedArgs:
-        return wire.parse_args(body, max_node_names=max_names, names=ext.names)
 
-    def parse_prioritize(body: bytes) -> wire.ParsedArgs:
-        return wire.parse_args(body, max_node_names=max_names, names=ext.names)
+async def _validation_error(request: Request, exc: Exception) -> Response:
+    """FastAPI's validation failures (the probes' routes): a 400 naming the fields, never its 422."""
+    message = _validation_message(exc) if isinstance(exc, RequestValidationError) else str(exc)
+    return _json({"Error": message}, 400)
 
-    def parse_explain(body: bytes) -> wire.ExplainArgs:
-        try:
-            args = wire.ExplainArgs.model_validate_json(body or b"null")
-        except ValidationError as exc:
-            raise wire.WireError(_validation_message(exc)) from None
-        if args.candidates is not None:
-            if len(args.candidates) > max_names:
-                raise wire.too_many_names("candidates", len(args.candidates), max_names)
-            args.candidates = list(dict.fromkeys(args.candidates))
-        return args
 
-    turn = ext.turn  # one verb's CPU work per pass of the event loop (turns.py)
+def install_routes(app: FastAPI, ext: Extender, *, health: bool = True) -> None:
+    """The verbs and /healthz; with ``health`` also /readyz and /metrics (one listener for everything).
 
-    async def do_filter(body: bytes) -> Any:
-        args = await decode(parse_filter, body)
-        async with turn:
-            return ext.filter(args)
-
-    async def do_prioritize(body: bytes) -> Any:
-        args = await decode(parse_prioritize, body)
-        async with turn:
-            return ext.prioritize(args)
-
-    async def do_explain(body: bytes) -> Any:
-        args = await decode(parse_explain, body)
-        async with turn:
-            return ext.explain(args.pod, args.node, args.candidates)
-
-    async def filter_route(request: Request) -> Response:
-        return await run_verb("filter", request, do_filter)
-
-    async def prioritize_route(request: Request) -> Response:
-        return await run_verb("prioritize", request, do_prioritize)
-
-    async def bind_route(request: Request) -> Response:
-        arrived = asyncio.get_running_loop().time()  # the bind deadline counts from here, before the body is read
-
-        async def do_bind(body: bytes) -> Any:
-            return await ext.bind(body, arrived=arrived)
-
-        return await run_verb("bind", request, do_bind)
-
-    async def explain_route(request: Request) -> Response:
-        return await run_verb("explain", request, do_explain)
-
-    # Plain Starlette routes (``add_route``), not FastAPI's ``add_api_route``: each handler takes the request and
-    # reads its body itself, so FastAPI's dependency and validation machinery would only cost time per request.
-    for prefix in ("", "/scheduler"):
-        app.add_route(f"{prefix}/filter", filter_route, methods=["POST"], include_in_schema=False)
-        app.add_route(f"{prefix}/prioritize", prioritize_route, methods=["POST"], include_in_schema=False)
-        app.add_route(f"{prefix}/bind", bind_route, methods=["POST"], include_in_schema=False)
-    app.add_route("/explain", explain_route, methods=["POST"], include_in_schema=False)
-    install_preempt_route(app, ext, run_verb)  # preempt_route.py
-
-    @app.exception_handler(RequestValidationError)
-    async def validation_error(request: Request, exc: RequestValidationError) -> Response:
-        return _json({"Error": _validation_message(exc)}, 400)
-
+    Plain Starlette routes (``add_route``), not FastAPI's ``add_api_route``: each endpoint takes the request and
+    reads its body itself, so FastAPI's dependency and validation machinery would only cost time per request."""
+    for verb in verb_table(ext):
+        endpoint = VerbEndpoint(verb, gate=ext.cache.gate, metrics=ext.metrics, max_body=ext.settings.max_body_bytes)
+        for path in verb.paths:
+            app.add_route(path, endpoint.serve, methods=["POST"], include_in_schema=False)
+    app.add_exception_handler(RequestValidationError, _validation_error)
     install_health_routes(app, ext, probes=health)
 
 

@@ -43,6 +43,7 @@ from ..telemetry.source import TelemetrySource
 from . import gangs, wire
 from .binder import Binder, BindError
 from .bindings import BindRecord, BindRecords, BindState
+from .errors import WireError
 from .metrics import ExtenderMetrics
 from .preempt_pending import PendingPreemptions
 from .turns import LoopTurns
@@ -83,6 +84,15 @@ class RequestMemo:
             if req is not None and uid and req.pod_uid and req.pod_uid != uid:
                 return None  # same name, another pod
         return req
+
+
+class _BindFailed(Exception):
+    """A bind attempt that failed: the message is the reply's ``Error``; ``state`` is what its record becomes
+    (``None``: the bind certainly did not happen, the record is dropped)."""
+
+    def __init__(self, message: str, state: BindState | None = None) -> None:
+        super().__init__(message)
+        self.state = state
 
 
 def _gpus_text(gpus: tuple[int, ...]) -> str:
@@ -199,7 +209,7 @@ class Extender:
     # -- filter ------------------------------------------------------------------------------------------------
 
     def filter(self, body: bytes | wire.ParsedArgs) -> dict[str, Any]:  # noqa: C901
-        """An ``ExtenderFilterResult``. Raises :class:`wire.WireError` for a body that is not ExtenderArgs."""
+        """An ``ExtenderFilterResult``. Raises :class:`~.errors.WireError` for a body that is not ExtenderArgs."""
         args = body if isinstance(body, wire.ParsedArgs) else wire.parse_args(body, names=self.names)
         names = args.names
         try:
@@ -278,13 +288,13 @@ class Extender:
     # -- prioritize --------------------------------------------------------------------------------------------
 
     def prioritize(self, body: bytes | wire.ParsedArgs) -> orjson.Fragment:
-        """A ``HostPriorityList`` (as its JSON text). Raises :class:`wire.WireError` for a bad body or a pod kelvin
+        """A ``HostPriorityList`` (as its JSON text). Raises :class:`~.errors.WireError` for a bad body or a pod kelvin
         cannot read (prioritize errors never block a pod: kube-scheduler ignores them)."""
         args = body if isinstance(body, wire.ParsedArgs) else wire.parse_args(body, names=self.names)
         try:
             req = parse_pod(args.pod)
         except RequestError as exc:
-            raise wire.WireError(f"Pod: {exc}") from None
+            raise WireError(f"Pod: {exc}") from None
         self.memo.put(req)
         fleet = self.cache.snapshot.arrays
         rows = args.name_list.rows(fleet.index)
@@ -299,59 +309,81 @@ class Extender:
 
     # -- bind --------------------------------------------------------------------------------------------------
 
-    async def bind(self, body: bytes, *, arrived: float | None = None) -> dict[str, str]:
+    async def bind(self, body: bytes | wire.ExtenderBindingArgs, arrived: float | None = None) -> dict[str, str]:
         """An ``ExtenderBindingResult``: ``{"Error": ""}`` when bound, else the reason. The deadline
         (:attr:`bind_timeout_s`) counts from ``arrived`` (the event loop's time when the request came in; the routes
         pass it, so that reading the body and waiting for a turn count too), else from now.
 
         Idempotent per pod UID (:mod:`.bindings`): a repeat of a bind that succeeded succeeds again without charging
-        the pod's GPUs a second time, one that arrives while the first is at the API server waits for its outcome."""
+        the pod's GPUs a second time, one that arrives while the first is at the API server waits for its outcome
+        (:meth:`_earlier_attempt`, :meth:`_already_bound`); else one attempt (:meth:`_attempt`) chooses the GPUs
+        (:meth:`_choose_gpus`), sends the Binding (:meth:`_send_binding`) and records the placement (:meth:`_bound`).
+        """
         loop = asyncio.get_running_loop()
         deadline = (loop.time() if arrived is None else arrived) + self.bind_timeout_s
-        b = wire.parse_binding(body)
+        b = body if isinstance(body, wire.ExtenderBindingArgs) else wire.parse_binding(body)
         key = f"{b.PodNamespace}/{b.PodName}"
-        if not self.settings.bind_enabled:
-            return self._bind_error(
-                key,
-                "binding through kelvin is disabled (KELVIN_BIND_ENABLED=false); "
-                "remove bindVerb from the scheduler's extender configuration",
-            )
-        uid = b.PodUID
-        if not uid:  # nothing to know the pod by across requests (kube-scheduler always sends it)
-            return await self._bind(b, key, deadline, None)
+        try:
+            if not self.settings.bind_enabled:
+                raise _BindFailed(
+                    "binding through kelvin is disabled (KELVIN_BIND_ENABLED=false); "
+                    "remove bindVerb from the scheduler's extender configuration"
+                )
+            if not b.PodUID:  # nothing to know the pod by across requests (kube-scheduler always sends it)
+                return await self._attempt(b, key, deadline, None)
+            earlier = await self._earlier_attempt(b.PodUID, key, deadline)
+            if self._already_bound(b, key, earlier):
+                self.metrics.decisions.labels("bind", "bound").inc()
+                return {"Error": ""}
+        except _BindFailed as exc:
+            return self._bind_error(key, str(exc))
+        return await self._recorded_attempt(b, key, deadline, earlier)
+
+    async def _earlier_attempt(self, uid: str, key: str, deadline: float) -> BindRecord | None:
+        """The record of the last bind of ``uid``, once it is settled (an attempt still at the API server is waited
+        for, until the deadline)."""
         rec = self.binds.get(uid)
         while rec is not None and rec.state is BindState.PENDING:
             try:
                 async with asyncio.timeout_at(deadline):
                     await rec.settled.wait()
             except TimeoutError:
-                return self._bind_error(key, f"an earlier bind of pod {key} is still in progress: {self._late()}")
+                raise _BindFailed(f"an earlier bind of pod {key} is still in progress: {self._late()}") from None
             rec = self.binds.get(uid)
-        if rec is not None and rec.state is BindState.BOUND:
-            if rec.node != b.Node:
-                return self._bind_error(key, f"pod {key} (uid {uid}) is already bound to {rec.node}, not {b.Node}")
-            log.info("bind of %s to %s repeated: already bound (gpus %s)", key, b.Node, _gpus_text(rec.gpus))
-            self.metrics.decisions.labels("bind", "bound").inc()
-            return {"Error": ""}
-        if self._snapshot_shows(b.Node, uid):  # bound before kelvin restarted, or by an attempt it forgot
+        return rec
+
+    def _already_bound(self, b: wire.ExtenderBindingArgs, key: str, earlier: BindRecord | None) -> bool:
+        """Whether the pod is bound to ``b.Node`` already: by an earlier attempt, or before kelvin restarted (or by an
+        attempt it forgot) as the snapshot shows. Bound elsewhere: refused."""
+        if earlier is not None and earlier.state is BindState.BOUND:
+            if earlier.node != b.Node:
+                raise _BindFailed(f"pod {key} (uid {b.PodUID}) is already bound to {earlier.node}, not {b.Node}")
+            log.info("bind of %s to %s repeated: already bound (gpus %s)", key, b.Node, _gpus_text(earlier.gpus))
+            return True
+        if self._snapshot_shows(b.Node, b.PodUID):
             log.info("bind of %s to %s repeated: telemetry already shows it there", key, b.Node)
-            self.metrics.decisions.labels("bind", "bound").inc()
-            return {"Error": ""}
-        # An earlier attempt that may have been applied: send the same GPUs again rather than charge new ones.
-        retry = rec if rec is not None and rec.node == b.Node and rec.assignment is not None else None
+            return True
+        return False
+
+    async def _recorded_attempt(
+        self, b: wire.ExtenderBindingArgs, key: str, deadline: float, earlier: BindRecord | None
+    ) -> dict[str, str]:
+        """An attempt with a record (:mod:`.bindings`) for its outcome. An earlier attempt on the same node that may
+        have been applied is retried with the same GPUs rather than charging new ones."""
+        uid = b.PodUID
+        retry = earlier if earlier is not None and earlier.node == b.Node and earlier.assignment is not None else None
         new = self.binds.start(uid, b.Node)
         try:
-            reply = await self._bind(b, key, deadline, new, retry=retry)
+            return await self._attempt(b, key, deadline, new, retry=retry)
         finally:
             if new.state is BindState.PENDING:  # cancelled (the client went away) or an unexpected failure
                 self.binds.settle(uid, new, BindState.UNCERTAIN if new.assignment is not None else None)
-        return reply
 
     def _snapshot_shows(self, node: str, uid: str) -> bool:
         n = self.cache.snapshot.node(node)
         return n is not None and any(a.pod_uid == uid for a in n.assignments)
 
-    async def _bind(  # noqa: C901
+    async def _attempt(
         self,
         b: wire.ExtenderBindingArgs,
         key: str,
@@ -362,86 +394,112 @@ class Extender:
     ) -> dict[str, str]:
         """One bind attempt; ``rec`` (when the pod has a UID) is settled with its outcome. ``retry``: an earlier
         attempt on the same node whose outcome is unknown, whose GPUs (still assumed) are sent again."""
-        uid = b.PodUID
-
-        def failed(message: str, state: BindState | None = None) -> dict[str, str]:
+        try:
+            gpus, assignment = await self._choose_gpus(b, key, deadline, retry)
             if rec is not None:
-                self.binds.settle(uid, rec, state)
-            return self._bind_error(key, message)
-
-        gpus: tuple[int, ...] | None
-        assignment: GpuAssignment | None = None
-        if retry is not None:
-            gpus, assignment = retry.gpus, retry.assignment
-            log.info("bind of %s to %s retried: sending the same gpus %s", key, b.Node, _gpus_text(gpus))
-            if assignment is not None:  # still assumed, or again (the entry is the pod's: never counted twice)
-                self.ledger.assume(b.Node, assignment, self.clock())
-        else:
-            req = self.memo.get(uid, key)
-            if req is None:
-                try:
-                    with self.cache.gate.awaiting():
-                        async with asyncio.timeout_at(deadline):
-                            pod = await self.binder.get_pod(b.PodNamespace, b.PodName)
-                except BindError as exc:
-                    return failed(str(exc))
-                except TimeoutError:
-                    return failed(f"cannot read pod {key}: {self._late()}")
-                if pod is None:
-                    return failed(f"kelvin has not seen pod {key} in a filter call and cannot read it")
-                try:
-                    req = parse_pod(pod)
-                except RequestError as exc:
-                    return failed(f"pod {key}: {exc}")
-            async with self.turn:  # picking is CPU work: in turn with the other verbs (see ``turn``)
-                fleet = self.cache.snapshot.arrays
-                row = fleet.index.get(b.Node)
-                now = self.clock()
-                if not req.wants_gpu:
-                    gpus = ()
-                elif row is None:
-                    return failed(f"node {b.Node}: {UNKNOWN_NODE_REASON}")
-                else:
-                    ctx = self.framework.context(fleet, now)
-                    gpus = gangs.planned_gpus(self.cache.snapshot, b.Node, key) or self.framework.pick(
-                        req, fleet, row, ctx
-                    )
-                    if gpus is None:
-                        why = self.framework.explain(req, fleet, row, ctx)
-                        reasons = "; ".join(v.reason for v in why.filters if v.reason) or "no GPUs left"
-                        return failed(f"pod {key} no longer fits node {b.Node}: {reasons}")
-                # Assume before the first await, so that a concurrent bind already sees these GPUs as taken.
-                if gpus:
-                    assignment = claim_of(req, gpus, pod_key=key, pod_uid=uid or None)  # charged by GPU size
-                    self.ledger.assume(b.Node, assignment, now)
+                rec.gpus, rec.assignment = gpus, assignment
+            await self._send_binding(b, key, deadline, gpus, assignment)
+        except _BindFailed as exc:
+            if rec is not None:
+                self.binds.settle(b.PodUID, rec, exc.state)
+            return self._bind_error(key, str(exc))
         if rec is not None:
-            rec.gpus, rec.assignment = gpus, assignment
+            self.binds.settle(b.PodUID, rec, BindState.BOUND)
+        self._bound(b.Node, key, gpus, assignment)
+        return {"Error": ""}
+
+    async def _choose_gpus(
+        self, b: wire.ExtenderBindingArgs, key: str, deadline: float, retry: BindRecord | None
+    ) -> tuple[tuple[int, ...], GpuAssignment | None]:
+        """The GPUs to bind the pod with, and their claim, assumed in the ledger (None: no GPUs): a retry's again, else
+        picked now on ``b.Node`` for the pod's request."""
+        if retry is not None:
+            log.info("bind of %s to %s retried: sending the same gpus %s", key, b.Node, _gpus_text(retry.gpus))
+            if retry.assignment is not None:  # still assumed, or again (the entry is the pod's: never counted twice)
+                self.ledger.assume(b.Node, retry.assignment, self.clock())
+            return retry.gpus, retry.assignment
+        req = self.memo.get(b.PodUID, key)
+        if req is None:
+            req = await self._read_request(b, key, deadline)
+        async with self.turn:  # picking is CPU work: in turn with the other verbs (see ``turn``)
+            now = self.clock()
+            gpus = self._pick(req, b.Node, key, now)
+            if not gpus:
+                return gpus, None
+            # Assume before the first await, so that a concurrent bind already sees these GPUs as taken.
+            assignment = claim_of(req, gpus, pod_key=key, pod_uid=b.PodUID or None)  # charged by GPU size
+            self.ledger.assume(b.Node, assignment, now)
+            return gpus, assignment
+
+    async def _read_request(self, b: wire.ExtenderBindingArgs, key: str, deadline: float) -> GpuRequest:
+        """The pod's request, read from the API server (a pod kelvin has not seen in a filter call)."""
+        try:
+            with self.cache.gate.awaiting():
+                async with asyncio.timeout_at(deadline):
+                    pod = await self.binder.get_pod(b.PodNamespace, b.PodName)
+        except BindError as exc:
+            raise _BindFailed(str(exc)) from None
+        except TimeoutError:
+            raise _BindFailed(f"cannot read pod {key}: {self._late()}") from None
+        if pod is None:
+            raise _BindFailed(f"kelvin has not seen pod {key} in a filter call and cannot read it")
+        try:
+            return parse_pod(pod)
+        except RequestError as exc:
+            raise _BindFailed(f"pod {key}: {exc}") from None
+
+    def _pick(self, req: GpuRequest, node: str, key: str, now: float) -> tuple[int, ...]:
+        """The GPUs of ``node`` for ``req``: the gang's plan, else the framework's pick; refused when it no longer
+        fits (with the filters' reasons)."""
+        if not req.wants_gpu:
+            return ()
+        snap = self.cache.snapshot
+        fleet = snap.arrays
+        row = fleet.index.get(node)
+        if row is None:
+            raise _BindFailed(f"node {node}: {UNKNOWN_NODE_REASON}")
+        ctx = self.framework.context(fleet, now)
+        gpus = gangs.planned_gpus(snap, node, key) or self.framework.pick(req, fleet, row, ctx)
+        if gpus is None:
+            why = self.framework.explain(req, fleet, row, ctx)
+            reasons = "; ".join(v.reason for v in why.filters if v.reason) or "no GPUs left"
+            raise _BindFailed(f"pod {key} no longer fits node {node}: {reasons}")
+        return gpus
+
+    async def _send_binding(
+        self,
+        b: wire.ExtenderBindingArgs,
+        key: str,
+        deadline: float,
+        gpus: tuple[int, ...],
+        assignment: GpuAssignment | None,
+    ) -> None:
+        """Create the Binding. A refusal releases the assumed GPUs; a failure that may have been applied (no answer, a
+        5xx, the deadline) keeps them assumed until the pod list or the ledger's TTL shows the truth."""
         try:
             with self.cache.gate.awaiting():  # no CPU used meanwhile: the refresh need not wait for the API server
                 async with asyncio.timeout_at(deadline):
-                    await self.binder.bind(b.PodNamespace, b.PodName, uid, b.Node, gpus)
+                    await self.binder.bind(b.PodNamespace, b.PodName, b.PodUID, b.Node, gpus)
         except BindError as exc:
             if assignment is None:
-                return failed(str(exc))
+                raise _BindFailed(str(exc)) from None
             if bind_refused(exc):
                 self.ledger.forget(key, assignment)
-                return failed(str(exc))
-            # the Binding may have been applied: keep the GPUs assumed until the pod list shows the truth
+                raise _BindFailed(str(exc)) from None
             log.info("bind of %s may have been applied (%s): its GPUs stay assumed", key, exc)
-            return failed(str(exc), BindState.UNCERTAIN)
+            raise _BindFailed(str(exc), BindState.UNCERTAIN) from None
         except TimeoutError:
-            # The Binding may still be applied: keep the GPUs assumed (until the TTL or the pod list shows the truth).
-            return failed(f"binding pod {key} to {b.Node}: {self._late()}", BindState.UNCERTAIN)
-        if rec is not None:
-            self.binds.settle(uid, rec, BindState.BOUND)
+            raise _BindFailed(f"binding pod {key} to {b.Node}: {self._late()}", BindState.UNCERTAIN) from None
+
+    def _bound(self, node: str, key: str, gpus: tuple[int, ...], assignment: GpuAssignment | None) -> None:
+        """A Binding created: shown to a source that must learn of binds, counted and logged."""
         if assignment is not None and isinstance(self.source, BindingObserver):
             try:
-                self.source.record_binding(b.Node, assignment)
+                self.source.record_binding(node, assignment)
             except KeyError as exc:
-                log.warning("the source does not know node %s: %s", b.Node, exc)
+                log.warning("the source does not know node %s: %s", node, exc)
         self.metrics.decisions.labels("bind", "bound").inc()
-        log.info("bound %s to %s gpus %s", key, b.Node, _gpus_text(gpus))
-        return {"Error": ""}
+        log.info("bound %s to %s gpus %s", key, node, _gpus_text(gpus))
 
     def _late(self) -> str:
         return (
@@ -458,15 +516,15 @@ class Extender:
 
     def explain(self, pod: dict[str, Any], node: str, candidates: list[str] | None = None) -> dict[str, Any]:
         """Each filter's verdict and each policy's score and reasons for ``pod`` on ``node``.
-        Raises :class:`wire.WireError` for an unreadable pod or an unknown node."""
+        Raises :class:`~.errors.WireError` for an unreadable pod or an unknown node."""
         try:
             req = parse_pod(pod)
         except RequestError as exc:
-            raise wire.WireError(f"pod: {exc}") from None
+            raise WireError(f"pod: {exc}") from None
         fleet = self.cache.snapshot.arrays
         row = fleet.index.get(node)
         if row is None:
-            raise wire.WireError(f"node: {node!r} is not in kelvin's snapshot ({fleet.n_nodes} nodes)")
+            raise WireError(f"node: {node!r} is not in kelvin's snapshot ({fleet.n_nodes} nodes)")
         if candidates is None:
             cand = np.arange(fleet.n_nodes, dtype=np.int64)
         else:

@@ -21,11 +21,9 @@ import numpy.typing as npt
 import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
+from .errors import WireError, too_many_names
+
 IntA = npt.NDArray[np.int64]
-
-
-class WireError(ValueError):
-    """A request body kelvin cannot read; the message names the field and the problem (answered with HTTP 400)."""
 
 
 class _Wire(BaseModel):
@@ -78,14 +76,6 @@ class ExplainArgs(_Wire):
     node: str = Field(min_length=1)
     candidates: list[str] | None = None
     """Nodes the node competed with (scores are normalised among them); default: every node in the snapshot."""
-
-
-class TooLarge(WireError):
-    """A request over one of the configured limits (answered with HTTP 413); the message names the setting."""
-
-
-class UnsupportedEncoding(WireError):
-    """A body sent with a ``Content-Encoding`` kelvin does not decode (answered with HTTP 415, naming it)."""
 
 
 class NodeNameList:
@@ -261,13 +251,6 @@ def _loads(body: bytes, expected: str = "a JSON object with Pod and Nodes or Nod
 
 def _type_name(v: object) -> str:
     return "null" if v is None else type(v).__name__
-
-
-def too_many_names(field: str, count: int, limit: int) -> TooLarge:
-    return TooLarge(
-        f"{field}: {count} nodes, more than max_node_names ({limit}, env KELVIN_MAX_NODE_NAMES); "
-        "raise the limit if your scheduler really sends that many"
-    )
 
 
 def _check_pod(pod: Any) -> None:

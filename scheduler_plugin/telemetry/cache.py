@@ -11,10 +11,10 @@ the cache reports itself unhealthy until the next success. Each refresh (every q
 has a total deadline, ``refresh_deadline_s``: a source that answers too slowly (a Prometheus trickling its answer)
 fails the refresh with :class:`RefreshDeadlineError` instead of holding it forever.
 
-The trend is computed against the oldest kept snapshot no older than ``trend_window_s`` (at least ``min_trend_s``
-apart), per GPU slot, in Celsius per minute; a source that reports its own trend (non-zero) keeps it. Each GPU's
-cooling quality (thermal resistance, °C per watt above idle) is learned across refreshes by a
-:class:`~scheduler_plugin.telemetry.cooling.CoolingEstimator` and filled in where the source does not report it.
+The numbers that tune it are one :class:`CacheSettings`. The temperature trend is :class:`~.trend.TemperatureTrend`'s,
+the request gate :class:`~.gate.RequestGate`. Each GPU's cooling quality (thermal resistance, °C per watt above idle)
+is learned across refreshes by a :class:`~scheduler_plugin.telemetry.cooling.CoolingEstimator` and filled in where
+the source does not report it.
 """
 
 from __future__ import annotations
@@ -25,8 +25,7 @@ import gc
 import logging
 import math
 import time
-from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,9 +35,11 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from ..model import GIB, FleetArrays, GpuNode, Snapshot, empty_snapshot
 from ..model.snapshot import ArraysBuilder
 from .cooling import CoolingEstimator
+from .gate import RequestGate
 from .ledger import AssumedLedger
 from .sanity import BAD_SAMPLE_REASONS
 from .source import SourceError, TelemetrySource
+from .trend import DEFAULT_MIN_TREND_S, DEFAULT_TREND_WINDOW_S, TemperatureTrend
 
 log = logging.getLogger(__name__)
 
@@ -48,13 +49,8 @@ FloatA = npt.NDArray[np.float64]
 DEFAULT_STRANDED_BELOW_BYTES = 8 * GIB
 #: Nodes built between two checks of the request gate (32 nodes of 8 GPUs: about 0.5 ms).
 DEFAULT_BUILD_SLICE_NODES = 32
-#: Least share of the event loop that a snapshot refresh gets while requests keep it busy (see :class:`RequestGate`):
-#: a 20,000-node refresh (about 4 s of CPU on a 2-core box) then completes within about 16 s however heavy the load.
-DEFAULT_BACKGROUND_SHARE = 0.25
 #: The default refresh deadline is ``max_age_s``, but never more than this.
 MAX_DEFAULT_DEADLINE_S = 300.0
-#: The share once the snapshot is about to go stale (see :meth:`SnapshotCache.urgency`).
-URGENT_BACKGROUND_SHARE = 0.75
 
 
 #: Pause between refreshes while the telemetry is out as a whole (:meth:`SnapshotCache.recovering`).
@@ -111,110 +107,68 @@ class TelemetryMetrics:
 
 
 @dataclass(frozen=True, slots=True)
-class _Sample:
-    taken_at: float
-    names: tuple[str, ...]
-    index: dict[str, int]
-    temp: FloatA
-    gpu_index: npt.NDArray[np.int32]
-
-
-@dataclass(frozen=True, slots=True)
 class Readiness:
     ready: bool
     reason: str
 
 
-class RequestGate:
-    """Shares the event loop between the hot path (requests) and background work (building a snapshot).
+@dataclass(frozen=True, slots=True)
+class CacheSettings:
+    """What tunes a :class:`SnapshotCache`; checked when made (a ``ValueError`` naming every bad field)."""
 
-    The extender's routes wrap each verb in :meth:`serving`; the snapshot build calls :meth:`pause` between slices.
-    Background work runs in *turns*: :meth:`pause` returns at once while the current turn lasts, and when it is over
-    steps aside: it yields to the event loop and, while requests are being served, keeps waiting (polling every
-    ``poll_s``) for up to ``max_defer_s``. The next turn then lasts ``share / (1 - share)`` of the time it waited
-    (at least ``min_turn_s``, at most ``max_turn_s``), so that background work gets at least ``share`` of the event
-    loop however many requests arrive (as long as no single request holds the loop for more than ``max_turn_s * (1 -
-    share) / share``): a refresh is slowed down by load, never starved by it (deferred slice by slice without that
-    share, a 20,000-node refresh under two clients looping ``/filter`` would never finish, and every node would go
-    stale). A request
-    waits for at most one turn. Without requests a turn is ``min_turn_s`` and the work runs at full speed. Single
-    event loop: no locks.
+    refresh_interval_s: float = 5.0
+    """Seconds between two refreshes while the telemetry is fine."""
+    max_age_s: float = 30.0
+    """Age past which a node's telemetry (and the snapshot, for readiness) is stale."""
+    refresh_deadline_s: float | None = None
+    """Longest one refresh may take, fetch and build together; a refresh past it is cancelled and counted as failed.
+    ``None``: ``max_age_s`` (by then the snapshot being served is stale anyway), at most
+    :data:`MAX_DEFAULT_DEADLINE_S` (see :attr:`deadline_s`)."""
+    retry_interval_s: float | None = None
+    """Pause between refreshes while :meth:`SnapshotCache.recovering`. ``None``: ``min(1 s, refresh_interval_s)``
+    (see :attr:`retry_s`)."""
+    trend_window_s: float = DEFAULT_TREND_WINDOW_S
+    """The temperature trend's window (:class:`~.trend.TemperatureTrend`)."""
+    min_trend_s: float = DEFAULT_MIN_TREND_S
+    """The least span the temperature trend is computed over."""
+    stranded_below_bytes: int = DEFAULT_STRANDED_BELOW_BYTES
+    """Free memory on a GPU below this counts as stranded (``kelvin_fleet_stranded_gpu_memory_bytes``)."""
+    build_slice_nodes: int = DEFAULT_BUILD_SLICE_NODES
+    """Nodes whose arrays are built between two checks of the request gate."""
+    freeze_gc: bool = False
+    """After each refresh, move every live object to the collector's permanent generation (``gc.freeze``): a
+    snapshot of 5,000 nodes is ~50,000 objects that would otherwise make each full collection take ~50-100 ms inside
+    some request. Snapshot objects hold no reference cycles, so dropping a snapshot still frees it. Meant for the
+    server process (``kelvin extender``), not for libraries and tests."""
 
-    ``urgency`` (0 to 1, read at each step-aside) raises the share linearly up to ``max_share``: the snapshot cache
-    reports how close its snapshot is to going stale, so that on a starved CPU requests get slower before every node
-    is refused as stale.
-    """
-
-    def __init__(
-        self,
-        *,
-        share: float = DEFAULT_BACKGROUND_SHARE,
-        max_share: float = URGENT_BACKGROUND_SHARE,
-        min_turn_s: float = 0.002,
-        max_turn_s: float = 0.2,
-        poll_s: float = 0.0005,
-        max_defer_s: float = 0.02,
-        clock: Callable[[], float] = time.perf_counter,
-    ) -> None:
-        if not 0.0 < share <= max_share < 1.0:
-            raise ValueError(f"need 0 < share <= max_share < 1, got share={share!r}, max_share={max_share!r}")
-        if not 0 < min_turn_s <= max_turn_s:
-            raise ValueError(f"need 0 < min_turn_s <= max_turn_s, got {min_turn_s!r} and {max_turn_s!r}")
-        self.share = share
-        """Least share of the event loop's time that background work gets while requests keep it busy."""
-        self.max_share = max_share
-        self.urgency: Callable[[], float] | None = None
-        """How urgent the background work is now, 0 to 1 (None: never urgent)."""
-        self.min_turn_s = min_turn_s
-        self.max_turn_s = max_turn_s
-        """Longest turn, whatever the wait before it (a long request, the process not scheduled): what a request
-        may have to wait for background work."""
-        self.poll_s = poll_s
-        self.max_defer_s = max_defer_s
-        self.clock = clock
-        self.active = 0
-        """Requests being served now."""
-        self.awaiting_io = 0
-        """Of those, requests waiting on another server (a bind's API call): they use no CPU meanwhile."""
-        self._turn_ends = -math.inf
-
-    @contextlib.contextmanager
-    def serving(self) -> Iterator[None]:
-        self.active += 1
-        try:
-            yield
-        finally:
-            self.active -= 1
-
-    @contextlib.contextmanager
-    def awaiting(self) -> Iterator[None]:
-        """Within :meth:`serving`: the request now waits on I/O (e.g. a bind on the API server), so background work
-        need not step aside for it (nor make its answer wait for a long turn when it comes back)."""
-        self.awaiting_io += 1
-        try:
-            yield
-        finally:
-            self.awaiting_io -= 1
+    def __post_init__(self) -> None:
+        problems = []
+        if not self.refresh_interval_s > 0:
+            problems.append(f"refresh_interval_s must be > 0, got {self.refresh_interval_s!r}")
+        retry = self.retry_interval_s
+        if retry is not None and not (retry > 0 and math.isfinite(retry)):
+            problems.append(f"retry_interval_s must be a finite number > 0, got {retry!r}")
+        deadline = self.refresh_deadline_s
+        if deadline is not None and not (deadline > 0 and math.isfinite(deadline)):
+            problems.append(f"refresh_deadline_s must be a finite number > 0, got {deadline!r}")
+        if self.build_slice_nodes < 1:
+            problems.append(f"build_slice_nodes must be >= 1, got {self.build_slice_nodes!r}")
+        if problems:
+            raise ValueError("; ".join(problems))
 
     @property
-    def busy(self) -> int:
-        """Requests being served that are not waiting on I/O."""
-        return self.active - self.awaiting_io
+    def deadline_s(self) -> float:
+        """:attr:`refresh_deadline_s`, its default resolved."""
+        if self.refresh_deadline_s is not None:
+            return self.refresh_deadline_s
+        return self.max_age_s if 0 < self.max_age_s <= MAX_DEFAULT_DEADLINE_S else MAX_DEFAULT_DEADLINE_S
 
-    async def pause(self) -> None:
-        stepped_aside = self.clock()
-        if stepped_aside < self._turn_ends:
-            return  # this turn of background work is not over yet
-        await asyncio.sleep(0)
-        deadline = stepped_aside + self.max_defer_s
-        while self.busy > 0 and self.clock() < deadline:
-            await asyncio.sleep(self.poll_s)
-        resumed = self.clock()
-        share = self.share
-        if self.urgency is not None:
-            share += (self.max_share - share) * min(1.0, max(0.0, self.urgency()))
-        earned = (resumed - stepped_aside) * share / (1.0 - share)
-        self._turn_ends = resumed + min(self.max_turn_s, max(self.min_turn_s, earned))
+    @property
+    def retry_s(self) -> float:
+        """:attr:`retry_interval_s`, its default resolved."""
+        if self.retry_interval_s is not None:
+            return self.retry_interval_s
+        return min(RETRY_INTERVAL_S, self.refresh_interval_s)
 
 
 class SnapshotCache:
@@ -227,76 +181,37 @@ class SnapshotCache:
     assignment. Used from one event loop: readers on that loop (or any thread) only read :attr:`snapshot`, which is
     never mutated, so they need no lock."""
 
-    def __init__(  # noqa: PLR0913
+    def __init__(
         self,
         source: TelemetrySource,
+        settings: CacheSettings | None = None,
         *,
-        refresh_interval_s: float = 5.0,
-        max_age_s: float = 30.0,
         ledger: AssumedLedger | None = None,
         metrics: TelemetryMetrics | None = None,
         clock: Callable[[], float] = time.time,
-        trend_window_s: float = 300.0,
-        min_trend_s: float = 10.0,
-        stranded_below_bytes: int = DEFAULT_STRANDED_BELOW_BYTES,
-        freeze_gc: bool = False,
-        build_slice_nodes: int = DEFAULT_BUILD_SLICE_NODES,
         gate: RequestGate | None = None,
-        cooling: CoolingEstimator | None = None,
         on_publish: Callable[[Snapshot], None] | None = None,
-        refresh_deadline_s: float | None = None,
-        retry_interval_s: float | None = None,
     ) -> None:
-        if not refresh_interval_s > 0:
-            raise ValueError(f"refresh_interval_s must be > 0, got {refresh_interval_s!r}")
-        retry = min(RETRY_INTERVAL_S, refresh_interval_s) if retry_interval_s is None else retry_interval_s
-        if not (retry > 0 and math.isfinite(retry)):
-            raise ValueError(f"retry_interval_s must be a finite number > 0, got {retry!r}")
-        self.retry_interval_s = retry
-        """Pause between refreshes while :meth:`recovering` (default ``min(1 s, refresh_interval_s)``)."""
-        if refresh_deadline_s is None:  # max_age_s, within reason (max_age_s is validated by the settings)
-            deadline = max_age_s if 0 < max_age_s <= MAX_DEFAULT_DEADLINE_S else MAX_DEFAULT_DEADLINE_S
-        else:
-            deadline = refresh_deadline_s
-        if not (deadline > 0 and math.isfinite(deadline)):
-            raise ValueError(f"refresh_deadline_s must be a finite number > 0, got {deadline!r}")
-        self.refresh_deadline_s = deadline
-        """Longest one refresh may take, fetch and build together (default ``max_age_s``, at most
-        :data:`MAX_DEFAULT_DEADLINE_S`: by then the snapshot being served is stale anyway); a refresh past it is
-        cancelled and counted as failed."""
         self.source = source
-        self.refresh_interval_s = refresh_interval_s
-        self.max_age_s = max_age_s
+        self.settings = settings if settings is not None else CacheSettings()
         self.ledger = ledger
         self.metrics = metrics
         self.clock = clock
-        self.trend_window_s = trend_window_s
-        self.min_trend_s = min_trend_s
-        self.stranded_below_bytes = stranded_below_bytes
-        if build_slice_nodes < 1:
-            raise ValueError(f"build_slice_nodes must be >= 1, got {build_slice_nodes!r}")
-        self.build_slice_nodes = build_slice_nodes
-        """Nodes whose arrays are built between two checks of the gate (see :meth:`_arrays`)."""
         self.gate = gate if gate is not None else RequestGate()
-        self.gate.urgency = self.urgency
         """Requests in flight: the build takes turns with them (at least ``gate.share`` of the loop for the build)."""
-        self.cooling = cooling if cooling is not None else CoolingEstimator()
+        self.gate.urgency = self.urgency
         self.on_publish = on_publish
         """Called with each new snapshot just before it is published (e.g. to warm the policies' per-snapshot
         caches), so that work happens here, in the background, and not in the first request that reads it."""
+        self.trend = TemperatureTrend(self.settings.trend_window_s, self.settings.min_trend_s)
+        self.cooling = CoolingEstimator()
         """Learns each GPU's cooling quality (thermal resistance) across refreshes; fills the snapshot's
         ``thermal_resistance`` column where the source does not report it."""
-        self.freeze_gc = freeze_gc
-        """After each refresh, move every live object to the collector's permanent generation (``gc.freeze``): a
-        snapshot of 5,000 nodes is ~50,000 objects that would otherwise make each full collection take ~50-100 ms
-        inside some request. Snapshot objects hold no reference cycles, so dropping a snapshot still frees it.
-        Meant for the server process (``kelvin extender``), not for libraries and tests."""
         self.snapshot: Snapshot = empty_snapshot(source.name)
         """The current snapshot. Replaced, never mutated, by each successful refresh."""
         self.healthy = False
         self.last_error: str | None = "no telemetry yet"
         self.refreshes = 0
-        self._history: deque[_Sample] = deque(maxlen=256)
         self._task: asyncio.Task[None] | None = None
         self._refresh_lock = asyncio.Lock()
         self._bad_seen: dict[str, int] = {}
@@ -307,10 +222,10 @@ class SnapshotCache:
         """Fetch and publish one snapshot. Never raises (except cancellation); returns whether it succeeded."""
         async with self._refresh_lock:
             started = time.perf_counter()
-            paused_gc = self.freeze_gc and gc.isenabled()
+            paused_gc = self.settings.freeze_gc and gc.isenabled()
             if paused_gc:  # no full collection over the half-built snapshot while requests wait for the GIL
                 gc.disable()
-            deadline = asyncio.timeout(self.refresh_deadline_s)
+            deadline = asyncio.timeout(self.settings.deadline_s)
             try:
                 try:
                     async with deadline:
@@ -324,7 +239,7 @@ class SnapshotCache:
                     if not deadline.expired():
                         raise
                     raise RefreshDeadlineError(
-                        f"the refresh from {self.source.name} did not finish within {self.refresh_deadline_s:g} s "
+                        f"the refresh from {self.source.name} did not finish within {self.settings.deadline_s:g} s "
                         f"(took {time.perf_counter() - started:.1f} s; cancelled)"
                     ) from None
             except asyncio.CancelledError:
@@ -343,7 +258,7 @@ class SnapshotCache:
                 self._update_age()
                 return False
             finally:
-                if self.freeze_gc:  # before collection resumes: no collection ever scans the new snapshot's objects
+                if self.settings.freeze_gc:  # before collection resumes: none ever scans the new snapshot's objects
                     gc.freeze()
                 if paused_gc:
                     gc.enable()
@@ -364,7 +279,7 @@ class SnapshotCache:
                 m = self.metrics
                 m.refresh.labels(self.source.name, "ok").inc()
                 m.duration.labels(self.source.name).observe(time.perf_counter() - started)
-                stale = int(snap.stale_mask(now, self.max_age_s).sum())
+                stale = int(snap.stale_mask(now, self.settings.max_age_s).sum())
                 m.nodes.labels(self.source.name, "stale").set(stale)
                 m.nodes.labels(self.source.name, "fresh").set(len(snap.nodes) - stale)
                 m.stranded.set(self.stranded_bytes(snap))
@@ -386,7 +301,7 @@ class SnapshotCache:
     async def _retire(self, nodes: list[GpuNode]) -> None:
         """Drop the previous snapshot's nodes a slice at a time: freeing its ~50,000 objects at once would stall the
         event loop for ~10 ms. (A request still reading the old snapshot keeps it alive; then this frees nothing.)"""
-        step = 4 * self.build_slice_nodes
+        step = 4 * self.settings.build_slice_nodes
         while nodes:
             del nodes[-step:]
             await self.gate.pause()
@@ -396,7 +311,7 @@ class SnapshotCache:
         between slices: requests are served between the build's turns (:class:`RequestGate`),
         instead of competing for the GIL with a builder thread."""
         builder = ArraysBuilder(nodes)
-        step = self.build_slice_nodes
+        step = self.settings.build_slice_nodes
         for lo in range(0, len(nodes), step):
             builder.fill(lo, lo + step)
             await self.gate.pause()
@@ -404,45 +319,16 @@ class SnapshotCache:
 
     def _build(self, nodes: Sequence[GpuNode], now: float, arrays: FleetArrays) -> Snapshot:
         snap = Snapshot(nodes=tuple(nodes), taken_at=now, source=self.source.name, source_healthy=True, prebuilt=arrays)
-        a = snap.arrays
-        sample = _Sample(now, a.names, a.index, a.temp.copy(), a.gpu_index.copy())
-        trend = self._trend(sample)
-        if trend is not None:
-            # The snapshot is not published yet: filling its trend column is still part of building it.
-            a.trend[...] = np.where(a.trend != 0.0, a.trend, trend)
-        self.cooling.fill(a)  # needs the trend: only settled temperatures are learned from
-        if a.names:  # an empty snapshot is no base for a trend (a fresh install's first refreshes have no nodes)
-            self._history.append(sample)
-        while self._history and now - self._history[0].taken_at > self.trend_window_s:
-            self._history.popleft()
+        # The snapshot is not published yet: filling its trend and cooling columns is still part of building it.
+        self.trend.fill(snap.arrays, now)
+        self.cooling.fill(snap.arrays)  # needs the trend: only settled temperatures are learned from
         return snap
-
-    def _trend(self, cur: _Sample) -> FloatA | None:
-        base = next((s for s in self._history if cur.taken_at - s.taken_at <= self.trend_window_s), None)
-        if base is None or cur.taken_at - base.taken_at < self.min_trend_s:
-            return None
-        minutes = (cur.taken_at - base.taken_at) / 60.0
-        if not cur.names:
-            return None
-        if base.names == cur.names:
-            prev_temp, prev_idx = base.temp, base.gpu_index
-            known = np.ones(len(cur.names), dtype=np.bool_)
-        else:
-            rows = np.array([base.index.get(n, -1) for n in cur.names], dtype=np.int64)
-            known = rows >= 0
-            rows = np.where(known, rows, 0)
-            prev_temp, prev_idx = base.temp[rows], base.gpu_index[rows]
-        g = min(cur.temp.shape[1], prev_temp.shape[1])
-        out = np.zeros_like(cur.temp)
-        same = known[:, None] & (prev_idx[:, :g] == cur.gpu_index[:, :g]) & (cur.gpu_index[:, :g] >= 0)
-        out[:, :g] = np.where(same, (cur.temp[:, :g] - prev_temp[:, :g]) / minutes, 0.0)
-        return out
 
     def stranded_bytes(self, snap: Snapshot) -> int:
         a = snap.arrays
         if a.n_nodes == 0:
             return 0
-        small = a.gpu_present & (a.free_mem > 0) & (a.free_mem < self.stranded_below_bytes)
+        small = a.gpu_present & (a.free_mem > 0) & (a.free_mem < self.settings.stranded_below_bytes)
         return int(a.free_mem[small].sum())
 
     # -- background task ---------------------------------------------------------------------------------------
@@ -467,12 +353,12 @@ class SnapshotCache:
         if not self.healthy or not self.snapshot.nodes:
             return True
         now = self.clock() if now is None else now
-        return bool(self.snapshot.stale_mask(now, self.max_age_s).all())
+        return bool(self.snapshot.stale_mask(now, self.settings.max_age_s).all())
 
     def next_wait_s(self) -> float:
         """Seconds until the next refresh: ``retry_interval_s`` while :meth:`recovering`, else
         ``refresh_interval_s``."""
-        return self.retry_interval_s if self.recovering() else self.refresh_interval_s
+        return self.settings.retry_s if self.recovering() else self.settings.refresh_interval_s
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -492,7 +378,7 @@ class SnapshotCache:
         age = self.snapshot.age_seconds(self.clock())
         if not math.isfinite(age):
             return 1.0
-        half = self.max_age_s / 2.0
+        half = self.settings.max_age_s / 2.0
         return min(1.0, max(0.0, (age - half) / half))
 
     # -- health ------------------------------------------------------------------------------------------------
@@ -507,7 +393,7 @@ class SnapshotCache:
         self._update_age()
         if self.metrics and self.snapshot.nodes:
             now = self.clock()
-            stale = int(self.snapshot.stale_mask(now, self.max_age_s).sum())
+            stale = int(self.snapshot.stale_mask(now, self.settings.max_age_s).sum())
             self.metrics.nodes.labels(self.source.name, "stale").set(stale)
             self.metrics.nodes.labels(self.source.name, "fresh").set(len(self.snapshot.nodes) - stale)
 
@@ -521,8 +407,8 @@ class SnapshotCache:
                 False,
                 f"telemetry source {self.source.name} is failing: {self.last_error}; serving a snapshot {age:.0f}s old",
             )
-        if age > self.max_age_s:
-            return Readiness(False, f"telemetry snapshot is {age:.0f}s old (limit {self.max_age_s:g}s)")
+        if age > self.settings.max_age_s:
+            return Readiness(False, f"telemetry snapshot is {age:.0f}s old (limit {self.settings.max_age_s:g}s)")
         return Readiness(True, f"snapshot of {len(self.snapshot.nodes)} nodes, {age:.1f}s old")
 
 

@@ -197,6 +197,7 @@ def validate_object(doc: Doc) -> None:
         pytest.fail(f"{name}: no Kubernetes {K8S_VERSION} schema for {doc.get('apiVersion')} {kind}")
 
 
+@pytest.mark.slow
 def test_helm_lint_strict(helm_bin: str) -> None:
     for values in [None, *CI_VALUES]:
         args = ["lint", "--strict", str(CHART)] + (["-f", str(values)] if values else [])
@@ -204,6 +205,7 @@ def test_helm_lint_strict(helm_bin: str) -> None:
         assert proc.returncode == 0, f"helm lint {values}:\n{proc.stdout}{proc.stderr}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("values", CI_VALUES, ids=lambda p: p.name)
 def test_every_rendered_object_validates(render: Render, values: Path) -> None:
     docs = render(values, crds=True)

@@ -7,6 +7,7 @@ import io
 import logging
 
 import httpx
+import pytest
 from rich.console import Console
 
 from scheduler_plugin.demo import run_demo
@@ -20,6 +21,7 @@ from scheduler_plugin.model import annotations as ann
 from scheduler_plugin.policies.reasons import GpuMemoryFull, GpusTooSmall, NoNvlinkGroup, TooFewGpus
 
 
+@pytest.mark.slow
 def test_same_seed_same_numbers() -> None:
     runs = [Demo(pods=60, nodes=6, seed=5, interval_s=0.0).run(live=False, progress=False) for _ in range(2)]
     assert runs[0].headline() == runs[1].headline()
@@ -27,6 +29,7 @@ def test_same_seed_same_numbers() -> None:
     assert pod_stream(60, 5, 15.0) == pod_stream(60, 5, 15.0) != pod_stream(60, 6, 15.0)
 
 
+@pytest.mark.slow
 def test_kelvin_beats_the_gpu_blind_baseline() -> None:
     out = io.StringIO()
     kelvin, baseline = run_demo(seed=0, live=False, console=Console(file=out, width=10_000, soft_wrap=True))

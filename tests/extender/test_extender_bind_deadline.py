@@ -172,7 +172,7 @@ async def test_the_route_takes_the_arrival_before_reading_the_body() -> None:
     ext, _, _ = make_extender(binder=BlockedBinder())
     seen: dict[str, float] = {}
 
-    async def spy(body: bytes, *, arrived: float | None = None) -> dict[str, str]:
+    async def spy(body: object, arrived: float | None = None) -> dict[str, str]:
         assert arrived is not None
         seen["arrived"] = arrived
         return {"Error": "spied"}

@@ -70,6 +70,7 @@ servers.run()
 """
 
 
+@pytest.mark.slow
 def test_sigterm_stops_the_extender_with_exit_status_0() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("KELVIN_", "KUBE"))}
     proc = subprocess.Popen([sys.executable, "-c", _SERVE], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)

@@ -19,6 +19,7 @@ from fastapi.testclient import TestClient
 from scheduler_plugin.config import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_NODE_NAMES, Settings
 from scheduler_plugin.extender import routes, wire
 from scheduler_plugin.extender.app import create_app
+from scheduler_plugin.extender.errors import WireError
 from scheduler_plugin.extender.server import ServerThread
 
 NodesBody = Callable[[list[str]], bytes]
@@ -210,7 +211,7 @@ def test_a_big_body_is_decoded_in_a_worker_thread_a_small_one_inline(
     ],
 )
 def test_bodies_of_another_shape_name_the_field(body: bytes, words: str) -> None:
-    with pytest.raises(wire.WireError, match=words.replace("[", r"\[").replace("]", r"\]")):
+    with pytest.raises(WireError, match=words.replace("[", r"\[").replace("]", r"\]")):
         wire.parse_args(body)
 
 

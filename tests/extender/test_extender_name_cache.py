@@ -12,6 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from scheduler_plugin.extender import wire
+from scheduler_plugin.extender.errors import TooLarge, WireError
 
 POD: dict[str, object] = {"metadata": {"name": "p", "namespace": "default", "uid": "u1"}}
 
@@ -52,7 +53,7 @@ def test_the_cache_is_bounded_and_skips_short_lists() -> None:
 def test_max_node_names_holds_on_a_cache_hit() -> None:
     cache = wire.NameCache()
     wire.parse_args(body(NAMES), max_node_names=1000, names=cache)
-    with pytest.raises(wire.TooLarge, match="NodeNames: 200 nodes, more than max_node_names"):
+    with pytest.raises(TooLarge, match="NodeNames: 200 nodes, more than max_node_names"):
         wire.parse_args(body(NAMES), max_node_names=100, names=cache)
 
 
@@ -62,15 +63,15 @@ def test_duplicates_are_counted_as_sent_and_dropped() -> None:
     first = wire.parse_args(body(names), names=cache)
     again = wire.parse_args(body(names), names=cache)
     assert again.names == ["a", "b", "c"] and again.name_list.sent == 5 and again.name_list is first.name_list
-    with pytest.raises(wire.TooLarge, match="5 nodes"):
+    with pytest.raises(TooLarge, match="5 nodes"):
         wire.parse_args(body(names), max_node_names=4, names=cache)
 
 
 def test_bad_names_are_refused_on_the_cached_path_too() -> None:
     cache = wire.NameCache(min_names=1)
-    with pytest.raises(wire.WireError, match=r"NodeNames\[1\]: must be a string, not int"):
+    with pytest.raises(WireError, match=r"NodeNames\[1\]: must be a string, not int"):
         wire.parse_args(b'{"Pod": {"metadata": {"name": "p"}}, "NodeNames": ["a", 1]}', names=cache)
-    with pytest.raises(wire.WireError, match="not valid JSON"):
+    with pytest.raises(WireError, match="not valid JSON"):
         wire.parse_args(b'{"Pod": {"metadata": {"name": "p"}}, "NodeNames": ["\xff"]}', names=cache)
     assert len(cache) == 0
 

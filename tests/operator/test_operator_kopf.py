@@ -275,6 +275,7 @@ def webhook_cfg(cert: tuple[Path, Path], port: int) -> OperatorConfig:
     )
 
 
+@pytest.mark.slow
 async def test_malformed_reviews_get_400_naming_the_field(
     kmock: km.KubernetesEmulator, cert: tuple[Path, Path]
 ) -> None:
@@ -502,6 +503,7 @@ async def test_two_replicas_only_the_peering_leader_acts(kmock: km.KubernetesEmu
     }
 
 
+@pytest.mark.slow
 async def test_cli_runs_the_operator(kmock: km.KubernetesEmulator) -> None:
     """``kelvin operator`` as a process: kopf starts, watches nodes and pods, serves /metrics and the webhooks, and
     stops cleanly on SIGTERM."""
@@ -573,6 +575,7 @@ async def test_cli_runs_the_operator(kmock: km.KubernetesEmulator) -> None:
     assert proc_.returncode == 0, out.decode()[-3000:]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("taken", "setting"),
     [

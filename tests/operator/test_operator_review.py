@@ -234,6 +234,7 @@ def mutations(n: int, seed: int = 14) -> list[bytes]:
     return out
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(where=st.sampled_from(PATHS), value=JSON | st.just("__delete__"), shared=st.booleans())
 def test_any_review_is_refused_or_handled_without_an_exception(

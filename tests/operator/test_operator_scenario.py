@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
 from kelvin_operator.config import OperatorConfig
 from kelvin_operator.k8s import EvictOutcome, EvictResult, ObjectRef
 from kelvin_operator.reconcile import Reconciler
@@ -20,7 +21,7 @@ from opkit import pod
 
 from scheduler_plugin.model.gpu import THERMAL_THROTTLE_MASK, GpuAssignment, GpuNode
 from scheduler_plugin.simulator.simulated_fleet import FleetSpec, SimulatedFleetSource
-from scheduler_plugin.telemetry.cache import SnapshotCache
+from scheduler_plugin.telemetry.cache import CacheSettings, SnapshotCache
 
 STEP_S = 30.0
 DURATION_S = 90 * 60.0
@@ -131,7 +132,7 @@ async def simulate(operator_on: bool) -> Run:
     )
     source = SimulatedFleetSource(spec, clock=clock)
     fail_cooling(source, FAILED, COOLING_LEFT)
-    cache = SnapshotCache(source, refresh_interval_s=STEP_S, max_age_s=120.0, clock=clock)
+    cache = SnapshotCache(source, CacheSettings(refresh_interval_s=STEP_S, max_age_s=120.0), clock=clock)
     kube = FleetKube(source, clock)
     # a busy failed node (8 jobs) and 4 jobs on each healthy node: 12 free GPUs elsewhere
     for g in range(8):
@@ -180,6 +181,7 @@ async def simulate(operator_on: bool) -> Run:
     )
 
 
+@pytest.mark.slow
 async def test_failed_cooling_node_is_tainted_drained_and_released() -> None:
     off = await simulate(operator_on=False)
     on = await simulate(operator_on=True)

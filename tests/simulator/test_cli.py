@@ -19,6 +19,7 @@ from scheduler_plugin.simulator.trace import load_trace
 runner = CliRunner()
 
 
+@pytest.mark.slow
 def test_simulate_writes_table_curve_plot_and_json(small_trace: tuple[Path, Path], tmp_path: Path) -> None:
     nodes, pods = small_trace
     out = tmp_path / "out"
@@ -68,6 +69,7 @@ def test_simulate_reports_bad_input_without_a_traceback(small_trace: tuple[Path,
     assert res.exit_code == 2 and "unknown policy 'nope'" in res.output
 
 
+@pytest.mark.slow
 def test_simulate_thermal_json() -> None:
     res = runner.invoke(app, ["simulate", "--thermal", "--hours", "0.25", "--seed", "5", "--json", "--no-progress"])
     assert res.exit_code == 0, res.output

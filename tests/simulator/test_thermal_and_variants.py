@@ -55,6 +55,7 @@ def test_throttled_gpus_slow_the_work_and_a_cool_fleet_does_all_of_it() -> None:
     assert abs(cool.useful_gpu_hours - cool.gpu_hours_run) < 0.1 * cool.gpu_hours_run  # full clocks: work = time
 
 
+@pytest.mark.slow
 def test_the_operator_evicts_from_hot_nodes_and_pays_for_it() -> None:
     sc = ThermalScenario(nodes=4, hours=1.5, seed=5, poor_cooling_fraction=0.5, ambient_c=36.0, target_load=0.9)
     alone = run_thermal(sc, "kelvin")

@@ -11,7 +11,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from scheduler_plugin.model import GIB, GpuAssignment, GpuInfo, GpuNode
-from scheduler_plugin.telemetry.cache import SnapshotCache, TelemetryMetrics
+from scheduler_plugin.telemetry.cache import CacheSettings, SnapshotCache, TelemetryMetrics
 from scheduler_plugin.telemetry.ledger import AssumedLedger
 from scheduler_plugin.telemetry.source import SourceError
 
@@ -70,8 +70,7 @@ def setup() -> tuple[SnapshotCache, Source, Clock, CollectorRegistry]:
     reg = CollectorRegistry()
     cache = SnapshotCache(
         src,
-        refresh_interval_s=5,
-        max_age_s=30,
+        CacheSettings(refresh_interval_s=5, max_age_s=30),
         clock=clock,
         metrics=TelemetryMetrics(reg, "fake"),
         ledger=AssumedLedger(60),
@@ -199,7 +198,7 @@ async def test_background_refresh_runs_and_stops() -> None:
     clock = Clock()
     src = Source(clock)
     src.nodes = [node("a", [40])]
-    cache = SnapshotCache(src, refresh_interval_s=0.01, clock=clock)
+    cache = SnapshotCache(src, CacheSettings(refresh_interval_s=0.01), clock=clock)
     await cache.start()
     assert cache.refreshes == 1
     for _ in range(500):  # bounded wait for two more refreshes
@@ -227,7 +226,7 @@ async def test_unexpected_errors_are_contained() -> None:
 
 def test_rejects_bad_interval() -> None:
     with pytest.raises(ValueError, match="refresh_interval_s"):
-        SnapshotCache(Source(Clock()), refresh_interval_s=0)
+        CacheSettings(refresh_interval_s=0)
 
 
 def powered(temp: float, watts: float, util: float) -> GpuNode:
@@ -292,8 +291,8 @@ async def test_refreshes_come_every_retry_interval_while_the_telemetry_is_out() 
     clock = Clock()
     src = Source(clock)
     src.fail = True
-    cache = SnapshotCache(src, refresh_interval_s=5, max_age_s=30, clock=clock)
-    assert cache.retry_interval_s == 1.0
+    cache = SnapshotCache(src, CacheSettings(refresh_interval_s=5, max_age_s=30), clock=clock)
+    assert cache.settings.retry_s == 1.0
     await cache.refresh_once()
     assert cache.recovering() and cache.next_wait_s() == 1.0  # the source fails
     src.fail = False
@@ -311,7 +310,7 @@ async def test_background_refresh_recovers_within_the_retry_interval() -> None:
     src = Source(clock)
     src.fail = True
     src.nodes = [node("a", [40])]
-    cache = SnapshotCache(src, refresh_interval_s=60, max_age_s=120, clock=clock, retry_interval_s=0.01)
+    cache = SnapshotCache(src, CacheSettings(refresh_interval_s=60, max_age_s=120, retry_interval_s=0.01), clock=clock)
     await cache.start()
     assert not cache.healthy
     src.fail = False
@@ -327,4 +326,4 @@ async def test_background_refresh_recovers_within_the_retry_interval() -> None:
 
 def test_rejects_bad_retry_interval() -> None:
     with pytest.raises(ValueError, match="retry_interval_s"):
-        SnapshotCache(Source(Clock()), retry_interval_s=0)
+        CacheSettings(retry_interval_s=0)

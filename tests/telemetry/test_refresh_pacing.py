@@ -14,7 +14,8 @@ import pytest
 
 from scheduler_plugin.model import GpuAssignment, GpuNode
 from scheduler_plugin.simulator.simulated_fleet import TREND_MIN_S, SimulatedFleetSource
-from scheduler_plugin.telemetry.cache import RequestGate, SnapshotCache
+from scheduler_plugin.telemetry.cache import CacheSettings, SnapshotCache
+from scheduler_plugin.telemetry.gate import RequestGate
 
 
 class FakeClock:
@@ -86,7 +87,7 @@ def _loaded_cache(clock: FakeClock, slices: int = 500) -> tuple[SnapshotCache, S
     gate = RequestGate(share=0.25, max_share=0.75, poll_s=0.0, max_defer_s=0.02, clock=clock)
     nodes = SimulatedFleetSource.uniform(200, 8, seed=3).snapshot_nodes()
     src = SlicedSource(nodes, clock, slices=slices)
-    cache = SnapshotCache(src, gate=gate, build_slice_nodes=4, clock=clock, max_age_s=30.0)
+    cache = SnapshotCache(src, CacheSettings(build_slice_nodes=4, max_age_s=30.0), gate=gate, clock=clock)
     src.pause = gate.pause
     return cache, src
 
@@ -184,7 +185,7 @@ async def test_pause_is_bounded_under_sustained_load() -> None:
 
 async def test_refresh_builds_the_simulated_fleet_in_slices() -> None:
     src = SimulatedFleetSource.uniform(40, 8, seed=1)
-    cache = SnapshotCache(src, build_slice_nodes=3)
+    cache = SnapshotCache(src, CacheSettings(build_slice_nodes=3))
     src.pause = cache.gate.pause
     assert await cache.refresh_once()
     first = cache.snapshot

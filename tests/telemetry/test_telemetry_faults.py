@@ -19,7 +19,7 @@ from scheduler_plugin.config import Settings
 from scheduler_plugin.extender.app import build_extender
 from scheduler_plugin.extender.service import Extender
 from scheduler_plugin.policies.config import PolicyConfig
-from scheduler_plugin.telemetry.cache import SnapshotCache, TelemetryMetrics
+from scheduler_plugin.telemetry.cache import CacheSettings, SnapshotCache, TelemetryMetrics
 from scheduler_plugin.telemetry.prometheus import KELVIN_QUERIES, PrometheusSource
 
 GPU_POD = {
@@ -96,7 +96,7 @@ async def test_a_fresh_install_places_pods_in_the_first_refresh_after_data_arriv
 
 
 def _cache(source: PrometheusSource, clock: Any, registry: CollectorRegistry, **kw: Any) -> SnapshotCache:
-    return SnapshotCache(source, clock=clock, metrics=TelemetryMetrics(registry, "prometheus"), **kw)
+    return SnapshotCache(source, CacheSettings(**kw), clock=clock, metrics=TelemetryMetrics(registry, "prometheus"))
 
 
 async def test_a_trickled_answer_fails_the_refresh_within_the_query_timeout(prom: FakePrometheus) -> None:
@@ -153,7 +153,7 @@ async def test_the_refresh_deadline_is_refused_when_not_a_positive_number() -> N
     try:
         for bad in (0.0, -1.0, float("inf"), float("nan")):
             with pytest.raises(ValueError, match="refresh_deadline_s must be a finite number > 0"):
-                SnapshotCache(source, refresh_deadline_s=bad)
+                CacheSettings(refresh_deadline_s=bad)
     finally:
         await source.close()
 

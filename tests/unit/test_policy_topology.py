@@ -171,7 +171,9 @@ def test_wide_nodes_single_gpu_score() -> None:
     assert pick(request(1), nvlink_pairs("e", 12, assignments=[whole("x", 0)])) == (1,)
 
 
-@pytest.mark.parametrize("g", [2, 3, 5, 8, 9])
+@pytest.mark.parametrize(
+    "g", [2, 3, 5, pytest.param(8, marks=pytest.mark.slow), pytest.param(9, marks=pytest.mark.slow)]
+)
 def test_tables_match_enumeration(g: int) -> None:
     from scheduler_plugin.policies.topology import Pattern
 
