@@ -142,9 +142,9 @@ def in_process(args: argparse.Namespace, pod_list: list[dict[str, Any]]) -> None
     import asyncio
 
     sys.path[:0] = [str(ROOT), str(ROOT / "operator")]
-    from scheduler_plugin.config import Settings
     from scheduler_plugin.extender.app import build_extender
     from scheduler_plugin.extender.wire import dumps
+    from scheduler_plugin.settings import Settings
 
     ext = build_extender(Settings(fleet_nodes=args.nodes, fleet_gpus_per_node=args.gpus, refresh_interval_s=3600))
     asyncio.run(ext.cache.refresh_once())

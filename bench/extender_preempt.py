@@ -28,13 +28,13 @@ from harness import load_line
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "operator")]
 
-from scheduler_plugin.config import Settings  # noqa: E402
 from scheduler_plugin.extender.app import build_extender  # noqa: E402
 from scheduler_plugin.extender.preempt import PreemptVerb  # noqa: E402
 from scheduler_plugin.extender.preempt_wire import parse_preemption  # noqa: E402
 from scheduler_plugin.extender.wire import dumps  # noqa: E402
 from scheduler_plugin.model import GIB, GpuAssignment, GpuInfo, GpuNode  # noqa: E402
 from scheduler_plugin.model.eviction import EvictionFacts  # noqa: E402
+from scheduler_plugin.settings import Settings  # noqa: E402
 
 NOW = 1_800_000_000.0
 

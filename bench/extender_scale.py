@@ -31,10 +31,10 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def measure(nodes: int, gpus: int, calls: int) -> dict[str, float]:
     """One size, in this process (run as a child by :func:`main`)."""
-    from scheduler_plugin.config import Settings
     from scheduler_plugin.extender.app import build_extender
     from scheduler_plugin.extender.wire import dumps
-    from scheduler_plugin.policies.config import PolicyConfig
+    from scheduler_plugin.policies.policy_file import PolicyConfig
+    from scheduler_plugin.settings import Settings
 
     t0 = time.time()
     ext = build_extender(

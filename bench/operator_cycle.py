@@ -16,9 +16,9 @@ from pathlib import Path
 sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parents[1] / "operator")]
 
 from harness import load_line  # noqa: E402
-from kelvin_operator.config import OperatorConfig  # noqa: E402
 from kelvin_operator.k8s import EvictOutcome, EvictResult, ObjectRef  # noqa: E402
 from kelvin_operator.reconcile import Reconciler  # noqa: E402
+from kelvin_operator.settings import OperatorConfig  # noqa: E402
 
 from scheduler_plugin import hotness  # noqa: E402
 from scheduler_plugin.model.times import format_time  # noqa: E402

@@ -3,14 +3,15 @@
 file at startup, so that ``helm install``/``template`` refuses what kelvin would refuse (an unknown key, a bad value, a
 weight out of range) instead of rendering pods that crash-loop on it.
 
-The models: :class:`scheduler_plugin.policies.config.PolicyConfig` (every section), the registry's args model of each
-score policy and picker (``scoring.<name>.args``, ``pickerArgs``), and :class:`kelvin_operator.config.OperatorConfig`
-(the ``operator:`` section). Each model's JSON schema (``model_json_schema``) is inlined (no ``$ref``), every field
-keyed by its camelCase key as the loader reads it (:func:`scheduler_plugin.policies.keys.camel`), the old snake_case
-spelling kept as a ``deprecated`` property (the loader still accepts it, with a warning); numeric bounds, enums and
-``additionalProperties: false`` (models that forbid extras) come from the models. ``scoring`` lists the registered
-score policies only, ``picker`` the registered pickers. What a schema cannot say (cross-field rules such as
-``hotness.coolCelsius < hotCelsius``) is still checked by kelvin at startup.
+The models: :class:`scheduler_plugin.policies.policy_file.PolicyConfig` (every section), the registry's args model of
+each score policy and picker (``scoring.<name>.args``, ``pickerArgs``), and
+:class:`kelvin_operator.settings.OperatorConfig` (the ``operator:`` section). Each model's JSON schema
+(``model_json_schema``) is inlined (no ``$ref``), every field keyed by its camelCase key as the loader reads it
+(:func:`scheduler_plugin.policies.keys.camel`), the old snake_case spelling kept as a ``deprecated`` property (the
+loader still accepts it, with a warning); numeric bounds, enums and ``additionalProperties: false`` (models that forbid
+extras) come from the models. ``scoring`` lists the registered score policies only, ``picker`` the registered pickers.
+What a schema cannot say (cross-field rules such as ``hotness.coolCelsius < hotCelsius``) is still checked by kelvin at
+startup.
 
 Usage: hack/gen-values-schema.py [--check]   (--check: exit 1 when the committed file differs, print nothing else)
 tests/deploy/test_values_schema_policy.py fails when the committed schema is not what this script writes.
@@ -29,12 +30,12 @@ ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = ROOT / "helm" / "kelvin" / "values.schema.json"
 sys.path[:0] = [str(ROOT), str(ROOT / "operator")]
 
-from kelvin_operator.config import OperatorConfig  # noqa: E402
+from kelvin_operator.settings import OperatorConfig  # noqa: E402
 from pydantic import BaseModel  # noqa: E402
 
-from scheduler_plugin.policies.config import PolicyConfig, ScorerConfig  # noqa: E402
 from scheduler_plugin.policies.keys import camel  # noqa: E402
 from scheduler_plugin.policies.plugins import PRODUCTION  # noqa: E402
+from scheduler_plugin.policies.policy_file import PolicyConfig, ScorerConfig  # noqa: E402
 
 Schema = dict[str, Any]
 DESCRIPTION = (

@@ -2,7 +2,7 @@
 ``operator:`` section with it, so that one file refused by either starts neither.
 
 It lives here, not in ``kelvin_operator`` (which imports ``scheduler_plugin``, never the other way round); the operator
-loads it (``kelvin_operator.config``): defaults, the policy file's section, ``KELVIN_OPERATOR_*`` environment
+loads it (``kelvin_operator.settings``): defaults, the policy file's section, ``KELVIN_OPERATOR_*`` environment
 variables (nested with ``__``: ``KELVIN_OPERATOR_LIMITS__MAX_TOTAL=3``), CLI flags. Field names are snake_case; the
 policy file spells them in camelCase (:mod:`scheduler_plugin.policies.keys`). Floats must be finite everywhere.
 """
@@ -18,7 +18,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from .gang.config import GangPolicy
+from .gang.levels import GangPolicy
 from .hotness import HotnessConfig
 
 ENV_PREFIX = "KELVIN_OPERATOR_"

@@ -60,7 +60,7 @@ def test_import_contracts_hold(options: UserOptions, capsys: pytest.CaptureFixtu
     ("contract_id", "importer", "imported"),
     [
         ("model", "scheduler_plugin.model.gpu", "scheduler_plugin.policies.base"),
-        ("model", "scheduler_plugin.model.request", "scheduler_plugin.config"),
+        ("model", "scheduler_plugin.model.request", "scheduler_plugin.settings"),
         ("model", "scheduler_plugin.model", "kelvin_operator.pods"),
         ("policies", "scheduler_plugin.policies.fit", "scheduler_plugin.telemetry.cache"),
         ("policies", "scheduler_plugin.policies.thermal", "scheduler_plugin.exporter.backend"),

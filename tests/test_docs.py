@@ -14,16 +14,16 @@ from pathlib import Path
 
 import pytest
 import yaml
-from kelvin_operator.config import OperatorConfig
+from kelvin_operator.settings import OperatorConfig
 from pydantic import BaseModel
 from typer.testing import CliRunner
 
 from scheduler_plugin.cli import app
-from scheduler_plugin.config import Settings
 from scheduler_plugin.policies import Framework, PolicyConfig
 from scheduler_plugin.policies.keys import _models_in, camel
 from scheduler_plugin.policies.plugins import PRODUCTION
 from scheduler_plugin.policies.registry import PolicyConfigError
+from scheduler_plugin.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 USER_DOCS = [*sorted((ROOT / "docs").glob("*.md")), ROOT / "README.md", ROOT / "helm" / "kelvin" / "README.md"]

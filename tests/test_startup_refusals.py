@@ -60,7 +60,7 @@ def test_a_typo_in_a_kelvin_variable_stops_startup_naming_the_setting(component:
 
 def test_the_extender_leaves_the_operators_variables_to_the_operator() -> None:
     """The chart's operator container gets both sets; the extender must not refuse its sibling's variables."""
-    from scheduler_plugin.config import unknown_env_vars
+    from scheduler_plugin.settings import unknown_env_vars
 
     env = {"KELVIN_OPERATOR_DRY_RUN": "true", "KELVIN_GPU_MEMORY_LIMIT_BYTES": "1", "KELVIN_PORT": "1", "HOME": "/"}
     assert unknown_env_vars(env) == []

@@ -20,7 +20,7 @@ from scheduler_plugin.console import STARTUP_FAILURE, LogLevel, LogLevelOption, 
 from scheduler_plugin.textfile import decode_problem, first_undecodable
 
 if TYPE_CHECKING:
-    from .config import OperatorConfig
+    from .settings import OperatorConfig
 
 
 def _fail(message: str, code: int = 2) -> NoReturn:
@@ -90,13 +90,13 @@ def operator(
 
     import kopf
 
-    from scheduler_plugin.config import ConfigError, load_settings
-    from scheduler_plugin.kube import KubeConfig, KubeError
-    from scheduler_plugin.telemetry.factory import build_source
+    from scheduler_plugin.kubeapi import KubeConfig, KubeError
+    from scheduler_plugin.settings import ConfigError, load_settings
+    from scheduler_plugin.sources import build_source
 
-    from .config import load_operator_config
     from .handlers import build_registry
     from .runtime import Runtime
+    from .settings import load_operator_config
 
     try:
         settings = load_settings(source=source, policy_file=policy_file, kubeconfig=kubeconfig, kube_server=kube_server)

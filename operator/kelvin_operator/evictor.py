@@ -7,16 +7,16 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from scheduler_plugin.kube import KubeError
+from scheduler_plugin.kubeapi import KubeError
 from scheduler_plugin.model import annotations as ann
 from scheduler_plugin.model.times import format_time
 
-from .config import OperatorConfig
 from .handshake import Step, decide
 from .k8s import EvictResult, Kube, ObjectRef
 from .limits import EvictionBudget
 from .metrics import OperatorMetrics
 from .pods import PodView
+from .settings import OperatorConfig
 from .strategies import Candidate
 
 log = logging.getLogger("kelvin.operator.evictor")

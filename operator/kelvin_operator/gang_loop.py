@@ -22,11 +22,11 @@ from scheduler_plugin.gang.planner import GangPlanner, assume
 from scheduler_plugin.gang.topology import build_domains
 from scheduler_plugin.model.pod import key_of
 from scheduler_plugin.model.snapshot import Snapshot
-from scheduler_plugin.policies.config import PolicyConfig
 from scheduler_plugin.policies.framework import Framework
+from scheduler_plugin.policies.policy_file import PolicyConfig
 
-from .config import OperatorConfig
 from .k8s import ObjectRef
+from .settings import OperatorConfig
 
 log = logging.getLogger("kelvin.operator.gangs")
 

@@ -15,15 +15,15 @@ from typing import Any
 import kopf
 
 from scheduler_plugin.gang import cycle as gang_cycle
-from scheduler_plugin.kube import KubeConfig
+from scheduler_plugin.kubeapi import KubeConfig
 from scheduler_plugin.model import annotations as ann
 from scheduler_plugin.model.pod import RequestError
 
 from . import gangs, webhooks
-from .config import OperatorConfig
 from .gang_loop import GangLoop
 from .logs import demote_kopf_success
 from .runtime import Runtime, operator_kube, webhook_cert
+from .settings import OperatorConfig
 from .webhook_server import AdmissionServer
 
 log = logging.getLogger("kelvin.operator")

@@ -1,4 +1,4 @@
-"""The only module of the operator that talks to the Kubernetes API (through scheduler_plugin.kube.KubeClient).
+"""The only module of the operator that talks to the Kubernetes API (through scheduler_plugin.kubeapi.KubeClient).
 
 Writes are few and narrow: the policy/v1 Eviction subresource (never DELETE, never force), pod annotations for the
 checkpoint handshake, the thermal taint on nodes, and core/v1 Events.
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol
 
-from scheduler_plugin.kube import KubeClient, KubeError
+from scheduler_plugin.kubeapi import KubeClient, KubeError
 from scheduler_plugin.model.times import format_time
 
 log = logging.getLogger("kelvin.operator.k8s")

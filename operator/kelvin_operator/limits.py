@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from .config import LimitsConfig
+from .settings import LimitsConfig
 
 
 @dataclass(slots=True)

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from scheduler_plugin.model import annotations as ann
 from scheduler_plugin.model.times import parse_time
 
-from .config import ProtectionConfig
 from .pods import PodView
+from .settings import ProtectionConfig
 from .strategies import REASON_ORDER, Candidate
 
 

@@ -14,17 +14,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from scheduler_plugin import hotness
-from scheduler_plugin.kube import KubeError
+from scheduler_plugin.kubeapi import KubeError
 from scheduler_plugin.model import annotations as ann
 from scheduler_plugin.model.gpu import GpuNode
 
-from .config import OperatorConfig, PoolMode
 from .evictor import Evictor, Outcome, pod_ref
 from .k8s import Kube, ObjectRef
 from .limits import EvictionBudget
 from .metrics import OperatorMetrics
 from .planner import Protected, plan
 from .pods import PodView, pod_view
+from .settings import OperatorConfig, PoolMode
 from .strategies import Candidate, PoolViolation, memory_pools, noisy_neighbours, pool_candidates, thermal
 
 log = logging.getLogger("kelvin.operator")

@@ -11,15 +11,15 @@ from typing import Any
 
 from prometheus_client import start_http_server
 
-from scheduler_plugin.kube import KubeClient, KubeConfig
+from scheduler_plugin.kubeapi import KubeClient, KubeConfig
 from scheduler_plugin.model.snapshot import Snapshot
 from scheduler_plugin.telemetry.cache import CacheSettings, SnapshotCache, TelemetryMetrics
 from scheduler_plugin.telemetry.source import TelemetrySource
 
-from .config import OperatorConfig, WebhookConfig
 from .k8s import OperatorKube
 from .metrics import OperatorMetrics
 from .reconcile import Reconciler
+from .settings import OperatorConfig, WebhookConfig
 from .tls import self_signed
 
 log = logging.getLogger("kelvin.operator")

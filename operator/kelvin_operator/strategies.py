@@ -16,8 +16,8 @@ from scheduler_plugin.model.claim import charged_milli
 from scheduler_plugin.model.gpu import MILLI_PER_GPU, GpuNode, GpuProcess
 from scheduler_plugin.model.quantity import format_gib
 
-from .config import NoisyConfig, PoolConfig, PoolMode
 from .pods import PodView
+from .settings import NoisyConfig, PoolConfig, PoolMode
 
 
 class Reason(StrEnum):

@@ -23,7 +23,6 @@ import numpy as np
 from rich.console import Console, Group
 from rich.live import Live
 
-from ..config import Settings
 from ..console import console as make_console
 from ..extender.app import build_extender, create_app
 from ..extender.binder import LocalBinder
@@ -31,9 +30,10 @@ from ..extender.server import ServerThread
 from ..extender.service import Extender
 from ..model import THERMAL_THROTTLE_MASK, GpuAssignment, Snapshot, parse_pod
 from ..policies.base import Rejection
-from ..policies.config import PolicyConfig
 from ..policies.plugins import PRODUCTION
+from ..policies.policy_file import PolicyConfig
 from ..policies.registry import Registry
+from ..settings import Settings
 from ..simulator.baselines import SIMULATOR
 from ..simulator.simulated_fleet import SimulatedFleetSource
 from .scenario import (

@@ -14,7 +14,7 @@ from typing import Any
 
 from ..model import GIB
 from ..model import annotations as ann
-from ..policies.config import PolicyConfig
+from ..policies.policy_file import PolicyConfig
 from ..simulator.simulated_fleet import FleetSpec
 
 #: A node with a GPU within this many degrees of its slowdown threshold (or throttling) counts as hot.

@@ -74,7 +74,7 @@ def device_plugin(
     """Serve nvidia.com/gpu and kelvin.dev/shared-gpu to the kubelet, handing each pod the GPUs kelvin assigned."""
     import pynvml
 
-    from ..kube import KubeClient, KubeConfig, KubeError
+    from ..kubeapi import KubeClient, KubeConfig, KubeError
     from ..nvml.backend import NvmlApi, real_nvml
     from ..nvml.events import XidWatcher
     from ..nvml.fake import FakeNvml

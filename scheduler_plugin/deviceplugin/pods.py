@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..kube import KubeClient
+from ..kubeapi import KubeClient
 from ..model import annotations as ann
 from .allocation import Grant, allocated_annotation
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import grpc
 
-from ..kube import KubeError
+from ..kubeapi import KubeError
 from ..model.pod import key_of
 from .allocation import (
     AllocationError,

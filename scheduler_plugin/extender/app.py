@@ -16,18 +16,17 @@ from typing import Any
 from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
 
-from .. import __version__
-from ..config import ConfigError, Settings
-from ..kube import KubeClient, KubeConfig, KubeError
-from ..policies.config import PolicyConfig
+from .. import __version__, sources
+from ..kubeapi import KubeClient, KubeConfig, KubeError
 from ..policies.framework import Framework
+from ..policies.ledger import AssumedLedger
 from ..policies.plugins import PRODUCTION
+from ..policies.policy_file import PolicyConfig
 from ..policies.registry import PolicyConfigError, Registry
+from ..settings import ConfigError, Settings
 from ..simulator.simulated_fleet import FleetSpecError, SimulatedFleetSource
-from ..telemetry import factory
 from ..telemetry.assignments import AssignedSource
 from ..telemetry.cache import CacheSettings, SnapshotCache, TelemetryMetrics
-from ..telemetry.ledger import AssumedLedger
 from ..telemetry.source import TelemetrySource
 from .binder import Binder, KubeBinder, LocalBinder, NoApiBinder
 from .metrics import ExtenderMetrics
@@ -50,7 +49,7 @@ def load_policy(settings: Settings) -> PolicyConfig:
 
 def build_source(settings: Settings) -> TelemetrySource:
     try:
-        return factory.build_source(settings)
+        return sources.build_source(settings)
     except FleetSpecError as exc:
         raise StartupError(f"fleet_file (KELVIN_FLEET_FILE): {exc}" if settings.fleet_file else str(exc)) from None
     except (ConfigError, ValueError, KubeError) as exc:

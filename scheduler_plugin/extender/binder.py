@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 from urllib.parse import quote
 
-from ..kube import KubeClient, KubeError
+from ..kubeapi import KubeClient, KubeError
 from ..model import annotations as ann
 from ..model.times import format_time_ns
 

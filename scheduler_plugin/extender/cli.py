@@ -13,8 +13,8 @@ from typing import Annotated, Any, NoReturn
 
 import typer
 
-from ..config import ConfigError, Settings, load_settings
 from ..console import STARTUP_FAILURE, LogLevel, LogLevelOption, console, fail, setup_logging
+from ..settings import ConfigError, Settings, load_settings
 from ..textfile import TextFileError, decode_problem, first_undecodable, read_text
 
 

@@ -17,7 +17,7 @@ from types import TracebackType
 import uvicorn
 from fastapi import FastAPI
 
-from ..config import Settings, is_loopback
+from ..settings import Settings, is_loopback
 from .app import StartupError, create_app, create_metrics_app
 from .service import Extender
 

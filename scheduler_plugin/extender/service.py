@@ -29,16 +29,16 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import orjson
 
-from ..config import Settings
 from ..model import GpuAssignment, GpuRequest, RequestError, parse_pod
 from ..model.claim import claim_of
 from ..policies.base import IntA, RejectionKind
-from ..policies.config import PolicyConfig
 from ..policies.framework import Framework
+from ..policies.ledger import AssumedLedger
 from ..policies.plugins import PRODUCTION
+from ..policies.policy_file import PolicyConfig
 from ..policies.registry import Registry
+from ..settings import Settings
 from ..telemetry.cache import SnapshotCache
-from ..telemetry.ledger import AssumedLedger
 from ..telemetry.source import TelemetrySource
 from . import gangs, wire
 from .binder import Binder, BindError

@@ -5,7 +5,7 @@ maps nodes to domains, ``planner`` plans a whole gang with the extender's framew
 the policies, which read this package's config).
 """
 
-from .config import GangPolicy, TopologyLevel
+from .levels import GangPolicy, TopologyLevel
 from .readers import GangError, GangRef, TopologyAsk, read_gang
 from .topology import Domains, build_domains
 

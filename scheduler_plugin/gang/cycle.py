@@ -23,7 +23,7 @@ from ..model import FleetArrays, GpuRequest, RequestError, parse_pod
 from ..model import annotations as ann
 from ..model.pod import key_of, pod_key
 from ..policies.base import CycleContext
-from .config import GangPolicy
+from .levels import GangPolicy
 from .planner import Gang, GangPlan, GangPlanner, Member, PlanFailure
 from .readers import GangError, GangRef, read_gang
 from .topology import Domains

@@ -38,7 +38,7 @@ from ..model.snapshot import IndexKey
 from ..policies.base import CycleContext
 from ..policies.framework import Framework
 from ..policies.thermal import QUALITY_COLUMNS, ThermalArgs, ThermalScore, gpu_quality
-from .config import GangPolicy
+from .levels import GangPolicy
 from .readers import TopologyAsk
 from .topology import Domains, spread
 

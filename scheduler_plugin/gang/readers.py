@@ -17,7 +17,7 @@ from typing import Any
 
 from ..model import annotations as ann
 from ..model.pod import RequestError
-from .config import GangPolicy
+from .levels import GangPolicy
 
 # JobSet (jobset.sigs.k8s.io) labels and annotations, stamped on every pod of a JobSet's Jobs.
 JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"

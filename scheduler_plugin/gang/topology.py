@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from .config import GangPolicy
+from .levels import GangPolicy
 
 IntA = npt.NDArray[np.int64]
 

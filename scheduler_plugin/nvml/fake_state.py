@@ -35,9 +35,9 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 from pydantic.alias_generators import to_camel
 
 from .. import yamlfile
-from ..config import error_message
 from ..model import ThrottleReason
 from ..model.quantity import QuantityError, parse_bytes
+from ..settings import error_message
 from ..textfile import TextFileError, read_text
 from .fake import FakeGpu, FakeNvml, FakeProcess, set_busy
 

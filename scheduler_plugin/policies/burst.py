@@ -20,8 +20,8 @@ from pydantic import Field
 
 from ..model import FleetArrays, GpuRequest
 from .base import RECENT_PLACEMENTS, CycleContext, FloatA, IntA, StateKey
-from .config import CamelModel
 from .normalize import unit
+from .policy_file import CamelModel
 
 PLACEMENTS_KEY = RECENT_PLACEMENTS
 """The cycle-state key of the ledger's recent placements (``Mapping[str, Sequence[float]]``)."""

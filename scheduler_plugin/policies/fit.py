@@ -32,7 +32,6 @@ from ..model import GIB, THERMAL_THROTTLE_MASK, FleetArrays, GpuRequest, Topolog
 from ..model.gpu_models import unknown_items
 from ..model.quantity import format_gib
 from .base import BoolA, CycleContext, IntA, Rejection
-from .config import FilterPolicy
 from .eligibility import (
     GpuLimits,
     capacity_ok,
@@ -43,6 +42,7 @@ from .eligibility import (
     static_ok,
     too_hot,
 )
+from .policy_file import FilterPolicy
 from .reasons import (
     Fits,
     GpuAboveMaxTemperature,

@@ -1,7 +1,7 @@
 """The framework: runs the filters, combines the weighted scores, picks GPUs and explains a decision.
 
-One :class:`Framework` is built from a :class:`~scheduler_plugin.policies.config.PolicyConfig` at startup (bad names
-or arguments fail there, naming the field). Per cycle it reads an immutable :class:`FleetArrays` plus the
+One :class:`Framework` is built from a :class:`~scheduler_plugin.policies.policy_file.PolicyConfig` at startup (bad
+names or arguments fail there, naming the field). Per cycle it reads an immutable :class:`FleetArrays` plus the
 assumed-allocation ledger, which it applies as an overlay (``FleetArrays.with_assumed``) so that pods bound in the
 last seconds count against capacity before telemetry shows them.
 
@@ -22,7 +22,6 @@ import numpy as np
 from ..model import FleetArrays, GpuAssignment, GpuRequest
 from ..model.claim import claim_of
 from ..model.snapshot import stale_mask
-from ..telemetry.ledger import AssumedLedger
 from .base import (
     MAX_EXTENDER_PRIORITY,
     RECENT_PLACEMENTS,
@@ -38,12 +37,13 @@ from .base import (
     Rejection,
     ScorePlugin,
 )
-from .config import PolicyConfig, TelemetryPolicy
 from .eligibility import LIMITS_KEY
 from .fit import FitFilter, TelemetryFilter
 from .hot import HotNodeFilter
+from .ledger import AssumedLedger
 from .normalize import finite
 from .plugins import PRODUCTION
+from .policy_file import PolicyConfig, TelemetryPolicy
 from .registry import PolicyConfigError, Registry
 
 

@@ -24,9 +24,9 @@ from pydantic import Field, model_validator
 from ..model import FleetArrays, GpuRequest
 from ..model.snapshot import IndexKey
 from .base import BoolA, CycleContext, FloatA, IntA
-from .config import CamelModel
 from .eligibility import cycle_eligible
 from .normalize import unit
+from .policy_file import CamelModel
 
 
 class NoiseArgs(CamelModel):

@@ -9,10 +9,10 @@ these names.
 from __future__ import annotations
 
 from .burst import BurstArgs, BurstScore
-from .config import FilterPolicy
 from .fit import FitFilter
 from .fragmentation import FgdPolicy, FragmentationArgs, FragmentationPolicy
 from .noise import NoiseArgs, NoiseScore
+from .policy_file import FilterPolicy
 from .registry import Registration, Registry
 from .thermal import ThermalArgs, ThermalScore
 from .topology import TopologyArgs, TopologyPicker, TopologyScore

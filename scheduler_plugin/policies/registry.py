@@ -15,7 +15,7 @@ from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from ..config import error_message
+from ..settings import error_message
 
 ArgsT = TypeVar("ArgsT", bound=BaseModel)
 Kind = Literal["filter", "score", "picker"]

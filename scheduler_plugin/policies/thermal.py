@@ -44,9 +44,9 @@ from pydantic import Field
 from ..model import SLOWDOWN_MASK, THERMAL_THROTTLE_MASK, FleetArrays, GpuRequest, throttle_reason_names
 from ..model.snapshot import IndexKey
 from .base import CycleContext, FloatA, IntA
-from .config import CamelModel
 from .eligibility import cycle_eligible
 from .normalize import unit
+from .policy_file import CamelModel
 
 
 @overload

@@ -30,10 +30,10 @@ from pydantic import Field
 
 from ..model import MILLI_PER_GPU, FleetArrays, GpuRequest
 from ..policies.base import BoolA, CycleContext, FloatA, IntA
-from ..policies.config import CamelModel
 from ..policies.fragmentation import eligible_gpus
 from ..policies.normalize import minmax
 from ..policies.plugins import PRODUCTION
+from ..policies.policy_file import CamelModel
 from ..policies.registry import Kind, Registration, Registry
 
 MAX_SPEC_CPU_MILLI = 128_000

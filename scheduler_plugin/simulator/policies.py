@@ -5,7 +5,7 @@ extender runs it (no second filter or score combination).
   ``fit`` filter: GPU count, share, model, thermal limits; for kelvin also telemetry staleness and hot nodes),
   exactly as a pod meets them in a cluster. GPUs are chosen by :meth:`Framework.pick
   <scheduler_plugin.policies.framework.Framework.pick>`; arrivals are learned by its ``observe``.
-* ``kelvin`` is the framework built from the default :class:`~scheduler_plugin.policies.config.PolicyConfig` (or a
+* ``kelvin`` is the framework built from the default :class:`~scheduler_plugin.policies.policy_file.PolicyConfig` (or a
   policy file, checked against the production registry as the extender checks it): nodes are ranked by its weighted
   score before rounding. Pods without GPUs (which the extender never sees) are ranked by its ``fragmentation``
   score: they change the CPU left for GPU pods.
@@ -24,12 +24,12 @@ import numpy as np
 from ..model import FleetArrays, GpuRequest
 from ..policies import ranking
 from ..policies.base import CycleContext, FloatA, GpuPicker, IntA, ScorePlugin
-from ..policies.config import PolicyConfig, TelemetryPolicy
 from ..policies.fit import FitFilter
 from ..policies.framework import Framework, WeightedScore
+from ..policies.policy_file import PolicyConfig, TelemetryPolicy
 from ..policies.registry import PolicyConfigError
 from .baselines import SIMULATOR
-from .kube import NodeResourcesFit
+from .node_resources import NodeResourcesFit
 
 BASELINES = ("random", "dotproduct", "gpu-clustering", "gpu-packing", "best-fit", "fgd")
 POLICIES = ("kelvin", "kelvin-fragmentation", *BASELINES)

@@ -36,10 +36,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic.alias_generators import to_camel
 
 from .. import yamlfile
-from ..config import error_message
 from ..model import GIB, MILLI_PER_GPU, GpuAssignment, GpuInfo, GpuNode
 from ..model.catalogue import CATALOGUE, resolve
 from ..model.claim import charged_milli
+from ..settings import error_message
 from ..textfile import TextFileError, read_text
 from . import thermal_model as tm
 

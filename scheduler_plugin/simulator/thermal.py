@@ -28,11 +28,11 @@ import numpy as np
 from .. import hotness
 from ..model import GIB, THERMAL_THROTTLE_MASK, FleetArrays, GpuAssignment, GpuNode, GpuRequest, build_arrays
 from ..operator_settings import OperatorConfig
-from ..policies.config import FilterPolicy, PolicyConfig, ScorerConfig
+from ..policies.policy_file import FilterPolicy, PolicyConfig, ScorerConfig
 from ..telemetry.cooling import CoolingEstimator
 from .baselines import SIMULATOR
 from .fleet import apply_placement
-from .kube import LeastAllocated
+from .node_resources import LeastAllocated
 from .policies import SimPolicy, feasible, kelvin_policy, rank, single_score
 from .simulated_fleet import FleetSpec, SimulatedFleetSource
 

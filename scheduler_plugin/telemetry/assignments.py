@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from ..kube import KubeClient, KubeError
+from ..kubeapi import KubeClient, KubeError
 from ..model import GpuAssignment, GpuNode, RequestError, parse_bound_pod
 from ..model import annotations as ann
 from ..model.claim import claim_of, parse_gpu_indices

@@ -34,9 +34,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from ..model import GIB, FleetArrays, GpuNode, Snapshot, empty_snapshot
 from ..model.snapshot import ArraysBuilder
+from ..policies.ledger import AssumedLedger
 from .cooling import CoolingEstimator
 from .gate import RequestGate
-from .ledger import AssumedLedger
 from .sanity import BAD_SAMPLE_REASONS
 from .source import SourceError, TelemetrySource
 from .trend import DEFAULT_MIN_TREND_S, DEFAULT_TREND_WINDOW_S, TemperatureTrend

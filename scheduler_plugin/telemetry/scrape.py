@@ -20,7 +20,7 @@ from typing import Any
 
 import httpx
 
-from ..kube import KubeClient, KubeError
+from ..kubeapi import KubeClient, KubeError
 from ..model import GpuNode
 from ..model.serde import GPU_ERRORS_HEADER, ModelJSONError, node_from_json
 from .sanity import MAX_BYTES, SampleIssues, implausible_gpu

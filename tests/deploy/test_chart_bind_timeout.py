@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from deploy_helpers import Render, one, pod_spec
 
-from scheduler_plugin.config import Settings
+from scheduler_plugin.settings import Settings
 
 
 def _bind_timeout(render: Render, *sets: str) -> str | None:

@@ -68,10 +68,10 @@ def _env(container: dict[str, Any], tmp_path: Path) -> dict[str, str]:
 
 
 def _known_settings() -> set[str]:
-    from kelvin_operator.config import OperatorConfig
+    from kelvin_operator.settings import OperatorConfig
     from pydantic import BaseModel
 
-    from scheduler_plugin.config import Settings
+    from scheduler_plugin.settings import Settings
 
     known = {f"KELVIN_{f.upper()}" for f in Settings.model_fields}
 
@@ -90,11 +90,11 @@ def _known_settings() -> set[str]:
 def test_kelvin_env_is_known_and_loads(
     render: Render, values: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from kelvin_operator.config import load_operator_config
+    from kelvin_operator.settings import load_operator_config
 
-    from scheduler_plugin.config import load_settings
     from scheduler_plugin.extender.app import load_policy
     from scheduler_plugin.policies.framework import Framework
+    from scheduler_plugin.settings import load_settings
 
     docs = render(values)
     policies = [d for d in by_kind(docs, "ConfigMap") if d["metadata"]["name"].endswith("-policy")]
@@ -124,10 +124,10 @@ def test_kelvin_env_is_known_and_loads(
 
 
 def test_webhook_paths_are_the_operators_handler_ids(render: Render) -> None:
-    from kelvin_operator.config import load_operator_config
     from kelvin_operator.handlers import build_registry
+    from kelvin_operator.settings import load_operator_config
 
-    from scheduler_plugin.kube import KubeConfig
+    from scheduler_plugin.kubeapi import KubeConfig
 
     async def no_runtime(_: Any) -> Any:  # never called: the registry is only inspected
         raise AssertionError("not started")

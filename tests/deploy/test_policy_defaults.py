@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-from scheduler_plugin.policies.config import PolicyConfig
+from scheduler_plugin.policies.policy_file import PolicyConfig
 
 VALUES = Path(__file__).resolve().parents[2] / "helm" / "kelvin" / "values.yaml"
 

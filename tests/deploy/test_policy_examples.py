@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 from deploy_helpers import CHART, CI_VALUES, ROOT, Render, one
-from kelvin_operator.config import load_operator_config
+from kelvin_operator.settings import load_operator_config
 
 from scheduler_plugin.policies import Framework, PolicyConfig
 from scheduler_plugin.policies.keys import camel

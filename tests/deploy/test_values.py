@@ -119,7 +119,7 @@ def test_every_value_is_commented() -> None:  # noqa: C901
 @pytest.mark.helm
 def test_policy_in_the_chart_is_accepted_by_the_extender_and_the_operator(render: Render, tmp_path: Path) -> None:
     """The shared ConfigMap's policy.yaml loads with kelvin's own validators (what the pods do at startup)."""
-    from scheduler_plugin.policies.config import PolicyConfig
+    from scheduler_plugin.policies.policy_file import PolicyConfig
 
     cm = one(render(), "ConfigMap", "policy")
     path = tmp_path / "policy.yaml"
@@ -127,7 +127,7 @@ def test_policy_in_the_chart_is_accepted_by_the_extender_and_the_operator(render
     policy = PolicyConfig.from_yaml(path)
     assert policy.ledger.ttl_seconds == yaml.safe_load(VALUES.read_text())["policy"]["ledger"]["ttlSeconds"]
     try:
-        from kelvin_operator.config import load_operator_config
+        from kelvin_operator.settings import load_operator_config
     except ImportError as exc:  # pragma: no cover - the operator package is part of this repository
         pytest.fail(f"kelvin_operator cannot be imported: {exc}")
     load_operator_config(path)
@@ -135,9 +135,9 @@ def test_policy_in_the_chart_is_accepted_by_the_extender_and_the_operator(render
 
 @pytest.mark.helm
 def test_shared_policy_with_an_operator_section_loads_in_both(render: Render, tmp_path: Path) -> None:
-    from kelvin_operator.config import load_operator_config
+    from kelvin_operator.settings import load_operator_config
 
-    from scheduler_plugin.policies.config import PolicyConfig
+    from scheduler_plugin.policies.policy_file import PolicyConfig
 
     cm = one(render(None, "policy.operator.dryRun=true"), "ConfigMap", "policy")
     path = tmp_path / "policy.yaml"

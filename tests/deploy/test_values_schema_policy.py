@@ -12,10 +12,10 @@ from typing import Any
 import jsonschema  # type: ignore[import-untyped]
 import pytest
 from deploy_helpers import CHART, ROOT, run_helm
-from kelvin_operator.config import read_policy_section
+from kelvin_operator.settings import read_policy_section
 
-from scheduler_plugin.config import ConfigError
 from scheduler_plugin.policies import PolicyConfig
+from scheduler_plugin.settings import ConfigError
 
 SCHEMA = CHART / "values.schema.json"
 
@@ -75,7 +75,7 @@ def _kelvin_accepts(policy: dict[str, Any], tmp_path: Path) -> bool:
     path.write_text(json.dumps(policy))
     try:
         read_policy_section(path)  # PolicyConfig + Framework (scoring names, args), and the operator's keys
-        from kelvin_operator.config import load_operator_config
+        from kelvin_operator.settings import load_operator_config
 
         load_operator_config(path)
     except ConfigError:

@@ -16,7 +16,7 @@ from scheduler_plugin.deviceplugin.plugin import KUBELET_SOCKET, DevicePluginRun
 from scheduler_plugin.deviceplugin.pods import NodePods
 from scheduler_plugin.deviceplugin.v1beta1 import api_pb2 as pb
 from scheduler_plugin.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc
-from scheduler_plugin.kube import KubeClient, KubeConfig
+from scheduler_plugin.kubeapi import KubeClient, KubeConfig
 from scheduler_plugin.model import annotations as ann
 from scheduler_plugin.nvml.backend import NvmlApi
 from scheduler_plugin.nvml.events import XidWatcher

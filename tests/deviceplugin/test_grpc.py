@@ -16,7 +16,7 @@ from dpkit import NODE, FakeKubelet, add_pods, pod, running_plugin, stored_annot
 from scheduler_plugin.deviceplugin.plugin import DevicePluginRunner, PluginConfig, endpoint_name
 from scheduler_plugin.deviceplugin.pods import NodePods
 from scheduler_plugin.deviceplugin.v1beta1 import api_pb2 as pb
-from scheduler_plugin.kube import KubeClient, KubeConfig
+from scheduler_plugin.kubeapi import KubeClient, KubeConfig
 from scheduler_plugin.model import annotations as ann
 from scheduler_plugin.nvml.fake import FakeNvml
 

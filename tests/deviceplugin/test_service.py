@@ -13,7 +13,7 @@ from scheduler_plugin.deviceplugin.devices import Gpu
 from scheduler_plugin.deviceplugin.pods import NodePods
 from scheduler_plugin.deviceplugin.service import DevicePluginService, DeviceState
 from scheduler_plugin.deviceplugin.v1beta1 import api_pb2 as pb
-from scheduler_plugin.kube import KubeClient, KubeConfig, KubeError
+from scheduler_plugin.kubeapi import KubeClient, KubeConfig, KubeError
 from scheduler_plugin.model import annotations as ann
 
 GPUS = [Gpu(i, f"GPU-{i:08d}-0000-0000-0000-000000000000") for i in range(2)]

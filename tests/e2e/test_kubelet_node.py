@@ -29,7 +29,7 @@ import pytest
 import yaml
 
 from scheduler_plugin.extender.binder import KubeBinder
-from scheduler_plugin.kube import KubeClient, KubeConfig
+from scheduler_plugin.kubeapi import KubeClient, KubeConfig
 from scheduler_plugin.nvml.fake import FakeNvml
 from tests.e2e.api import wait_for
 from tests.e2e.cluster import LoopbackCluster, Process, spawn

@@ -11,11 +11,11 @@ from typing import Any
 from unittest import mock
 
 import pytest
-from kelvin_operator.config import ENV_PREFIX, OperatorConfig
 from kelvin_operator.k8s import ObjectRef
 from kelvin_operator.runtime import operator_kube
+from kelvin_operator.settings import ENV_PREFIX, OperatorConfig
 
-from scheduler_plugin.kube import KubeClient, KubeConfig
+from scheduler_plugin.kubeapi import KubeClient, KubeConfig
 from tests.e2e.api import wait_for
 from tests.e2e.cluster import LoopbackCluster
 

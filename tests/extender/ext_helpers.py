@@ -8,12 +8,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from scheduler_plugin.config import Settings
 from scheduler_plugin.extender.app import build_extender
 from scheduler_plugin.extender.binder import Binder
 from scheduler_plugin.extender.service import Extender
 from scheduler_plugin.model import GIB, GpuAssignment, GpuInfo, GpuNode
-from scheduler_plugin.policies.config import PolicyConfig
+from scheduler_plugin.policies.policy_file import PolicyConfig
+from scheduler_plugin.settings import Settings
 from scheduler_plugin.telemetry.source import SourceError
 
 

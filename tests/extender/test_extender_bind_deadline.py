@@ -10,10 +10,10 @@ import httpx
 import pytest
 from ext_helpers import args, make_extender, pod
 
-from scheduler_plugin.config import Settings
 from scheduler_plugin.extender.app import create_app
 from scheduler_plugin.extender.binder import BIND_TIMEOUT_S, KubeBinder
-from scheduler_plugin.kube import KubeClient, KubeConfig
+from scheduler_plugin.kubeapi import KubeClient, KubeConfig
+from scheduler_plugin.settings import Settings
 
 
 class StalledApiServer:

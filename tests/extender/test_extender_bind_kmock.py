@@ -13,7 +13,7 @@ from ext_helpers import args, make_extender, pod
 from scheduler_plugin.extender.app import create_app
 from scheduler_plugin.extender.binder import BindError, KubeBinder, bind_time
 from scheduler_plugin.extender.service import bind_refused
-from scheduler_plugin.kube import KubeClient, KubeConfig, KubeError
+from scheduler_plugin.kubeapi import KubeClient, KubeConfig, KubeError
 from scheduler_plugin.model.claim import charged_milli
 from scheduler_plugin.model.times import parse_time_ns
 from scheduler_plugin.telemetry.assignments import assignment_of_pod, list_assigned_pods

@@ -145,7 +145,7 @@ def test_fleet_state_counts() -> None:
 
 
 def test_unknown_kelvin_variables_are_named() -> None:
-    from scheduler_plugin.config import unknown_env_vars
+    from scheduler_plugin.settings import unknown_env_vars
 
     env = {"KELVIN_PROMETEUS_URL": "x", "KELVIN_PORT": "1", "KELVIN_OPERATOR_DRY_RUN": "true", "HOME": "/"}
     assert unknown_env_vars(env) == ["KELVIN_PROMETEUS_URL"]

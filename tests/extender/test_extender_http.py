@@ -348,9 +348,9 @@ def test_clock_helper() -> None:
 
 
 def test_a_real_source_with_an_api_server_gets_kube_binding_and_pod_records() -> None:
-    from scheduler_plugin.config import Settings
     from scheduler_plugin.extender.app import build_extender
     from scheduler_plugin.extender.binder import KubeBinder
+    from scheduler_plugin.settings import Settings
     from scheduler_plugin.telemetry.assignments import AssignedSource
 
     ext = build_extender(Settings(source="prometheus", kube_server="http://127.0.0.1:9"))
@@ -359,9 +359,9 @@ def test_a_real_source_with_an_api_server_gets_kube_binding_and_pod_records() ->
 
 
 def test_a_real_source_without_an_api_server_refuses_to_bind(monkeypatch: pytest.MonkeyPatch) -> None:
-    from scheduler_plugin.config import Settings
     from scheduler_plugin.extender.app import build_extender
     from scheduler_plugin.extender.binder import BindError, NoApiBinder
+    from scheduler_plugin.settings import Settings
 
     monkeypatch.delenv("KUBECONFIG", raising=False)
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)

@@ -59,7 +59,7 @@ def test_identity_encoding_is_read_as_usual(client: TestClient) -> None:
 
 
 _SERVE = """
-from scheduler_plugin.config import Settings
+from scheduler_plugin.settings import Settings
 from scheduler_plugin.extender.app import build_extender
 from scheduler_plugin.extender.server import ExtenderServers, listen
 

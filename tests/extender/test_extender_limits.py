@@ -16,11 +16,11 @@ import pytest
 from ext_helpers import args, load_capture, make_extender, pod
 from fastapi.testclient import TestClient
 
-from scheduler_plugin.config import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_NODE_NAMES, Settings
 from scheduler_plugin.extender import routes, wire
 from scheduler_plugin.extender.app import create_app
 from scheduler_plugin.extender.errors import WireError
 from scheduler_plugin.extender.server import ServerThread
+from scheduler_plugin.settings import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_NODE_NAMES, Settings
 
 NodesBody = Callable[[list[str]], bytes]
 

@@ -17,10 +17,10 @@ from ext_helpers import args, make_extender, pod
 from typer.testing import CliRunner
 
 from scheduler_plugin.cli import app
-from scheduler_plugin.config import ConfigError, Settings, is_loopback, load_settings
 from scheduler_plugin.extender.app import StartupError
 from scheduler_plugin.extender.server import ExtenderServers, listen
 from scheduler_plugin.extender.service import Extender
+from scheduler_plugin.settings import ConfigError, Settings, is_loopback, load_settings
 
 
 def test_defaults_keep_the_verbs_on_loopback() -> None:

@@ -8,9 +8,9 @@ from dataclasses import replace
 from scheduler_plugin.gang import GangPolicy, TopologyAsk, build_domains
 from scheduler_plugin.gang.planner import Gang, GangPlan, GangPlanner, Member, PlanFailure
 from scheduler_plugin.model import GpuNode, build_arrays
-from scheduler_plugin.policies.config import PolicyConfig
 from scheduler_plugin.policies.framework import Framework
-from tests.unit.fleet_helpers import NOW, dgx, request, whole
+from scheduler_plugin.policies.policy_file import PolicyConfig
+from tests.fleet_helpers import NOW, dgx, request, whole
 
 POLICY = GangPolicy.model_validate(
     {"levels": [{"name": "clique", "label": "nvidia.com/gpu.clique"}, {"name": "rack", "label": "kelvin.dev/rack"}]}

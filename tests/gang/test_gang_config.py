@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from scheduler_plugin.gang import build_domains
-from scheduler_plugin.gang.config import GangPolicy
-from scheduler_plugin.policies.config import PolicyConfig
+from scheduler_plugin.gang.levels import GangPolicy
+from scheduler_plugin.policies.policy_file import PolicyConfig
 from scheduler_plugin.policies.registry import PolicyConfigError
 
 

@@ -10,8 +10,8 @@ from scheduler_plugin.gang.cycle import gangs_of, gated_member, plan_gang, stale
 from scheduler_plugin.model import annotations as ann
 from scheduler_plugin.model import build_arrays
 from scheduler_plugin.telemetry.assignments import assignments_from_pods
+from tests.fleet_helpers import NOW
 from tests.gang.gang_helpers import POLICY, planner, rack
-from tests.unit.fleet_helpers import NOW
 
 
 def member(i: int, size: int = 4, topology: str = "required=rack") -> dict[str, Any]:

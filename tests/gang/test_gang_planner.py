@@ -7,10 +7,10 @@ import numpy as np
 from scheduler_plugin.gang import GangPolicy, TopologyAsk, build_domains
 from scheduler_plugin.gang.planner import GangPlan, GangPlanner, PlanFailure, assume
 from scheduler_plugin.model import build_arrays
-from scheduler_plugin.policies.config import PolicyConfig
 from scheduler_plugin.policies.framework import Framework
+from scheduler_plugin.policies.policy_file import PolicyConfig
+from tests.fleet_helpers import NOW, dgx
 from tests.gang.gang_helpers import POLICY, gang, labelled, plan, planner, rack
-from tests.unit.fleet_helpers import NOW, dgx
 
 
 def racks_of(result: GangPlan | PlanFailure) -> set[str]:

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from scheduler_plugin.gang import GangError, GangPolicy, TopologyAsk, read_gang
-from scheduler_plugin.gang.config import TopologyLevel
+from scheduler_plugin.gang.levels import TopologyLevel
 from scheduler_plugin.gang.readers import READERS, size_of_job
 from scheduler_plugin.model import annotations as ann
 

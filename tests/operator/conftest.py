@@ -8,7 +8,7 @@ import kmock as km
 import pytest
 from kelvin_operator.k8s import OperatorKube
 
-from scheduler_plugin.kube import KubeClient, KubeConfig
+from scheduler_plugin.kubeapi import KubeClient, KubeConfig
 
 
 @pytest.fixture

@@ -7,11 +7,11 @@ import re
 from pathlib import Path
 
 import pytest
-from kelvin_operator.config import PoolMode, load_operator_config
+from kelvin_operator.settings import PoolMode, load_operator_config
 from typer.testing import CliRunner
 
 from scheduler_plugin.cli import app
-from scheduler_plugin.config import ConfigError
+from scheduler_plugin.settings import ConfigError
 
 
 def write(tmp_path: Path, text: str) -> Path:

@@ -9,9 +9,9 @@ from pathlib import Path
 from types import ModuleType
 
 import kmock as km
-from kelvin_operator.config import OperatorConfig
 from kelvin_operator.k8s import OperatorKube
 from kelvin_operator.reconcile import Reconciler
+from kelvin_operator.settings import OperatorConfig
 from opkit import gpu, node, node_obj, pod, proc
 from opkube import NODES, PODS, evictions_succeed
 

@@ -6,15 +6,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from kelvin_operator.config import OperatorConfig
 from kelvin_operator.gang_loop import GangLoop
 from kelvin_operator.k8s import ObjectRef
+from kelvin_operator.settings import OperatorConfig
 
 from scheduler_plugin.gang import GangPolicy
 from scheduler_plugin.model import annotations as ann
 from scheduler_plugin.model.snapshot import Snapshot
+from tests.fleet_helpers import NOW
 from tests.gang.gang_helpers import rack
-from tests.unit.fleet_helpers import NOW
 
 GANG = GangPolicy.model_validate({"levels": [{"name": "rack", "label": "kelvin.dev/rack"}]})
 

@@ -13,8 +13,8 @@ from typing import Any
 import httpx
 import jsonpatch
 import kmock as km
-from kelvin_operator.config import OperatorConfig
 from kelvin_operator.gangs import gated, refusal
+from kelvin_operator.settings import OperatorConfig
 from opkit import gpu, node, pod
 from test_operator_kopf import cert, free_port, review, running, webhook_up
 

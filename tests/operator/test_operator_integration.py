@@ -8,10 +8,10 @@ from typing import Any
 
 import kmock as km
 import pytest
-from kelvin_operator.config import OperatorConfig
 from kelvin_operator.k8s import OperatorKube
 from kelvin_operator.metrics import OperatorMetrics
 from kelvin_operator.reconcile import NodeResult, Reconciler
+from kelvin_operator.settings import OperatorConfig
 from opkit import T0, gpu, node, node_obj, pod, proc
 from opkube import EVENTS, NODES, PODS, evictions_blocked, evictions_succeed
 

@@ -6,9 +6,9 @@ import logging
 
 import pytest
 from kelvin_operator import reconcile
-from kelvin_operator.config import OperatorConfig
 from kelvin_operator.k8s import EvictOutcome, EvictResult, ObjectRef
 from kelvin_operator.reconcile import Reconciler
+from kelvin_operator.settings import OperatorConfig
 from opkit import T0, gpu, node, node_obj, pod, proc
 
 

@@ -13,7 +13,7 @@ import pytest
 from aiohttp import web
 from kelvin_operator.k8s import OperatorKube
 
-from scheduler_plugin.kube import KubeClient, KubeConfig, KubeError
+from scheduler_plugin.kubeapi import KubeClient, KubeConfig, KubeError
 
 
 @dataclass

@@ -21,16 +21,16 @@ import jsonpatch  # type: ignore[import-untyped]
 import kmock as km
 import kopf
 import pytest
-from kelvin_operator.config import OperatorConfig
 from kelvin_operator.handlers import build_registry
 from kelvin_operator.runtime import Runtime
+from kelvin_operator.settings import OperatorConfig
 from kelvin_operator.tls import self_signed
 from kopf._core.engines.peering import Identity  # kopf.operator(identity=...) takes this NewType
 from opkit import gpu, node, node_obj, pod, proc
 from opkube import NODES, PODS, evictions_succeed
 from prometheus_client import generate_latest
 
-from scheduler_plugin.kube import KubeConfig
+from scheduler_plugin.kubeapi import KubeConfig
 from scheduler_plugin.model import annotations as ann
 from scheduler_plugin.model.gpu import GpuNode
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from kelvin_operator.config import LimitsConfig, NoisyConfig, PoolConfig, PoolMode, ProtectionConfig
 from kelvin_operator.handshake import Step, decide
 from kelvin_operator.limits import EvictionBudget
 from kelvin_operator.planner import plan, protection, restart_cost_s
 from kelvin_operator.pods import pod_view
+from kelvin_operator.settings import LimitsConfig, NoisyConfig, PoolConfig, PoolMode, ProtectionConfig
 from kelvin_operator.strategies import (
     Candidate,
     Reason,

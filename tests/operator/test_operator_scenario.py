@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from kelvin_operator.config import OperatorConfig
 from kelvin_operator.k8s import EvictOutcome, EvictResult, ObjectRef
 from kelvin_operator.reconcile import Reconciler
+from kelvin_operator.settings import OperatorConfig
 from opkit import pod
 
 from scheduler_plugin.model.gpu import THERMAL_THROTTLE_MASK, GpuAssignment, GpuNode

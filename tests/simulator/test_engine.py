@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from scheduler_plugin.policies.config import PolicyConfig
+from scheduler_plugin.policies.policy_file import PolicyConfig
 from scheduler_plugin.policies.registry import PolicyConfigError
 from scheduler_plugin.simulator.engine import RunResult, prepare, run
 from scheduler_plugin.simulator.policies import POLICIES, SimPolicy, build_policy, kelvin_policy

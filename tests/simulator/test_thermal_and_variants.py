@@ -12,7 +12,7 @@ import pytest
 from scheduler_plugin.model import GpuRequest
 from scheduler_plugin.policies.base import CycleContext
 from scheduler_plugin.simulator.fleet import apply_placement, build_fleet
-from scheduler_plugin.simulator.kube import LeastAllocated, NodeResourcesFit
+from scheduler_plugin.simulator.node_resources import LeastAllocated, NodeResourcesFit
 from scheduler_plugin.simulator.thermal import (
     THERMAL_POLICIES,
     ThermalScenario,

@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from scheduler_plugin.extender.binder import KubeBinder
-from scheduler_plugin.kube import KubeError
+from scheduler_plugin.kubeapi import KubeError
 from scheduler_plugin.model import GIB, MIB, GpuAssignment, GpuInfo, GpuNode, RequestError, build_arrays, parse_pod
 from scheduler_plugin.model import annotations as ann
 from scheduler_plugin.model.claim import charge_milli, charged_milli, claim_of

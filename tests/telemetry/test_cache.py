@@ -11,8 +11,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from scheduler_plugin.model import GIB, GpuAssignment, GpuInfo, GpuNode
+from scheduler_plugin.policies.ledger import AssumedLedger
 from scheduler_plugin.telemetry.cache import CacheSettings, SnapshotCache, TelemetryMetrics
-from scheduler_plugin.telemetry.ledger import AssumedLedger
 from scheduler_plugin.telemetry.source import SourceError
 
 

@@ -17,7 +17,7 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 
 from scheduler_plugin.exporter.app import Exporter
-from scheduler_plugin.kube import KubeClient, KubeConfig
+from scheduler_plugin.kubeapi import KubeClient, KubeConfig
 from scheduler_plugin.nvml.fake import FakeNvml
 from scheduler_plugin.telemetry.scrape import ScrapeSource, targets_from_slices
 from scheduler_plugin.telemetry.source import SourceError, TelemetrySource

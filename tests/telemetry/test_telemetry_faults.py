@@ -15,10 +15,10 @@ import pytest
 from fake_prometheus import FakePrometheus
 from prometheus_client import CollectorRegistry
 
-from scheduler_plugin.config import Settings
 from scheduler_plugin.extender.app import build_extender
 from scheduler_plugin.extender.service import Extender
-from scheduler_plugin.policies.config import PolicyConfig
+from scheduler_plugin.policies.policy_file import PolicyConfig
+from scheduler_plugin.settings import Settings
 from scheduler_plugin.telemetry.cache import CacheSettings, SnapshotCache, TelemetryMetrics
 from scheduler_plugin.telemetry.prometheus import KELVIN_QUERIES, PrometheusSource
 

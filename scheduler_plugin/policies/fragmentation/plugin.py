@@ -11,9 +11,9 @@ from pydantic import Field
 
 from ...model import GIB, MILLI_PER_GPU, FleetArrays, GpuRequest
 from ..base import MAX_EXTENDER_PRIORITY, CycleContext, FloatA, IntA, StateKey
-from ..config import CamelModel
 from ..normalize import minmax
 from ..packing import DEFAULT_REPLAN_DRIFT, PlanCache
+from ..policy_file import CamelModel
 from .gradient import (
     Placements,
     _accessible,

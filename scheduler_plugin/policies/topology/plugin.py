@@ -10,9 +10,9 @@ from pydantic import Field, model_validator
 
 from ...model import FleetArrays, GpuRequest, Topology
 from ..base import BoolA, CycleContext, FloatA, IntA
-from ..config import CamelModel
 from ..eligibility import cycle_eligible, mask_bits, whole_free
 from ..normalize import unit
+from ..policy_file import CamelModel
 from .tables import EXACT_COMBINATIONS, LEVEL_NAMES, TopologyTables, best_set, set_quality
 
 

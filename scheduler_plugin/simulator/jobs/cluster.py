@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ...gang.config import GangPolicy, TopologyLevel
+from ...gang.levels import GangPolicy, TopologyLevel
 from ...gang.topology import Domains, build_domains
 from ...model import GIB, FleetArrays, GpuInfo, GpuNode, build_arrays
 from ..fleet import known_gpu_memory_bytes

@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...policies.config import PolicyConfig
+from ...policies.policy_file import PolicyConfig
 from .cluster import DEFAULT_RACK_NODES, CoolingScenario, JobFleet, apply_cooling, build_job_fleet, load_trace_nodes
 from .engine import RunMetrics, simulate_jobs
 from .network import Network

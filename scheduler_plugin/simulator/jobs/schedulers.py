@@ -23,11 +23,11 @@ import numpy.typing as npt
 from ...gang.planner import Gang, GangPlan, GangPlanner, Member
 from ...gang.readers import TopologyAsk
 from ...model import MILLI_PER_GPU, FleetArrays, GpuRequest
-from ...policies.config import PolicyConfig
 from ...policies.framework import Framework
+from ...policies.policy_file import PolicyConfig
 from ...policies.ranking import tied_best
 from ..baselines import SIMULATOR
-from ..kube import LeastAllocated
+from ..node_resources import LeastAllocated
 from ..policies import SimPolicy, feasible, kelvin_policy, rank, single_score
 from .cluster import GANG_POLICY, JobFleet
 from .workload import JobSpec

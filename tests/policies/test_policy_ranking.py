@@ -11,7 +11,7 @@ from scheduler_plugin.model import GIB, FleetArrays, GpuRequest
 from scheduler_plugin.policies import Framework, PolicyConfig
 from scheduler_plugin.policies.ranking import feasible, rank, tied_best
 from scheduler_plugin.simulator.policies import POLICIES, build_policy
-from tests.unit.fleet_helpers import NOW, dgx, fleet, gpu, node, pcie_box, shared, whole
+from tests.fleet_helpers import NOW, dgx, fleet, gpu, node, pcie_box, shared, whole
 
 REQUESTS = [
     GpuRequest(count=1),

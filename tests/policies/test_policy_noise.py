@@ -9,7 +9,7 @@ from pydantic import ValidationError
 from scheduler_plugin.model import GpuNode, GpuRequest
 from scheduler_plugin.policies.base import CycleContext
 from scheduler_plugin.policies.noise import NoiseArgs, NoiseScore
-from tests.unit.fleet_helpers import NOW, fleet, gpu, node, request, shared
+from tests.fleet_helpers import NOW, fleet, gpu, node, request, shared
 
 SCORE = NoiseScore(NoiseArgs())
 

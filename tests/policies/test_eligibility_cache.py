@@ -17,7 +17,7 @@ from scheduler_plugin.policies.eligibility import (
     eligible_gpus,
     static_of,
 )
-from tests.unit.fleet_helpers import fleet, gpu, node, request, shared, whole
+from tests.fleet_helpers import fleet, gpu, node, request, shared, whole
 
 FLEET = fleet(
     node("a", [gpu(0), gpu(1, temp=90), gpu(2, model="H100", mem_gib=40), gpu(3)], assignments=[whole("x", 3)]),

@@ -10,8 +10,8 @@ import pytest
 from scheduler_plugin.model import GpuAssignment, GpuProcess, Snapshot
 from scheduler_plugin.policies.base import CycleContext, CycleState
 from scheduler_plugin.policies.burst import PLACEMENTS_KEY, BurstArgs, BurstScore, burst_load
-from scheduler_plugin.telemetry.ledger import AssumedLedger
-from tests.unit.fleet_helpers import NOW, dgx, fleet, gpu, node, request
+from scheduler_plugin.policies.ledger import AssumedLedger
+from tests.fleet_helpers import NOW, dgx, fleet, gpu, node, request
 
 
 def a(pod: str, *gpus: int, uid: str | None = None) -> GpuAssignment:

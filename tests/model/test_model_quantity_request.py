@@ -16,7 +16,7 @@ from scheduler_plugin.model.quantity import (
     parse_cpu_milli,
     parse_quantity,
 )
-from tests.unit.fleet_helpers import pod, request
+from tests.fleet_helpers import pod, request
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,7 @@ from scheduler_plugin.model.eviction import EvictionFacts
 from scheduler_plugin.policies import Framework, PolicyConfig
 from scheduler_plugin.preemption import Candidate, Choice, choose_victims
 from scheduler_plugin.preemption.victims import gang_costs
-from tests.unit.fleet_helpers import NOW, dgx, fleet, gpu, node, request
+from tests.fleet_helpers import NOW, dgx, fleet, gpu, node, request
 
 HIGH = 1000
 LOW = 10

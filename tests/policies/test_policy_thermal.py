@@ -16,7 +16,7 @@ from scheduler_plugin.policies.thermal import (
     predicted_temp,
 )
 from scheduler_plugin.telemetry.cooling import CoolingEstimator
-from tests.unit.fleet_helpers import NOW, fleet, gpu, node, request
+from tests.fleet_helpers import NOW, fleet, gpu, node, request
 
 SCORE = ThermalScore(ThermalArgs())
 

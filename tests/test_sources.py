@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler_plugin.config import Settings
+from scheduler_plugin.settings import Settings
 from scheduler_plugin.simulator.simulated_fleet import SimulatedFleetSource
-from scheduler_plugin.telemetry.factory import build_source
+from scheduler_plugin.sources import build_source
 from scheduler_plugin.telemetry.prometheus import PrometheusSource
 from scheduler_plugin.telemetry.scrape import ScrapeSource
 
@@ -31,7 +31,7 @@ async def test_prometheus() -> None:
 
 
 def test_prometheus_url_must_be_http() -> None:
-    from scheduler_plugin.config import ConfigError, load_settings
+    from scheduler_plugin.settings import ConfigError, load_settings
 
     with pytest.raises(ConfigError, match=r"prometheus_url \(KELVIN_PROMETHEUS_URL\): .*must be an http\(s\) URL"):
         load_settings(source="prometheus", prometheus_url="prom:9090")

@@ -1,8 +1,8 @@
 """Process settings of the extender (environment variables with the prefix ``KELVIN_``, or CLI flags).
 
-Scoring weights and thresholds live in the policy YAML file (``policy_file``, see ``policies/config.py``); this module
-holds where telemetry comes from, how the service listens and how big the simulated fleet is. Every field is listed
-in docs/configuration.md. A bad value stops startup with :class:`ConfigError`, whose message names the field.
+Scoring weights and thresholds live in the policy YAML file (``policy_file``, see ``policies/policy_file.py``); this
+module holds where telemetry comes from, how the service listens and how big the simulated fleet is. Every field is
+listed in docs/configuration.md. A bad value stops startup with :class:`ConfigError`, whose message names the field.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
 DEFAULT_MAX_NODE_NAMES = 100_000
 WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", ""})
 ENV_PREFIX = "KELVIN_"
-#: ``KELVIN_*`` variables that are not the extender's to refuse: the operator's settings (``kelvin_operator.config``;
+#: ``KELVIN_*`` variables that are not the extender's to refuse: the operator's settings (``kelvin_operator.settings``;
 #: the chart gives the operator's container both its own and the shared telemetry settings) ...
 SIBLING_PREFIXES = ("KELVIN_OPERATOR_",)
 #: ... what kelvin's mutating webhook injects into workloads (``kelvin_operator.webhooks``), where the tests and

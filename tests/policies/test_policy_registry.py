@@ -31,7 +31,7 @@ def test_a_policy_file_cannot_select_a_paper_baseline(name: str) -> None:
 
 def test_the_operator_refuses_a_policy_file_that_selects_one(tmp_path: Path) -> None:
     """KELVIN_POLICY_FILE is read by the operator too: the same refusal, naming the file and the field."""
-    from kelvin_operator.config import ConfigError, load_operator_config
+    from kelvin_operator.settings import ConfigError, load_operator_config
 
     p = tmp_path / "policy.yaml"
     p.write_text("scoring:\n  dotproduct:\n    weight: 1\n")

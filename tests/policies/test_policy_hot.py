@@ -10,7 +10,7 @@ from scheduler_plugin.model import ThrottleReason
 from scheduler_plugin.policies import Framework, PolicyConfig
 from scheduler_plugin.policies.base import CycleContext
 from scheduler_plugin.policies.hot import HotNodeFilter
-from tests.unit.fleet_helpers import NOW, fleet, gpu, node, request
+from tests.fleet_helpers import NOW, fleet, gpu, node, request
 
 CFG = HotnessConfig(hot_celsius=83, cool_celsius=75, horizon_s=300, slowdown_margin_celsius=2)
 

@@ -8,13 +8,13 @@ import importlib
 import pytest
 import typer
 
-from scheduler_plugin.config import Settings
 from scheduler_plugin.extender.cli import _check_fleet_model
 from scheduler_plugin.model import GIB
 from scheduler_plugin.model.catalogue import CATALOGUE, GENERIC, UnknownModelError, defaults_for, names, resolve
 from scheduler_plugin.model.gpu_models import memory_gb
 from scheduler_plugin.model.node_topology import nvlink_peers, pcie_switches
 from scheduler_plugin.nvml.fake import FakeNvml
+from scheduler_plugin.settings import Settings
 from scheduler_plugin.simulator import thermal_model as tm
 from scheduler_plugin.simulator.fleet import known_gpu_memory_bytes
 from scheduler_plugin.simulator.simulated_fleet import FleetSpec, FleetSpecError, SimulatedFleetSource

@@ -18,10 +18,10 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .. import yamlfile
-from ..config import error_message
-from ..gang.config import GangPolicy
+from ..gang.levels import GangPolicy
 from ..hotness import HotnessConfig
 from ..operator_settings import FileSection
+from ..settings import error_message
 from .keys import Normalised, Renamed, camel, display_path, normalise
 from .registry import Kind, PolicyConfigError, Registry
 

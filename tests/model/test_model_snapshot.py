@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scheduler_plugin.model import GIB, GpuAssignment, Snapshot, ThrottleReason, build_arrays, empty_snapshot
-from tests.unit.fleet_helpers import NOW, dgx, fleet, gpu, node, shared, whole
+from tests.fleet_helpers import NOW, dgx, fleet, gpu, node, shared, whole
 
 
 def test_shapes_and_padding() -> None:

@@ -23,7 +23,7 @@ from aiohttp.helpers import get_env_proxy_for_url
 from yarl import URL
 
 from . import yamlfile
-from .config import kube_server_url
+from .settings import kube_server_url
 
 SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 

@@ -4,7 +4,7 @@
 Sources, later ones winning: defaults, the ``operator:`` section of the policy YAML file (the same file the extender
 reads; a top-level ``hotness:`` section is shared with the extender unless ``operator.hotness`` overrides it), then
 ``KELVIN_OPERATOR_*`` environment variables (nested with ``__``, e.g. ``KELVIN_OPERATOR_LIMITS__MAX_TOTAL=3``), then
-CLI flags. A bad value stops startup with :class:`~scheduler_plugin.config.ConfigError` naming the field; so does a
+CLI flags. A bad value stops startup with :class:`~scheduler_plugin.settings.ConfigError` naming the field; so does a
 ``KELVIN_OPERATOR_*`` variable that names no setting (the closest known names are suggested).
 
 The policy file's keys are camelCase in every section (``operator: {dryRun: true, limits: {maxTotal: 3}}``; a field
@@ -24,7 +24,6 @@ import yaml
 from pydantic import ValidationError
 
 from scheduler_plugin import yamlfile
-from scheduler_plugin.config import ConfigError, error_message, unknown_variable
 from scheduler_plugin.operator_settings import (
     ENV_PREFIX,
     SYSTEM_CRITICAL_PRIORITY,
@@ -42,6 +41,7 @@ from scheduler_plugin.operator_settings import (
 from scheduler_plugin.policies import Framework, PolicyConfig
 from scheduler_plugin.policies.keys import display_path
 from scheduler_plugin.policies.registry import PolicyConfigError
+from scheduler_plugin.settings import ConfigError, error_message, unknown_variable
 
 
 def _merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:

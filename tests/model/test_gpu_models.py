@@ -7,8 +7,8 @@ import pytest
 
 from scheduler_plugin.model.gpu_models import item_matches, matching_models, parse_model, unknown_items
 from scheduler_plugin.policies.fragmentation import PodShape, Workload
-from tests.unit.fleet_helpers import dgx, fleet, request
-from tests.unit.test_policy_fit import verdict
+from tests.fleet_helpers import dgx, fleet, request
+from tests.policies.test_policy_fit import verdict
 
 # Names as nvidia-smi / NVML report them.
 A100_SXM_40 = "NVIDIA A100-SXM4-40GB"

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from scheduler_plugin import yamlfile
-from scheduler_plugin.kube import KubeConfig, KubeError
+from scheduler_plugin.kubeapi import KubeConfig, KubeError
 from scheduler_plugin.simulator.simulated_fleet import FleetSpec, FleetSpecError
 
 

@@ -1,5 +1,5 @@
-"""KubeClient (scheduler_plugin/kube.py, aiohttp) against a real HTTP(S) server on loopback, in a thread of its own so
-that tests can call the client from several event loops: sessions, errors, TLS and the request it sends."""
+"""KubeClient (scheduler_plugin/kubeapi.py, aiohttp) against a real HTTP(S) server on loopback, in a thread of its own
+so that tests can call the client from several event loops: sessions, errors, TLS and the request it sends."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import orjson
 import pytest
 from kelvin_operator.tls import self_signed
 
-from scheduler_plugin.kube import KubeClient, KubeConfig, KubeError
+from scheduler_plugin.kubeapi import KubeClient, KubeConfig, KubeError
 
 
 @dataclass

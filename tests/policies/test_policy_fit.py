@@ -7,9 +7,9 @@ import pytest
 
 from scheduler_plugin.model import GpuRequest, ThrottleReason
 from scheduler_plugin.policies.base import CycleContext
-from scheduler_plugin.policies.config import FilterPolicy
 from scheduler_plugin.policies.fit import FitFilter, TelemetryFilter
-from tests.unit.fleet_helpers import NOW, dgx, fleet, gpu, node, nvlink_pairs, pcie_box, request, shared, whole
+from scheduler_plugin.policies.policy_file import FilterPolicy
+from tests.fleet_helpers import NOW, dgx, fleet, gpu, node, nvlink_pairs, pcie_box, request, shared, whole
 
 FIT = FitFilter(FilterPolicy())
 

@@ -11,7 +11,7 @@ from scheduler_plugin.policies import Framework, PolicyConfig
 from scheduler_plugin.policies.base import CycleContext, CycleState, MissingState, StateKey
 from scheduler_plugin.policies.eligibility import LIMITS_KEY, STATIC_MASKS, GpuLimits, static_of
 from scheduler_plugin.preemption.overlay import released_rows
-from tests.unit.fleet_helpers import NOW, dgx, fleet, gpu, node, pcie_box, request, shared, whole
+from tests.fleet_helpers import NOW, dgx, fleet, gpu, node, pcie_box, request, shared, whole
 
 # --- cycle state -----------------------------------------------------------------------------------------------------
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from ..config import Settings
-from ..kube import KubeClient, KubeConfig
-from ..simulator.simulated_fleet import FleetSpec, SimulatedFleetSource
-from .prometheus import PrometheusSource
-from .scrape import ScrapeSource
-from .source import TelemetrySource
+from .kubeapi import KubeClient, KubeConfig
+from .settings import Settings
+from .simulator.simulated_fleet import FleetSpec, SimulatedFleetSource
+from .telemetry.prometheus import PrometheusSource
+from .telemetry.scrape import ScrapeSource
+from .telemetry.source import TelemetrySource
 
 
 def simulated_source(settings: Settings) -> SimulatedFleetSource:

@@ -9,7 +9,7 @@ import pytest
 
 from scheduler_plugin.model import FleetArrays, GpuNode, GpuRequest
 from scheduler_plugin.policies import Framework, PolicyConfig
-from tests.unit.fleet_helpers import NOW, dgx, fleet, gpu, node, nvlink_pairs, pcie_box, request, whole
+from tests.fleet_helpers import NOW, dgx, fleet, gpu, node, nvlink_pairs, pcie_box, request, whole
 
 
 def framework(scoring: dict[str, object] | None = None, **extra: object) -> Framework:

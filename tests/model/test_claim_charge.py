@@ -9,7 +9,7 @@ import numpy as np
 from scheduler_plugin.model import GIB, GpuRequest
 from scheduler_plugin.model.claim import claim_of
 from scheduler_plugin.simulator.fleet import apply_placement
-from tests.unit.fleet_helpers import fleet, gpu, node, shared, whole
+from tests.fleet_helpers import fleet, gpu, node, shared, whole
 
 COLUMNS = ("free_milli", "free_mem", "assigned_milli", "assigned_mem", "tenants")
 

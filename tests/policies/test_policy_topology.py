@@ -9,7 +9,7 @@ from pydantic import ValidationError
 from scheduler_plugin.model import GpuNode, GpuRequest
 from scheduler_plugin.policies.base import CycleContext
 from scheduler_plugin.policies.topology import TopologyArgs, TopologyPicker, TopologyScore, best_set, set_quality
-from tests.unit.fleet_helpers import NOW, dgx, fleet, gpu, node, nvlink_pairs, pcie_box, request, shared, whole
+from tests.fleet_helpers import NOW, dgx, fleet, gpu, node, nvlink_pairs, pcie_box, request, shared, whole
 
 SCORE = TopologyScore(TopologyArgs())
 PICK = TopologyPicker(TopologyArgs())
@@ -218,8 +218,8 @@ def test_nodes_wider_than_the_tables_are_enumerated() -> None:
     got_pair = pick(request(2), nvlink_pairs("e", 18, assignments=[whole("x", 0)]))
     assert got_pair is not None
     assert got_pair[0] ^ 1 == got_pair[1]  # an NVLink pair
-    from scheduler_plugin.policies.config import FilterPolicy
     from scheduler_plugin.policies.fit import FitFilter
+    from scheduler_plugin.policies.policy_file import FilterPolicy
 
     f = fleet(dgx("w", 18), nvlink_pairs("p", 18))
     fit = FitFilter(FilterPolicy())

@@ -12,7 +12,7 @@ from scheduler_plugin.model.snapshot import ArraysBuilder, FleetArrays, IndexKey
 from scheduler_plugin.policies.base import CycleContext
 from scheduler_plugin.policies.thermal import ThermalArgs, ThermalScore
 from scheduler_plugin.simulator.simulated_fleet import SimulatedFleetSource
-from tests.unit.fleet_helpers import NOW, dgx, gpu, node, request, shared, whole
+from tests.fleet_helpers import NOW, dgx, gpu, node, request, shared, whole
 
 
 def _same(a: FleetArrays, b: FleetArrays) -> None:
