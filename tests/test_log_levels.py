@@ -55,7 +55,7 @@ def test_httpx_is_held_at_warning_or_above(level: LogLevel, expected: int) -> No
 
 def test_every_command_logs_through_setup_logging() -> None:
     """No command configures logging itself: each calls setup_logging, so httpx is quiet in all of them."""
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[1]
     sources = [*(root / "scheduler_plugin").rglob("*.py"), *(root / "operator").rglob("*.py")]
     own = [p.relative_to(root).as_posix() for p in sources if "logging.basicConfig(" in p.read_text()]
     assert own == ["scheduler_plugin/console.py"]

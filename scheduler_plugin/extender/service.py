@@ -29,7 +29,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import orjson
 
-from ..model import GpuAssignment, GpuRequest, RequestError, parse_pod
+from ..model import GpuAssignment, GpuRequest, RequestError, parse_pod, pod_key
 from ..model.claim import claim_of
 from ..policies.base import IntA, RejectionKind
 from ..policies.framework import Framework
@@ -322,7 +322,7 @@ class Extender:
         loop = asyncio.get_running_loop()
         deadline = (loop.time() if arrived is None else arrived) + self.bind_timeout_s
         b = body if isinstance(body, wire.ExtenderBindingArgs) else wire.parse_binding(body)
-        key = f"{b.PodNamespace}/{b.PodName}"
+        key = pod_key(b.PodNamespace, b.PodName)
         try:
             if not self.settings.bind_enabled:
                 raise _BindFailed(
