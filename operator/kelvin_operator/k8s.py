@@ -58,7 +58,7 @@ class Kube(Protocol):
 
 #: Where Events about cluster-scoped objects (Nodes) go: the API server accepts only "default" for a core/v1 Event
 #: whose involvedObject has no namespace (as kubelet and kube-controller-manager record Node events); any other is
-#: refused with 422 "involvedObject.namespace ... does not match event.namespace" (issue 20, defect 7).
+#: refused with 422 "involvedObject.namespace ... does not match event.namespace".
 CLUSTER_SCOPED_EVENTS_NAMESPACE = "default"
 
 

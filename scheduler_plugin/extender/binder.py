@@ -5,9 +5,9 @@ GPU indices as annotations (``kelvin.dev/gpu-assigned``, ``kelvin.dev/gpu-assign
 nanoseconds, ``kelvin.dev/gpu-assigned-at``) and the pod's UID. The API
 server sets ``spec.nodeName`` and merges the Binding's annotations into the pod in one write, checking the UID as a
 precondition (``BindingREST.setPodHostAndAnnotations``), so the device plugin, the exporter and kelvin's own records
-never see a bound pod without its GPUs, and a failed Binding leaves nothing to undo. (Until issue 10 this took a merge
-patch, the Binding and, on failure, a second patch: two to three round trips per pod, which under a burst of binds
-queued behind one another for seconds.) At most ``max_in_flight`` calls run at once; the others wait their turn.
+never see a bound pod without its GPUs, and a failed Binding leaves nothing to undo: one
+round trip per pod (a patch, then the Binding, would be two or three, which under a burst of binds queue behind one
+another for seconds). At most ``max_in_flight`` calls run at once; the others wait their turn.
 
 Every bind has a deadline, :data:`BIND_TIMEOUT_S` (the extender's ``bind_timeout_s``), below kube-scheduler's
 extender ``httpTimeout`` (5 s by default): a slow or failing API server makes the bind fail with a message that says

@@ -2,11 +2,11 @@
 
 The verbs (filter, prioritize, explain, bind's pick) are CPU work on the event loop thread. The loop runs every
 callback that is ready in one pass, then polls the sockets. Under load the bodies of many clients arrive in one poll,
-so one pass ran all their verbs back to back: with 64 busy clients a pass lasted as long as 64 verbs (0.5 s and
-more), and the loop accepted no connection, read no socket and answered no /healthz in between. An established
+so one pass would run all their verbs back to back: with 64 busy clients a pass lasts as long as 64 verbs (0.5 s and
+more), and the loop accepts no connection, reads no socket and answers no /healthz in between. An established
 connection waits for about one such pass; a new one needs several passes before its first request is even read
-(accept; connection_made; the read; its task), so it waited several times as long (issue 14: up to 10 s where
-established connections saw a p99 of 0.46 s; /healthz on a fresh connection 7.25 s).
+(accept; connection_made; the read; its task), so it waits several times as long (measured without turns: up to
+10 s where established connections saw a p99 of 0.46 s; /healthz on a fresh connection 7.25 s).
 
 :class:`LoopTurns` hands the verbs out one at a time, and a turn ends only in the *next* pass of the loop (the release
 is scheduled with ``call_soon``), after the loop has polled the sockets: between two verbs it accepts, reads and

@@ -112,7 +112,7 @@ class TelemetryFilter:
 
     def reasons(self, req: GpuRequest, fleet: FleetArrays, rows: IntA, ctx: CycleContext) -> list[Rejection]:
         """One reason per cause, never per age: kube-scheduler groups nodes by their reason text, so a reason that
-        named each node's age would split one outage into a group per second (issue 20, defect 9). The age is in
+        named each node's age would split one outage into a group per second. The age is in
         :meth:`explain`."""
         missing = ~np.isfinite(ctx.now - fleet.observed_at[rows])
         never, stale = NoTelemetry(self.max_age_s), StaleTelemetry(self.max_age_s)

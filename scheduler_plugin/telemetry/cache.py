@@ -348,8 +348,7 @@ class SnapshotCache:
         """Whether the telemetry is out as a whole: the last refresh failed, or the snapshot has no node, or every
         node of it is older than ``max_age_s`` (a restarted Prometheus answers with its old samples until it has
         scraped again). Refreshes then come every ``retry_interval_s``, so pods refused during an outage are placed
-        within seconds of the telemetry recovering rather than a whole ``refresh_interval_s`` later (issue 20,
-        defect 8)."""
+        within seconds of the telemetry recovering rather than a whole ``refresh_interval_s`` later."""
         if not self.healthy or not self.snapshot.nodes:
             return True
         now = self.clock() if now is None else now
