@@ -48,8 +48,8 @@ def _single_raw(
     return np.where(np.isfinite(best), 1.0 - best, np.nan), loss
 
 
-class TopologyScore:
-    """Prefer nodes whose usable GPUs form the best-connected group; keep single pods off intact groups."""
+class _TopologyPlugin:
+    """What the topology score and picker share: their args and the wiring tables, filled per snapshot."""
 
     name = "topology"
 
@@ -59,6 +59,10 @@ class TopologyScore:
 
     def prepare(self, fleet: FleetArrays) -> None:
         self.tables.for_fleet(fleet)
+
+
+class TopologyScore(_TopologyPlugin):
+    """Prefer nodes whose usable GPUs form the best-connected group; keep single pods off intact groups."""
 
     def score(self, req: GpuRequest, fleet: FleetArrays, idx: IntA, ctx: CycleContext) -> FloatA:
         if not req.wants_gpu or idx.size == 0:
@@ -103,17 +107,8 @@ class TopologyScore:
         ]
 
 
-class TopologyPicker:
+class TopologyPicker(_TopologyPlugin):
     """Choose the best-connected usable set for multi-GPU pods; for one GPU, the slot that breaks the least."""
-
-    name = "topology"
-
-    def __init__(self, args: TopologyArgs) -> None:
-        self.args = args
-        self.tables = TopologyTables(args.qualities(), args.worst_link_share)
-
-    def prepare(self, fleet: FleetArrays) -> None:
-        self.tables.for_fleet(fleet)
 
     def pick(self, req: GpuRequest, fleet: FleetArrays, row: int, ctx: CycleContext) -> tuple[int, ...] | None:
         if not req.wants_gpu:
