@@ -63,6 +63,15 @@ def test_required_at_a_level_no_node_carries_is_refused() -> None:
     assert refusal(member(**{ann.GANG_TOPOLOGY: "required=rack"}), POLICY, labelled) is None
 
 
+def test_required_level_carried_only_by_the_node_objects_is_admitted() -> None:
+    """A Prometheus snapshot has no Kubernetes labels: the Node objects' labels (the operator's index) count."""
+    unlabelled = Snapshot(nodes=(node("n1", gpu(0)),), taken_at=0.0)
+    ask = member(**{ann.GANG_TOPOLOGY: "required=rack"})
+    assert refusal(ask, POLICY, unlabelled, {"n1": {"kelvin.dev/rack": "r1"}}) is None
+    msg = refusal(ask, POLICY, unlabelled, {"n1": {"other": "x"}})
+    assert msg is not None and "no node carries the label kelvin.dev/rack" in msg
+
+
 async def test_the_webhooks_refuse_bad_gangs_and_gate_members(
     kmock: km.KubernetesEmulator, cert: tuple[Path, Path]
 ) -> None:
