@@ -182,7 +182,7 @@ def test_gang_that_cannot_fit_holds_nothing_and_gets_a_warning(
         warning = wait_for("a GangNotPlaced Event", lambda: _events(cluster, namespace, "GangNotPlaced"), 60)[0]
         assert warning["type"] == "Warning", warning
         message = warning["message"]
-        assert f"gang {namespace}/big can never be placed" in message, message
+        assert f"gang {namespace}/kelvin:big can never be placed" in message, message
         assert "8 free GPUs in one rack" in message and "at most 2 even when empty" in message, message
         pods = _pods(cluster, namespace)
         for name in names:
@@ -226,6 +226,6 @@ def test_leaderworkerset_group_is_placed_together_in_one_rack(
             assert p["metadata"]["annotations"][PLANNED_NODE] == p["spec"]["nodeName"]
             assert sorted(assigned(p)) == list(range(8))
         (planned,) = _events(cluster, namespace, "GangPlanned")
-        assert f"gang {namespace}/vllm-0" in planned["message"], planned
+        assert f"gang {namespace}/leaderworkerset:vllm-0: 2 members planned in rack" in planned["message"], planned
     finally:
         released(cluster, namespace)
