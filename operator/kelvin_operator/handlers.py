@@ -119,6 +119,9 @@ def build_registry(  # noqa: C901
             )
             settings.admission.managed = cfg.webhook.managed
         memo.runtime = await start_runtime(cfg)
+        # one planner loop per operator, made here: kopf gives every object's handlers a shallow copy of this memo,
+        # so an attribute set later in one node's timer would be that node's own, and every node would plan each gang
+        memo.gangs = GangLoop(cfg, operator_kube(cfg, memo.runtime.client), GANG_INTERVAL_S)
         log.info(
             "kelvin operator started (dry_run=%s, peering=%s)",
             cfg.dry_run,
@@ -147,15 +150,14 @@ def build_registry(  # noqa: C901
         """Plan the gated gangs (docs/jobs.md), at most every GANG_INTERVAL_S whichever node's cycle runs: no timer
         on the pods themselves (a kopf timer puts a finalizer on every object it runs for)."""
         rt: Runtime = memo.runtime
-        if getattr(memo, "gangs", None) is None:
-            memo.gangs = GangLoop(cfg, operator_kube(cfg, rt.client), GANG_INTERVAL_S)
+        loop: GangLoop = memo.gangs
         now = time.time()
-        if not memo.gangs.due(now):
+        if not loop.due(now):
             return
         gated: kopf.Index[str, Any] = kwargs["gated_gangs"]
         node_labels = _node_labels(kwargs)
         for key in list(gated):
-            await memo.gangs.run([dict(p) for p in gated.get(key, [])], rt.snapshot(), node_labels, now)
+            await loop.run([dict(p) for p in gated.get(key, [])], rt.snapshot(), node_labels, now)
 
     @kopf.index("nodes", id="node_labels", registry=registry)
     def node_labels(name: str, labels: kopf.Labels, **_: Any) -> dict[str, dict[str, str]]:

@@ -40,14 +40,15 @@ def explain_gang(
     ctx: CycleContext,
 ) -> dict[str, Any] | None:
     """The gang part of ``/explain`` for ``pod`` (asking ``req``) on ``node``; ``None`` for a pod of no gang."""
-    try:
-        ref = read_gang(pod, policy)
-    except GangError as exc:
-        return {"error": str(exc)}
-    if ref is None:
-        return None
     meta = pod.get("metadata") or {}
     annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
+    planned = _planned(annotations if isinstance(annotations, Mapping) else {}, node)
+    try:
+        ref = read_gang(pod, policy)
+    except GangError as exc:  # e.g. a level this extender's policy lacks: the operator's plan is still shown
+        return {"error": str(exc), **({"planned": planned} if planned is not None else {})}
+    if ref is None:
+        return None
     out: dict[str, Any] = {
         "gang": ref.key,
         "kind": ref.kind,
@@ -55,7 +56,6 @@ def explain_gang(
         "rank": ref.index,
         "topology": ref.topology.describe() if ref.topology is not None else None,
     }
-    planned = _planned(annotations if isinstance(annotations, Mapping) else {}, node)
     if planned is not None:
         out["planned"] = planned
         return out
@@ -88,17 +88,19 @@ def explain_gang(
 
 def describe(gang: Mapping[str, Any]) -> list[str]:
     """Lines for ``kelvin explain``'s text output."""
-    if "error" in gang:
-        return [f"gang: invalid: {gang['error']}"]
-    ask = f", {gang['topology']}" if gang.get("topology") else ""
-    rank = gang.get("rank")
-    lines = [
-        f"gang {gang['gang']} ({gang['kind']}, {gang['size']} members{ask}), rank {rank if rank is not None else '-'}"
-    ]
     planned = gang.get("planned")
+    if "error" in gang:
+        lines = [f"gang: invalid: {gang['error']}"]
+    else:
+        ask = f", {gang['topology']}" if gang.get("topology") else ""
+        rank = gang.get("rank")
+        rank_text = rank if rank is not None else "-"
+        lines = [f"gang {gang['gang']} ({gang['kind']}, {gang['size']} members{ask}), rank {rank_text}"]
     if planned is not None:
         where = "this node" if planned["this_node"] else f"node {planned['node']}, not this one"
         lines.append(f"  planned by the operator: {where}, GPUs {','.join(map(str, planned['gpus'])) or '-'}")
+        return lines
+    if "error" in gang:
         return lines
     plan = gang.get("plan") or {}
     if not plan.get("planned"):

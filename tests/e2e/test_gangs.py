@@ -56,6 +56,20 @@ def _policy(cluster: LoopbackCluster, path: Path) -> Path:
     return path
 
 
+@contextlib.contextmanager
+def extender_policy(ks: KelvinScheduler, policy: Path) -> Iterator[None]:
+    """The extender restarted on ``policy`` (one policy ConfigMap serves the extender and the operator in the chart,
+    so both know the gang levels), and on its own policy again at the end."""
+    before = ks.extender_env["KELVIN_POLICY_FILE"]
+    ks.extender_env["KELVIN_POLICY_FILE"] = str(policy)
+    ks.restart_extender()
+    try:
+        yield
+    finally:
+        ks.extender_env["KELVIN_POLICY_FILE"] = before
+        ks.restart_extender()
+
+
 @pytest.fixture(scope="module")
 def gang_operator(
     cluster: LoopbackCluster,
@@ -66,12 +80,17 @@ def gang_operator(
 ) -> Iterator[Process]:
     """The chart's webhooks registered (release ``e2e-gangs``), and one ``kelvin operator`` serving them with
     ``webhook.gangGates`` on (this module's install only), not in dry run, reading the suite's telemetry (the same
-    Prometheus as the extender), the policy's gang level the racks."""
+    Prometheus as the extender); the operator's and the extender's policy with the racks as the gang level."""
     workdir = tmp_path_factory.mktemp("gangs")
     (workdir / "admission").mkdir()
-    with racks_labelled(cluster), registered_admission(cluster, helm_bin, workdir / "admission", "e2e-gangs") as adm:
+    policy = _policy(cluster, workdir / "gang-policy.yaml")
+    with (
+        racks_labelled(cluster),
+        extender_policy(kelvin_scheduler, policy),
+        registered_admission(cluster, helm_bin, workdir / "admission", "e2e-gangs") as adm,
+    ):
         settings = {
-            "KELVIN_POLICY_FILE": str(_policy(cluster, workdir / "gang-policy.yaml")),
+            "KELVIN_POLICY_FILE": str(policy),
             "KELVIN_OPERATOR_DRY_RUN": "false",
             "KELVIN_OPERATOR_WEBHOOK__ENABLED": "true",
             "KELVIN_OPERATOR_WEBHOOK__GANG_GATES": "true",
@@ -160,7 +179,12 @@ def test_gang_of_four_is_bound_in_one_rack_on_its_planned_gpus(
         _no_gpu_twice(placed)
         # rank order: members fill the rack's nodes one after the other
         assert nodes[0] == nodes[1] and nodes[2] == nodes[3] and nodes[0] != nodes[2], nodes
-        planned = [e for e in _events(cluster, namespace, "GangPlanned")]
+        # kelvin explain (POST /explain) of a member shows the operator's plan for it
+        gang = kelvin_scheduler.explain(placed[2], nodes[2])["gang"]
+        assert gang["gang"] == f"{namespace}/kelvin:train" and (gang["size"], gang["rank"]) == (4, 2), gang
+        assert gang["planned"]["node"] == nodes[2] and gang["planned"]["this_node"] is True, gang
+        assert sorted(gang["planned"]["gpus"]) == sorted(assigned(placed[2])), gang
+        planned = _events(cluster, namespace, "GangPlanned")
         assert planned and "planned in rack" in planned[0]["message"], planned
     finally:
         released(cluster, namespace)

@@ -131,3 +131,10 @@ async def test_explain_of_a_pod_of_no_gang_has_no_gang_part_and_bad_gang_input_i
     assert "gang" not in ext.explain(pod("plain", gpus=1), "gpu-node-1")
     bad = ext.explain(member(0, more={ann.GANG_SIZE: "zero"}), "gpu-node-1")["gang"]
     assert "kelvin.dev/gang-size='zero'" in bad["error"], bad
+    # a planned member whose topology ask this extender's policy does not know: the error, and the plan still
+    unknown = {ann.GANG_TOPOLOGY: "required=rack", ann.GANG_PLANNED_NODE: "gpu-node-1", ann.GANG_PLANNED_GPUS: "0,1"}
+    gang = ext.explain(member(0, 2, unknown), "gpu-node-1")["gang"]
+    assert "level 'rack' is not defined" in gang["error"], gang
+    assert gang["planned"] == {"node": "gpu-node-1", "gpus": [0, 1], "this_node": True}
+    text = "\n".join(describe(gang))
+    assert "gang: invalid: " in text and "planned by the operator: this node, GPUs 0,1" in text, text
