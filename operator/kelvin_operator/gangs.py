@@ -18,8 +18,14 @@ from scheduler_plugin.model import annotations as ann
 from scheduler_plugin.model.snapshot import Snapshot
 
 
-def refusal(pod: Mapping[str, Any], policy: GangPolicy, snapshot: Snapshot | None) -> str | None:
-    """``None`` when the pod's gang (if any) is admissible, else the message to refuse it with."""
+def refusal(
+    pod: Mapping[str, Any],
+    policy: GangPolicy,
+    snapshot: Snapshot | None,
+    node_labels: Mapping[str, Mapping[str, str]] | None = None,
+) -> str | None:
+    """``None`` when the pod's gang (if any) is admissible, else the message to refuse it with. ``node_labels``: the
+    Node objects' labels (the operator's index), which telemetry sources such as Prometheus do not carry."""
     try:
         ref = read_gang(pod, policy)
     except GangError as exc:
@@ -28,7 +34,8 @@ def refusal(pod: Mapping[str, Any], policy: GangPolicy, snapshot: Snapshot | Non
         return None
     level = next((lv for lv in policy.levels if lv.name == ref.topology.level), None)
     nodes = snapshot.nodes if snapshot is not None else ()
-    if level is not None and nodes and not any(level.label in nd.labels for nd in nodes):
+    labels = node_labels or {}
+    if level is not None and nodes and not any(level.label in (labels.get(nd.name) or nd.labels) for nd in nodes):
         return (
             f"invalid gang: {ann.GANG_TOPOLOGY}={ref.topology.describe()!r}: no node carries the label "
             f"{level.label} of level {level.name!r}, so the gang could never be placed; label the nodes, or ask "

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import kopf
@@ -50,6 +50,13 @@ def _gpu_pod(spec: kopf.Spec, annotations: kopf.Annotations, **_: Any) -> bool:
         return webhooks.requests_gpu_resource({"spec": spec})
     except RequestError:
         return True  # unreadable containers: indexed, so that its view names the error (PodView.request_error)
+
+
+def _node_labels(kwargs: Mapping[str, Any]) -> dict[str, dict[str, str]]:
+    """The Node objects' labels from the ``node_labels`` index (node -> labels), which every handler receives: the
+    gang levels' labels are on the Node objects, not in every telemetry source's snapshot."""
+    labels: kopf.Index[str, Any] | None = kwargs.get("node_labels")
+    return {n: dict(next(iter(v), {})) for n, v in labels.items()} if labels is not None else {}
 
 
 def _gated_gang_pod(spec: kopf.Spec, **_: Any) -> bool:
@@ -112,6 +119,9 @@ def build_registry(  # noqa: C901
             )
             settings.admission.managed = cfg.webhook.managed
         memo.runtime = await start_runtime(cfg)
+        # one planner loop per operator, made here: kopf gives every object's handlers a shallow copy of this memo,
+        # so an attribute set later in one node's timer would be that node's own, and every node would plan each gang
+        memo.gangs = GangLoop(cfg, operator_kube(cfg, memo.runtime.client), GANG_INTERVAL_S)
         log.info(
             "kelvin operator started (dry_run=%s, peering=%s)",
             cfg.dry_run,
@@ -140,16 +150,14 @@ def build_registry(  # noqa: C901
         """Plan the gated gangs (docs/jobs.md), at most every GANG_INTERVAL_S whichever node's cycle runs: no timer
         on the pods themselves (a kopf timer puts a finalizer on every object it runs for)."""
         rt: Runtime = memo.runtime
-        if getattr(memo, "gangs", None) is None:
-            memo.gangs = GangLoop(cfg, operator_kube(cfg, rt.client), GANG_INTERVAL_S)
+        loop: GangLoop = memo.gangs
         now = time.time()
-        if not memo.gangs.due(now):
+        if not loop.due(now):
             return
         gated: kopf.Index[str, Any] = kwargs["gated_gangs"]
-        labels: kopf.Index[str, Any] = kwargs["node_labels"]
-        node_labels = {n: dict(next(iter(v), {})) for n, v in labels.items()}
+        node_labels = _node_labels(kwargs)
         for key in list(gated):
-            await memo.gangs.run([dict(p) for p in gated.get(key, [])], rt.snapshot(), node_labels, now)
+            await loop.run([dict(p) for p in gated.get(key, [])], rt.snapshot(), node_labels, now)
 
     @kopf.index("nodes", id="node_labels", registry=registry)
     def node_labels(name: str, labels: kopf.Labels, **_: Any) -> dict[str, dict[str, str]]:
@@ -174,7 +182,7 @@ def build_registry(  # noqa: C901
                     dict(body),
                     webhooks.GpuSizes.of(rt.snapshot()),
                     shared_gpu_resource=cfg.webhook.shared_gpu_resource,
-                ) or gangs.refusal(dict(body), cfg.gang, rt.snapshot())
+                ) or gangs.refusal(dict(body), cfg.gang, rt.snapshot(), _node_labels(kwargs))
             except Exception:
                 rt.metrics.webhook_requests.labels("validate", "error").inc()
                 raise

@@ -374,6 +374,11 @@ def print_explanation(data: dict[str, Any]) -> None:
         out.print(t)
     for line in data.get("gpu_details", []):
         out.print(f"  {escape(line)}")
+    if data.get("gang") is not None:
+        from .gang_explain import describe
+
+        for line in describe(data["gang"]):
+            out.print(escape(line))
 
 
 def demo(

@@ -29,6 +29,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import orjson
 
+from ..gang.planner import GangPlanner
 from ..model import GpuAssignment, GpuRequest, RequestError, parse_pod, pod_key
 from ..model.claim import claim_of
 from ..policies.base import IntA, RejectionKind
@@ -44,6 +45,7 @@ from . import gangs, wire
 from .binder import Binder, BindError
 from .bindings import BindRecord, BindRecords, BindState
 from .errors import WireError
+from .gang_explain import explain_gang
 from .metrics import ExtenderMetrics
 from .preempt_pending import PendingPreemptions
 from .turns import LoopTurns
@@ -532,5 +534,9 @@ class Extender:
             cand = rows[rows >= 0]
         ctx = self.framework.context(fleet, self.clock())
         out = self.framework.explain(req, fleet, row, ctx, candidates=cand).to_dict()
+        planner = GangPlanner(self.framework, self.policy.gang)
+        gang = explain_gang(pod, req, node, self.policy.gang, planner, self.cache.snapshot, ctx)
+        if gang is not None:
+            out["gang"] = gang
         out["snapshot_age_s"] = round(self.cache.snapshot.age_seconds(self.clock()), 3)
         return out

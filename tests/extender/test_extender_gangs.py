@@ -11,7 +11,9 @@ import pytest
 from ext_helpers import args, gpu_node, make_extender, pod
 from test_extender_bind_idempotent import ScriptedBinder, binding
 
+from scheduler_plugin.extender.gang_explain import describe
 from scheduler_plugin.extender.service import Extender
+from scheduler_plugin.gang import GangPolicy
 from scheduler_plugin.model import GpuAssignment
 from scheduler_plugin.model import annotations as ann
 
@@ -63,3 +65,76 @@ async def test_bind_uses_the_planned_gpus(started: Any) -> None:
     ext.filter(args(planned("gpu-node-1"), NODES))
     assert await ext.bind(binding("w-0", "gpu-node-1")) == {"Error": ""}
     assert binder.calls == [("w-0", "gpu-node-1", (4, 5, 6, 7))]
+
+
+# -- /explain for a gang member ----------------------------------------------------------------------------------
+
+RACKS = {"gpu-node-1": "r1", "gpu-node-2": "r1", "gpu-node-3": "r2"}
+
+
+def racked(name: str, busy: tuple[int, ...] = ()) -> Any:
+    return replace(gpu_node(name, busy=busy), labels={"kelvin.dev/rack": RACKS[name]})
+
+
+def with_racks(ext: Extender) -> Extender:
+    """The extender's policy with ``gang.levels: [rack]`` (what ``gang:`` in its policy file gives)."""
+    gang = GangPolicy.model_validate({"levels": [{"name": "rack", "label": "kelvin.dev/rack"}]})
+    ext.policy = ext.policy.model_copy(update={"gang": gang})
+    return ext
+
+
+def member(index: int, gpus: int = 8, more: dict[str, str] | None = None) -> dict[str, Any]:
+    annotations = {ann.GANG: "llama", ann.GANG_SIZE: "2", ann.GANG_INDEX: str(index), **(more or {})}
+    return pod(f"llama-{index}", gpus=gpus, annotations=annotations)
+
+
+async def test_explain_plans_a_gated_member_s_gang_and_says_where_each_member_goes(started: Any) -> None:
+    """Two members of 8 GPUs, required=rack: only rack r1 has two free nodes (gpu-node-3 is alone in r2)."""
+    nodes = [racked("gpu-node-1"), racked("gpu-node-2"), racked("gpu-node-3")]
+    ext = with_racks(await started(make_extender(nodes)[0]))
+    out = ext.explain(member(1, more={ann.GANG_TOPOLOGY: "required=rack"}), "gpu-node-3")
+    gang = out["gang"]
+    assert (gang["gang"], gang["kind"], gang["size"], gang["rank"]) == ("default/kelvin:llama", "kelvin", 2, 1)
+    assert gang["topology"] == "required=rack"
+    plan = gang["plan"]
+    assert plan["planned"] and (plan["level"], plan["domain"]) == ("rack", "r1"), plan
+    assert [m["rank"] for m in plan["members"]] == [0, 1]
+    assert {m["node"] for m in plan["members"]} == {"gpu-node-1", "gpu-node-2"}
+    assert all(sorted(m["gpus"]) == list(range(8)) for m in plan["members"])
+    assert plan["this_member"]["this_node"] is False and plan["this_member"]["node"] in ("gpu-node-1", "gpu-node-2")
+    text = "\n".join(describe(gang))
+    assert "not planned yet; planned now: rack r1" in text and "rank 1: gpu-node-" in text, text
+    # explain charged nothing: an 8-GPU pod still fits on both r1 nodes
+    assert ext.explain(pod("plain", gpus=8), "gpu-node-1")["fits"]
+    assert ext.explain(pod("plain", gpus=8), "gpu-node-2")["fits"]
+
+
+async def test_explain_says_why_a_gang_cannot_fit(started: Any) -> None:
+    nodes = [racked("gpu-node-1"), racked("gpu-node-2", busy=(0,)), racked("gpu-node-3")]
+    ext = with_racks(await started(make_extender(nodes)[0]))
+    gang = ext.explain(member(0, more={ann.GANG_TOPOLOGY: "required=rack"}), "gpu-node-1")["gang"]
+    assert gang["plan"]["planned"] is False and gang["plan"]["unresolvable"] is False
+    assert "needs 2 nodes with 8 free GPUs in one rack; the best rack" in gang["plan"]["reason"], gang
+    assert "cannot be placed now: needs 2 nodes" in "\n".join(describe(gang))
+
+
+async def test_explain_of_a_planned_member_shows_its_plan(started: Any) -> None:
+    ext = await started(make_extender([gpu_node("gpu-node-1"), gpu_node("gpu-node-2")])[0])
+    p = member(0, 4, {ann.GANG_PLANNED_NODE: "gpu-node-2", ann.GANG_PLANNED_GPUS: "4,5,6,7"})
+    gang = ext.explain(p, "gpu-node-1")["gang"]
+    assert gang["planned"] == {"node": "gpu-node-2", "gpus": [4, 5, 6, 7], "this_node": False}
+    assert "planned by the operator: node gpu-node-2, not this one, GPUs 4,5,6,7" in "\n".join(describe(gang))
+
+
+async def test_explain_of_a_pod_of_no_gang_has_no_gang_part_and_bad_gang_input_is_named(started: Any) -> None:
+    ext = await started(make_extender([gpu_node("gpu-node-1"), gpu_node("gpu-node-2")])[0])
+    assert "gang" not in ext.explain(pod("plain", gpus=1), "gpu-node-1")
+    bad = ext.explain(member(0, more={ann.GANG_SIZE: "zero"}), "gpu-node-1")["gang"]
+    assert "kelvin.dev/gang-size='zero'" in bad["error"], bad
+    # a planned member whose topology ask this extender's policy does not know: the error, and the plan still
+    unknown = {ann.GANG_TOPOLOGY: "required=rack", ann.GANG_PLANNED_NODE: "gpu-node-1", ann.GANG_PLANNED_GPUS: "0,1"}
+    gang = ext.explain(member(0, 2, unknown), "gpu-node-1")["gang"]
+    assert "level 'rack' is not defined" in gang["error"], gang
+    assert gang["planned"] == {"node": "gpu-node-1", "gpus": [0, 1], "this_node": True}
+    text = "\n".join(describe(gang))
+    assert "gang: invalid: " in text and "planned by the operator: this node, GPUs 0,1" in text, text

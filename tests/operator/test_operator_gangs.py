@@ -3,6 +3,7 @@ kelvin.dev/gang scheduling gate when webhook.gangGates is on (pure, and over HTT
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import ssl
@@ -15,8 +16,9 @@ import jsonpatch
 import kmock as km
 from kelvin_operator.gangs import gated, refusal
 from kelvin_operator.settings import OperatorConfig
-from opkit import gpu, node, pod
-from test_operator_kopf import cert, free_port, review, running, webhook_up
+from opkit import gpu, node, node_obj, pod
+from opkube import EVENTS, NODES, PODS
+from test_operator_kopf import cert, free_port, review, running, wait_for, webhook_up
 
 from scheduler_plugin.gang import GangPolicy
 from scheduler_plugin.model import annotations as ann
@@ -63,6 +65,15 @@ def test_required_at_a_level_no_node_carries_is_refused() -> None:
     assert refusal(member(**{ann.GANG_TOPOLOGY: "required=rack"}), POLICY, labelled) is None
 
 
+def test_required_level_carried_only_by_the_node_objects_is_admitted() -> None:
+    """A Prometheus snapshot has no Kubernetes labels: the Node objects' labels (the operator's index) count."""
+    unlabelled = Snapshot(nodes=(node("n1", gpu(0)),), taken_at=0.0)
+    ask = member(**{ann.GANG_TOPOLOGY: "required=rack"})
+    assert refusal(ask, POLICY, unlabelled, {"n1": {"kelvin.dev/rack": "r1"}}) is None
+    msg = refusal(ask, POLICY, unlabelled, {"n1": {"other": "x"}})
+    assert msg is not None and "no node carries the label kelvin.dev/rack" in msg
+
+
 async def test_the_webhooks_refuse_bad_gangs_and_gate_members(
     kmock: km.KubernetesEmulator, cert: tuple[Path, Path]
 ) -> None:
@@ -95,3 +106,30 @@ async def test_the_webhooks_refuse_bad_gangs_and_gate_members(
         r = (await http.post(f"{url}/gpu-env", json=review(good, "m1"))).json()
         patched = jsonpatch.apply_patch(good, json.loads(base64.b64decode(r["response"]["patch"])))
         assert patched["spec"]["schedulingGates"] == [{"name": ann.GANG_SCHEDULING_GATE}]
+
+
+async def test_a_gated_gang_is_planned_once_whichever_node_timers_run(kmock: km.KubernetesEmulator) -> None:
+    """kopf gives every object's handlers its own copy of the memo: the planner loop must be one per operator, or
+    each node's timer plans (and patches, and announces) the same gang again."""
+    cfg = OperatorConfig(standalone=True, metrics_port=0, interval_s=0.2, gang=POLICY, dry_run=False)
+    names = ("n1", "n2", "n3")
+    for name in names:
+        kmock.objects[NODES, None, name] = node_obj(name)
+    for i in range(2):
+        p = pod(f"w-{i}", annotations={ann.GANG: "llama", ann.GANG_SIZE: "2", ann.GANG_INDEX: str(i)}, gpus=8)
+        del p["spec"]["nodeName"]
+        p["spec"]["schedulingGates"] = [{"name": ann.GANG_SCHEDULING_GATE}]
+        p["status"] = {"phase": "Pending"}
+        kmock.objects[PODS, "ml", f"w-{i}"] = p
+    fleet = [node(n, *(gpu(g, total_gib=80) for g in range(8))) for n in names]
+
+    def planned() -> bool:
+        return all(
+            ann.GANG_PLANNED_NODE in kmock.objects[PODS, "ml", f"w-{i}"]["metadata"]["annotations"] for i in range(2)
+        )
+
+    async with running(kmock, cfg, fleet):
+        await wait_for(planned)
+        await asyncio.sleep(1.0)  # every node's timer has run a few more times (the next pass is due after 5 s)
+    announced = [o for k, o in kmock.objects.items() if k[0] == EVENTS and o.get("reason") == "GangPlanned"]
+    assert len(announced) == 1, [o.get("message") for o in announced]

@@ -1,0 +1,116 @@
+"""``/explain``'s gang part (docs/jobs.md): for a gang member, its gang and plan, and why.
+
+A member the operator has planned carries its plan (``kelvin.dev/gang-planned-node`` and ``-planned-gpus``): the
+answer says where it goes and whether that is the node asked about. A member not planned yet (gated) is planned
+here, over the extender's snapshot and framework, as a gang of ``size`` members that each ask what this pod asks
+(the planner's what-if; nothing is charged): the domain it would go to and each member's node and GPUs, or why it
+cannot be placed now. The domains come from the snapshot's node labels.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..gang import GangError, GangPolicy, build_domains, read_gang
+from ..gang.planner import Gang, GangPlanner, Member, PlanFailure
+from ..model import FleetArrays, GpuRequest
+from ..model import annotations as ann
+from ..model.pod import key_of
+from ..model.snapshot import Snapshot
+from ..policies.base import CycleContext
+
+
+def _planned(annotations: Mapping[str, Any], node: str) -> dict[str, Any] | None:
+    planned = annotations.get(ann.GANG_PLANNED_NODE)
+    if not isinstance(planned, str) or not planned:
+        return None
+    raw = str(annotations.get(ann.GANG_PLANNED_GPUS) or "")
+    gpus = [int(g) for g in raw.split(",") if g.strip().isdigit()]
+    return {"node": planned, "gpus": gpus, "this_node": planned == node}
+
+
+def explain_gang(
+    pod: Mapping[str, Any],
+    req: GpuRequest,
+    node: str,
+    policy: GangPolicy,
+    planner: GangPlanner,
+    snapshot: Snapshot,
+    ctx: CycleContext,
+) -> dict[str, Any] | None:
+    """The gang part of ``/explain`` for ``pod`` (asking ``req``) on ``node``; ``None`` for a pod of no gang."""
+    meta = pod.get("metadata") or {}
+    annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
+    planned = _planned(annotations if isinstance(annotations, Mapping) else {}, node)
+    try:
+        ref = read_gang(pod, policy)
+    except GangError as exc:  # e.g. a level this extender's policy lacks: the operator's plan is still shown
+        return {"error": str(exc), **({"planned": planned} if planned is not None else {})}
+    if ref is None:
+        return None
+    out: dict[str, Any] = {
+        "gang": ref.key,
+        "kind": ref.kind,
+        "size": ref.size,
+        "rank": ref.index,
+        "topology": ref.topology.describe() if ref.topology is not None else None,
+    }
+    if planned is not None:
+        out["planned"] = planned
+        return out
+    if ref.size is None:
+        out["plan"] = {"planned": False, "reason": "the gang's size is not known (set kelvin.dev/gang-size)"}
+        return out
+    fleet: FleetArrays = snapshot.arrays
+    domains = build_domains(fleet.names, [nd.labels for nd in snapshot.nodes], policy)
+    me = key_of(pod)
+    rank = ref.index if ref.index is not None else 0
+    others = [i for i in range(ref.size) if i != rank][: ref.size - 1]
+    members = (Member(me, req, rank), *(Member(f"{ref.key}#rank-{i}", req, i) for i in others))
+    result = planner.plan(Gang(ref.key, members, ref.topology), fleet, domains, ctx)
+    if isinstance(result, PlanFailure):
+        out["plan"] = {"planned": False, "reason": result.reason, "unresolvable": result.unresolvable}
+        return out
+    ranks = {m.key: m.index for m in members}
+    mine = next(p for p in result.placements if p.member == me)
+    out["plan"] = {
+        "planned": True,
+        "level": result.level,
+        "domain": result.domain,
+        "worst_thermal_quality": round(result.worst_thermal, 3),
+        "why": list(result.why),
+        "members": [{"rank": ranks[p.member], "node": p.node, "gpus": list(p.gpus)} for p in result.placements],
+        "this_member": {"node": mine.node, "gpus": list(mine.gpus), "this_node": mine.node == node},
+    }
+    return out
+
+
+def describe(gang: Mapping[str, Any]) -> list[str]:
+    """Lines for ``kelvin explain``'s text output."""
+    planned = gang.get("planned")
+    if "error" in gang:
+        lines = [f"gang: invalid: {gang['error']}"]
+    else:
+        ask = f", {gang['topology']}" if gang.get("topology") else ""
+        rank = gang.get("rank")
+        rank_text = rank if rank is not None else "-"
+        lines = [f"gang {gang['gang']} ({gang['kind']}, {gang['size']} members{ask}), rank {rank_text}"]
+    if planned is not None:
+        where = "this node" if planned["this_node"] else f"node {planned['node']}, not this one"
+        lines.append(f"  planned by the operator: {where}, GPUs {','.join(map(str, planned['gpus'])) or '-'}")
+        return lines
+    if "error" in gang:
+        return lines
+    plan = gang.get("plan") or {}
+    if not plan.get("planned"):
+        what = "can never be placed" if plan.get("unresolvable") else "cannot be placed now"
+        lines.append(f"  not planned yet; planned now it {what}: {plan.get('reason')}")
+        return lines
+    lines.append(
+        f"  not planned yet; planned now: {plan['level']} {plan['domain']} "
+        f"(worst member's thermal quality {plan['worst_thermal_quality']:.2f})"
+    )
+    lines += [f"  {w}" for w in plan.get("why", [])]
+    lines += [f"  rank {m['rank']}: {m['node']} GPUs {','.join(map(str, m['gpus'])) or '-'}" for m in plan["members"]]
+    return lines
