@@ -70,37 +70,122 @@ def free_stats(free: I32A, w: Workload) -> FreeStats:
     return FreeStats(total, at_least, free_at_least)
 
 
-class FleetFreeStats:
-    """:func:`free_stats` of a whole fleet's ``free_milli``, kept (in the snapshot index) while the content is the
-    same.
+def _take(st: FreeStats, rows: IntA) -> FreeStats:
+    return FreeStats(st.total[rows], st.gpus_at_least[rows], st.free_at_least[rows])
 
-    Keyed by content, not by array object: the simulator writes ``free_milli`` in place, and a snapshot (or the
-    ledger's overlay) keeps the same content for many cycles. Checking 40,000 slots costs a few microseconds;
-    recounting them costs a millisecond. The stats of every row are computed independently of the other rows
-    (integer counts and sums), so indexing them gives exactly what :func:`free_stats` gives for those rows.
+
+def _with_rows(st: FreeStats, rows: IntA, sub: FreeStats) -> FreeStats:
+    """A copy of ``st`` with ``rows`` replaced by ``sub``."""
+    total, at_least, free_at_least = st.total.copy(), st.gpus_at_least.copy(), st.free_at_least.copy()
+    total[rows], at_least[rows], free_at_least[rows] = sub.total, sub.gpus_at_least, sub.free_at_least
+    return FreeStats(total, at_least, free_at_least)
+
+
+@dataclass(frozen=True, slots=True)
+class _FragMemo:
+    """F_n(M) of every node for one workload, and the capacity it was computed from."""
+
+    workload: Workload
+    mem_aware: bool
+    acc: BoolA | None
+    free: I32A
+    cpu: IntA
+    mem: IntA
+    frag: FloatA
+
+    @classmethod
+    def of(cls, fleet: FleetArrays, st: FreeStats, w: Workload, mem_aware: bool) -> _FragMemo:
+        acc = None if w.unrestricted else w.node_access(fleet)
+        cpu, mem = fleet.cpu_free.copy(), fleet.mem_free_host.copy()
+        frag = _frag(st, cpu, acc, w, mem if mem_aware else None)
+        return cls(w, mem_aware, acc, fleet.free_milli.copy(), cpu, mem, frag)
+
+    def fits(self, fleet: FleetArrays, w: Workload, mem_aware: bool) -> bool:
+        return (
+            self.workload is w
+            and self.mem_aware == mem_aware
+            and self.free.shape == fleet.free_milli.shape
+            and (w.unrestricted or self.acc is w.node_access(fleet))
+        )
+
+    def updated(self, fleet: FleetArrays, st: FreeStats) -> _FragMemo:
+        """This memo with the rows whose capacity changed since recomputed (``st``: the fleet's stats now)."""
+        free, cpu, mem = fleet.free_milli, fleet.cpu_free, fleet.mem_free_host
+        changed = np.flatnonzero((self.free != free).any(axis=1) | (self.cpu != cpu) | (self.mem != mem))
+        if not len(changed):
+            return self
+        acc = None if self.acc is None else self.acc[changed]
+        sub = _frag(_take(st, changed), cpu[changed], acc, self.workload, mem[changed] if self.mem_aware else None)
+        new_free, new_cpu, new_mem, frag = self.free.copy(), self.cpu.copy(), self.mem.copy(), self.frag.copy()
+        new_free[changed], new_cpu[changed], new_mem[changed], frag[changed] = (
+            free[changed],
+            cpu[changed],
+            mem[changed],
+            sub,
+        )
+        return _FragMemo(self.workload, self.mem_aware, self.acc, new_free, new_cpu, new_mem, frag)
+
+
+class FleetFreeStats:
+    """:func:`free_stats` of a whole fleet's ``free_milli`` and, per workload, every node's F_n(M) (:func:`_frag`),
+    kept in the snapshot index while the content is the same; rows whose content changed are recomputed alone.
+
+    Keyed by content, not by array object: the simulator writes ``free_milli``, ``cpu_free`` and ``mem_free_host`` in
+    place (one node per arrival or departure), and a snapshot (or the ledger's overlay) keeps the same content for
+    many cycles. Finding the changed rows of 40,000 slots costs a few microseconds; recounting every row costs a
+    millisecond. The stats and F of every row are computed independently of the other rows (integer counts and
+    sums; F row by row), so indexing them gives what :func:`free_stats` and :func:`_frag` give for those rows.
+
+    An update builds new arrays and replaces the memo in one assignment: a reader never sees half an update. F is
+    memoised for a workload once it is asked for twice in a row (the extender's learned workload changes with every
+    pod: then only the candidate rows are computed, as without a memo).
     """
 
-    __slots__ = ("_free", "_stats", "_thresholds")
+    __slots__ = ("_free", "_last", "_memo", "_stats", "_thresholds")
 
     def __init__(self) -> None:
         self._free: I32A | None = None
         self._thresholds: IntA | None = None
         self._stats: FreeStats | None = None
+        self._memo: _FragMemo | None = None
+        self._last: tuple[Workload, bool] | None = None
+
+    def _all(self, fleet: FleetArrays, w: Workload) -> FreeStats:
+        free, th, st = self._free, self._thresholds, self._stats
+        now = fleet.free_milli
+        if st is None or free is None or th is None or free.shape != now.shape or not np.array_equal(th, w.thresholds):
+            free = now.copy()
+            st = free_stats(free, w)
+        else:
+            changed = np.flatnonzero((free != now).any(axis=1))
+            if not len(changed):
+                return st
+            free = free.copy()
+            free[changed] = now[changed]
+            st = _with_rows(st, changed, free_stats(free[changed], w))
+        self._free, self._thresholds, self._stats = free, w.thresholds, st
+        return st
 
     def rows(self, fleet: FleetArrays, rows: IntA, w: Workload) -> FreeStats:
-        free, th, st = self._free, self._thresholds, self._stats
-        if (
-            st is None
-            or free is None
-            or th is None
-            or not np.array_equal(th, w.thresholds)
-            or free.shape != fleet.free_milli.shape
-            or not np.array_equal(free, fleet.free_milli)
-        ):
-            free = fleet.free_milli.copy()
-            st = free_stats(free, w)
-            self._free, self._thresholds, self._stats = free, w.thresholds, st
-        return FreeStats(st.total[rows], st.gpus_at_least[rows], st.free_at_least[rows])
+        return _take(self._all(fleet, w), rows)
+
+    def before(
+        self, fleet: FleetArrays, rows: IntA, w: Workload, acc: BoolA | None, mem_aware: bool
+    ) -> tuple[FreeStats, FloatA]:
+        """(stats, F_n(M)) of ``rows`` now; ``acc`` is :func:`_accessible` of ``rows``."""
+        st = self._all(fleet, w)
+        sub = _take(st, rows)
+        memo, last = self._memo, self._last
+        self._last = (w, mem_aware)
+        if memo is None or not memo.fits(fleet, w, mem_aware):
+            if last is None or last[0] is not w or last[1] != mem_aware:
+                mem = fleet.mem_free_host[rows] if mem_aware else None
+                return sub, _frag(sub, fleet.cpu_free[rows], acc, w, mem)
+            memo = _FragMemo.of(fleet, st, w, mem_aware)
+        else:
+            memo = memo.updated(fleet, st)
+        self._memo = memo
+        return sub, memo.frag[rows]
 
 
 FLEET_FREE_STATS = IndexKey[FleetFreeStats]("fragmentation.free_stats", ())
@@ -209,8 +294,11 @@ def placements(
     total_before = free.sum(axis=1, dtype=np.int64)
     if w.gpu_shapes.any():
         # Many candidates: the whole fleet's stats, computed once while its free capacity is unchanged.
-        st_before = free_stats(free, w) if few_rows(k, fleet) else fleet_free_stats(fleet).rows(fleet, rows, w)
-        before = _frag(st_before, cpu, acc, w, mem)
+        if few_rows(k, fleet):
+            st_before = free_stats(free, w)
+            before = _frag(st_before, cpu, acc, w, mem)
+        else:
+            st_before, before = fleet_free_stats(fleet).before(fleet, rows, w, acc, memory_aware)
     else:
         before = total_before * float(w.prob.sum())
     new_cpu_all = cpu - req.cpu_milli
