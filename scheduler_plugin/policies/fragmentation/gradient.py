@@ -169,6 +169,11 @@ class FleetFreeStats:
     def rows(self, fleet: FleetArrays, rows: IntA, w: Workload) -> FreeStats:
         return _take(self._all(fleet, w), rows)
 
+    def holds(self, w: Workload, mem_aware: bool) -> bool:
+        """Whether F is memoised for ``w`` (then :meth:`before` serves a few rows as cheaply as computing them)."""
+        memo = self._memo
+        return memo is not None and memo.workload is w and memo.mem_aware == mem_aware
+
     def before(
         self, fleet: FleetArrays, rows: IntA, w: Workload, acc: BoolA | None, mem_aware: bool
     ) -> tuple[FreeStats, FloatA]:
@@ -255,18 +260,17 @@ class Placements:
 
 
 def _first_of_kind(key: IntA, elig: BoolA) -> BoolA:
-    """(P, G) eligible slots whose ``key`` (>= 0) no lower eligible slot of the row has. Compares the G (G - 1) / 2
-    pairs of columns one (P,) vector at a time instead of building a (P, G, G) cube."""
-    g = key.shape[1]
-    cols = np.where(elig, key, -1 - np.arange(g, dtype=np.int64)).T.copy()  # an ineligible slot: a key of its own
-    first = elig.T.copy()
-    seen = np.empty(cols.shape[1], dtype=np.bool_)
-    for j in range(1, g):
-        np.equal(cols[0], cols[j], out=seen)
-        for i in range(1, j):
-            seen |= cols[i] == cols[j]
-        first[j] &= ~seen
-    return np.ascontiguousarray(first.T)
+    """(P, G) eligible slots whose ``key`` (>= 0) no lower eligible slot of the row has: each row's keys sorted
+    (stably), a slot is first of its kind when its key differs from the one sorted before it."""
+    p, g = key.shape
+    keys = np.where(elig, key, -1 - np.arange(g, dtype=np.int64))  # an ineligible slot: a key of its own
+    order = np.argsort(keys, axis=1, kind="stable")  # equal keys stay in slot order: the lowest slot comes first
+    ranked = np.take_along_axis(keys, order, axis=1)
+    new = np.ones((p, g), dtype=np.bool_)
+    np.not_equal(ranked[:, 1:], ranked[:, :-1], out=new[:, 1:])
+    first = np.empty((p, g), dtype=np.bool_)
+    np.put_along_axis(first, order, new, axis=1)
+    return first & elig
 
 
 def placements(
@@ -294,11 +298,12 @@ def placements(
     total_before = free.sum(axis=1, dtype=np.int64)
     if w.gpu_shapes.any():
         # Many candidates: the whole fleet's stats, computed once while its free capacity is unchanged.
-        if few_rows(k, fleet):
+        memo = fleet_free_stats(fleet)
+        if few_rows(k, fleet) and not memo.holds(w, memory_aware):
             st_before = free_stats(free, w)
             before = _frag(st_before, cpu, acc, w, mem)
         else:
-            st_before, before = fleet_free_stats(fleet).before(fleet, rows, w, acc, memory_aware)
+            st_before, before = memo.before(fleet, rows, w, acc, memory_aware)
     else:
         before = total_before * float(w.prob.sum())
     new_cpu_all = cpu - req.cpu_milli
@@ -388,16 +393,59 @@ def stranding_penalty(req: GpuRequest, pl: Placements, w: Workload) -> FloatA:
     return np.maximum(stranding_change(req, pl, w), 0.0)
 
 
+class FleetFreeTotals:
+    """The fleet's free GPU thousandths (present slots) and free CPU on GPU nodes (negatives as 0), kept in the
+    snapshot index and updated by the rows whose content changed (content-checked like :class:`FleetFreeStats`;
+    integer sums, so exactly what summing afresh gives)."""
+
+    __slots__ = ("_memo",)
+
+    def __init__(self) -> None:
+        self._memo: tuple[I32A, IntA, IntA, IntA, int, int] | None = None
+
+    def totals(self, fleet: FleetArrays) -> tuple[int, int]:
+        free, cpu = fleet.free_milli, fleet.cpu_free
+        memo = self._memo
+        if memo is None or memo[0].shape != free.shape:
+            gpu_free = np.where(fleet.gpu_present, free, 0).sum(axis=1, dtype=np.int64)
+            cpu_have = np.where(fleet.gpu_present.any(axis=1), np.maximum(cpu, 0), 0).astype(np.int64)
+            memo = (free.copy(), cpu.copy(), gpu_free, cpu_have, int(gpu_free.sum()), int(cpu_have.sum()))
+        else:
+            old_free, old_cpu, gpu_free, cpu_have, gpu_sum, cpu_sum = memo
+            changed = np.flatnonzero((old_free != free).any(axis=1) | (old_cpu != cpu))
+            if not len(changed):
+                return gpu_sum, cpu_sum
+            present = fleet.gpu_present[changed]
+            new_gpu = np.where(present, free[changed], 0).sum(axis=1, dtype=np.int64)
+            new_cpu = np.where(present.any(axis=1), np.maximum(cpu[changed], 0), 0).astype(np.int64)
+            gpu_sum += int(new_gpu.sum() - gpu_free[changed].sum())
+            cpu_sum += int(new_cpu.sum() - cpu_have[changed].sum())
+            old_free, old_cpu, gpu_free, cpu_have = old_free.copy(), old_cpu.copy(), gpu_free.copy(), cpu_have.copy()
+            old_free[changed], old_cpu[changed], gpu_free[changed], cpu_have[changed] = (
+                free[changed],
+                cpu[changed],
+                new_gpu,
+                new_cpu,
+            )
+            memo = (old_free, old_cpu, gpu_free, cpu_have, gpu_sum, cpu_sum)
+        self._memo = memo
+        return memo[4], memo[5]
+
+
+FLEET_FREE_TOTALS = IndexKey[FleetFreeTotals]("fragmentation.free_totals", ())
+"""Snapshot index: the :class:`FleetFreeTotals` holder of a fleet (content-checked: no column identity)."""
+
+
 def cpu_surplus_factor(fleet: FleetArrays, w: Workload, full_at: float) -> float:
     """0..1: how much of the stranding term a pod gets. The fleet's free CPU on GPU nodes against what its free GPU
     needs at the workload's ratio: no surplus (the CPU cannot feed the GPUs anyway, so every node strands and steering
     GPU pods between nodes only moves the loss) gives 0, a surplus of ``full_at`` (0.5: 50 % more CPU than needed)
     or more gives 1."""
-    need = w.cpu_per_milli * float(fleet.free_milli[fleet.gpu_present].sum())
+    gpu_free, cpu_free = fleet.derive(FLEET_FREE_TOTALS, lambda _: FleetFreeTotals()).totals(fleet)
+    need = w.cpu_per_milli * float(gpu_free)
     if need <= 0:
         return 1.0
-    gpu_nodes = fleet.gpu_present.any(axis=1)
-    have = float(np.maximum(fleet.cpu_free[gpu_nodes], 0).sum())
+    have = float(cpu_free)
     return float(np.clip((have / need - 1.0) / full_at, 0.0, 1.0)) if full_at > 0 else float(have >= need)
 
 
