@@ -70,6 +70,19 @@ def free_stats(free: I32A, w: Workload) -> FreeStats:
     return FreeStats(total, at_least, free_at_least)
 
 
+def changed_rows(*pairs: tuple[npt.NDArray[Any], npt.NDArray[Any]]) -> IntA:
+    """The rows (ascending) where any ``(old, new)`` pair of same-shaped columns differ. Compares the flat arrays
+    (an element-wise test and one ``flatnonzero``: a few microseconds for 40,000 slots, where a per-row reduction
+    costs ten times that)."""
+    rows = np.zeros(len(pairs[0][0]), dtype=np.bool_)
+    for old, new in pairs:
+        if old.ndim == 2:
+            rows[np.flatnonzero(old.ravel() != new.ravel()) // old.shape[1]] = True
+        else:
+            rows |= old != new
+    return np.flatnonzero(rows)
+
+
 def _take(st: FreeStats, rows: IntA) -> FreeStats:
     return FreeStats(st.total[rows], st.gpus_at_least[rows], st.free_at_least[rows])
 
@@ -111,7 +124,7 @@ class _FragMemo:
     def updated(self, fleet: FleetArrays, st: FreeStats) -> _FragMemo:
         """This memo with the rows whose capacity changed since recomputed (``st``: the fleet's stats now)."""
         free, cpu, mem = fleet.free_milli, fleet.cpu_free, fleet.mem_free_host
-        changed = np.flatnonzero((self.free != free).any(axis=1) | (self.cpu != cpu) | (self.mem != mem))
+        changed = changed_rows((self.free, free), (self.cpu, cpu), (self.mem, mem))
         if not len(changed):
             return self
         acc = None if self.acc is None else self.acc[changed]
@@ -157,7 +170,7 @@ class FleetFreeStats:
             free = now.copy()
             st = free_stats(free, w)
         else:
-            changed = np.flatnonzero((free != now).any(axis=1))
+            changed = changed_rows((free, now))
             if not len(changed):
                 return st
             free = free.copy()
@@ -412,7 +425,7 @@ class FleetFreeTotals:
             memo = (free.copy(), cpu.copy(), gpu_free, cpu_have, int(gpu_free.sum()), int(cpu_have.sum()))
         else:
             old_free, old_cpu, gpu_free, cpu_have, gpu_sum, cpu_sum = memo
-            changed = np.flatnonzero((old_free != free).any(axis=1) | (old_cpu != cpu))
+            changed = changed_rows((old_free, free), (old_cpu, cpu))
             if not len(changed):
                 return gpu_sum, cpu_sum
             present = fleet.gpu_present[changed]
