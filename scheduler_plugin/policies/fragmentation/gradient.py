@@ -271,6 +271,21 @@ class Placements:
     def slots(self, i: int) -> IntA:
         return np.flatnonzero(self.taken[i])
 
+    def of_row(self, j: int) -> Placements:
+        """The placements on candidate row ``j`` alone, as a one-row candidate list (every field is per placement,
+        computed from that placement's node only, so this is what :func:`placements` gives for that row)."""
+        sel = np.flatnonzero(self.pos == j)
+        return Placements(
+            np.zeros(len(sel), dtype=np.int64),
+            self.taken[sel],
+            self.delta[sel],
+            self.gpu_left[sel],
+            self.slot_left[sel],
+            self.cpu_left[sel],
+            None if self.slot_free is None else self.slot_free[sel],
+            None if self.used is None else self.used[sel],
+        )
+
 
 def _first_of_kind(key: IntA, elig: BoolA) -> BoolA:
     """(P, G) eligible slots whose ``key`` (>= 0) no lower eligible slot of the row has: each row's keys sorted
@@ -470,7 +485,10 @@ def _segments(pos: IntA) -> tuple[IntA, IntA]:
     """(distinct positions, start offset of each) for a sorted ``pos``."""
     if len(pos) == 0:
         return pos, pos
-    starts = np.flatnonzero(np.r_[True, pos[1:] != pos[:-1]])
+    first = np.empty(len(pos), dtype=np.bool_)
+    first[0] = True
+    np.not_equal(pos[1:], pos[:-1], out=first[1:])
+    starts = np.flatnonzero(first)
     return pos[starts], starts
 
 
