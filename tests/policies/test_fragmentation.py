@@ -304,7 +304,12 @@ def test_fleet_memo_recomputes_only_the_rows_written_and_matches_a_recount(monke
     assert memo.holds(w, True)
     counted: list[int] = []
     real = gradient.free_stats
-    monkeypatch.setattr(gradient, "free_stats", lambda free, w: counted.append(len(free)) or real(free, w))
+
+    def counting(free: np.ndarray, w: Workload) -> gradient.FreeStats:
+        counted.append(len(free))
+        return real(free, w)
+
+    monkeypatch.setattr(gradient, "free_stats", counting)
     apply_placement(fleet, GpuRequest(count=1, milli=250, cpu_milli=3000, host_memory_bytes=GIB), 9, (0,))
     _, got = memo.before(fleet, rows, w, acc, True)
     assert counted == [1]  # node 9 alone, not the fleet
@@ -330,7 +335,9 @@ def test_changed_rows_finds_every_row_any_column_moved_in() -> None:
 
 
 @pytest.mark.parametrize("cls", [FragmentationPolicy, FgdPolicy])
-def test_pick_after_score_reuses_the_scored_placements(cls: type, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_pick_after_score_reuses_the_scored_placements(
+    cls: type[FragmentationPolicy] | type[FgdPolicy], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """In one cycle the picker takes the chosen row's placements from the score: the same GPUs as picking afresh,
     without computing the placements again."""
     from scheduler_plugin.policies.fragmentation import plugin as frag_plugin
@@ -341,7 +348,7 @@ def test_pick_after_score_reuses_the_scored_placements(cls: type, monkeypatch: p
     w = wl((WHOLE, 3), (HALF, 2), (PodShape(1000, 250, 1, None), 1))
     rows = np.arange(30, dtype=np.int64)
     calls: list[int] = []
-    real = frag_plugin.placements
+    real = fragmentation.placements
 
     def counted(*a: Any, **k: Any) -> Any:
         calls.append(1)
