@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -273,6 +275,103 @@ def test_fleet_stats_follow_in_place_writes_and_match_a_recount() -> None:
     got, want = memo.rows(fleet, rows, w2), free_stats(fleet.free_milli[rows], w2)
     assert got.gpus_at_least.shape == want.gpus_at_least.shape
     assert np.array_equal(got.free_at_least, want.free_at_least)
+
+
+def test_fleet_memo_recomputes_only_the_rows_written_and_matches_a_recount(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The memo of every node's F follows the simulator's in-place writes by recomputing the touched node alone,
+    and serves exactly what computing the rows afresh gives."""
+    from scheduler_plugin.policies.fragmentation import gradient
+    from scheduler_plugin.simulator.fleet import apply_placement
+
+    rng = np.random.default_rng(6)
+    nodes = [
+        node(f"n{i}", [int(x) for x in rng.integers(0, 5, size=8) * 125], cpu=64_000, model=("A100", "V100")[i % 2])
+        for i in range(40)
+    ]
+    fleet = build_arrays(nodes)
+    w = wl((WHOLE, 3), (HALF, 2), (PodShape(1000, 250, 1, frozenset({"A100"})), 1), (CPU_ONLY, 1))
+    memo = gradient.FleetFreeStats()
+    rows = np.arange(0, 40, 3, dtype=np.int64)
+    acc = w.node_access(fleet)[rows]
+
+    def fresh() -> np.ndarray:
+        mem = fleet.mem_free_host[rows]
+        return node_fragmentation(fleet.free_milli[rows], fleet.cpu_free[rows], acc, w, mem)
+
+    for _ in range(2):  # the first call computes the candidate rows; the second keeps every row's F
+        _, got = memo.before(fleet, rows, w, acc, True)
+        assert np.array_equal(got, fresh())
+    assert memo.holds(w, True)
+    counted: list[int] = []
+    real = gradient.free_stats
+
+    def counting(free: np.ndarray, w: Workload) -> gradient.FreeStats:
+        counted.append(len(free))
+        return real(free, w)
+
+    monkeypatch.setattr(gradient, "free_stats", counting)
+    apply_placement(fleet, GpuRequest(count=1, milli=250, cpu_milli=3000, host_memory_bytes=GIB), 9, (0,))
+    _, got = memo.before(fleet, rows, w, acc, True)
+    assert counted == [1]  # node 9 alone, not the fleet
+    assert np.array_equal(got, fresh())
+    counted.clear()
+    fleet.cpu_free[12] -= 50_000  # CPU only: no GPU stats to recount, node 12's F still moves
+    _, got = memo.before(fleet, rows, w, acc, True)
+    assert counted == []
+    assert np.array_equal(got, fresh())
+
+
+def test_changed_rows_finds_every_row_any_column_moved_in() -> None:
+    from scheduler_plugin.policies.fragmentation.gradient import changed_rows
+
+    a = np.zeros((6, 4), dtype=np.int32)
+    b, c = a.copy(), np.arange(6)
+    b[1, 3] = b[1, 0] = b[4, 2] = 7
+    d = c.copy()
+    d[4] = d[5] = -1
+    assert changed_rows((a, a), (c, c)).tolist() == []
+    assert changed_rows((a, b)).tolist() == [1, 4]
+    assert changed_rows((a, b), (c, d)).tolist() == [1, 4, 5]
+
+
+@pytest.mark.parametrize("cls", [FragmentationPolicy, FgdPolicy])
+def test_pick_after_score_reuses_the_scored_placements(
+    cls: type[FragmentationPolicy] | type[FgdPolicy], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In one cycle the picker takes the chosen row's placements from the score: the same GPUs as picking afresh,
+    without computing the placements again."""
+    from scheduler_plugin.policies.fragmentation import plugin as frag_plugin
+
+    rng = np.random.default_rng(3)
+    nodes = [node(f"n{i}", [int(x) for x in rng.integers(0, 5, size=8) * 125], cpu=64_000) for i in range(30)]
+    fleet = build_arrays(nodes)
+    w = wl((WHOLE, 3), (HALF, 2), (PodShape(1000, 250, 1, None), 1))
+    rows = np.arange(30, dtype=np.int64)
+    calls: list[int] = []
+    real = fragmentation.placements
+
+    def counted(*a: Any, **k: Any) -> Any:
+        calls.append(1)
+        return real(*a, **k)
+
+    for req in (GpuRequest(count=1, milli=250, cpu_milli=1000), GpuRequest(count=2, cpu_milli=4000)):
+        policy = cls.create(fragmentation.FragmentationArgs())
+        want = []
+        for row in range(30):
+            ctx = CycleContext(now=0.0)
+            ctx.state.write(WORKLOAD_KEY, w)
+            want.append(policy.pick(req, fleet, row, ctx))
+        ctx = CycleContext(now=0.0)
+        ctx.state.write(WORKLOAD_KEY, w)
+        policy.score(req, fleet, rows, ctx)
+        calls.clear()
+        monkeypatch.setattr(frag_plugin, "placements", counted)
+        assert [policy.pick(req, fleet, row, ctx) for row in range(30)] == want
+        assert calls == []
+        other = GpuRequest(count=1, milli=500, cpu_milli=1000)  # another request: computed afresh
+        policy.pick(other, fleet, 0, ctx)
+        assert calls == [1]
+        monkeypatch.undo()
 
 
 def test_placements_with_and_without_a_cycle_context_agree() -> None:

@@ -56,7 +56,15 @@ from .gradient import (
     stranding_change,
     stranding_penalty,
 )
-from .plugin import WORKLOAD_KEY, FgdPolicy, FragmentationArgs, FragmentationBase, FragmentationPolicy, learn
+from .plugin import (
+    SCORED_KEY,
+    WORKLOAD_KEY,
+    FgdPolicy,
+    FragmentationArgs,
+    FragmentationBase,
+    FragmentationPolicy,
+    learn,
+)
 from .workload import (
     DEFAULT_COVERAGE,
     DEFAULT_HALF_LIFE_PODS,
@@ -87,6 +95,7 @@ __all__ = [
     "DEFAULT_STRANDING_WEIGHT",
     "MAX_SHAPE_CPU_MILLI",
     "MAX_SHAPE_HOST_MEMORY",
+    "SCORED_KEY",
     "WORKLOAD_KEY",
     "FgdPolicy",
     "FragmentationArgs",

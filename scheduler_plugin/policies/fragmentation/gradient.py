@@ -70,37 +70,140 @@ def free_stats(free: I32A, w: Workload) -> FreeStats:
     return FreeStats(total, at_least, free_at_least)
 
 
-class FleetFreeStats:
-    """:func:`free_stats` of a whole fleet's ``free_milli``, kept (in the snapshot index) while the content is the
-    same.
+def changed_rows(*pairs: tuple[npt.NDArray[Any], npt.NDArray[Any]]) -> IntA:
+    """The rows (ascending) where any ``(old, new)`` pair of same-shaped columns differ. Compares the flat arrays
+    (an element-wise test and one ``flatnonzero``: a few microseconds for 40,000 slots, where a per-row reduction
+    costs ten times that)."""
+    rows = np.zeros(len(pairs[0][0]), dtype=np.bool_)
+    for old, new in pairs:
+        if old.ndim == 2:
+            rows[np.flatnonzero(old.ravel() != new.ravel()) // old.shape[1]] = True
+        else:
+            rows |= old != new
+    return np.flatnonzero(rows)
 
-    Keyed by content, not by array object: the simulator writes ``free_milli`` in place, and a snapshot (or the
-    ledger's overlay) keeps the same content for many cycles. Checking 40,000 slots costs a few microseconds;
-    recounting them costs a millisecond. The stats of every row are computed independently of the other rows
-    (integer counts and sums), so indexing them gives exactly what :func:`free_stats` gives for those rows.
+
+def _take(st: FreeStats, rows: IntA) -> FreeStats:
+    return FreeStats(st.total[rows], st.gpus_at_least[rows], st.free_at_least[rows])
+
+
+def _with_rows(st: FreeStats, rows: IntA, sub: FreeStats) -> FreeStats:
+    """A copy of ``st`` with ``rows`` replaced by ``sub``."""
+    total, at_least, free_at_least = st.total.copy(), st.gpus_at_least.copy(), st.free_at_least.copy()
+    total[rows], at_least[rows], free_at_least[rows] = sub.total, sub.gpus_at_least, sub.free_at_least
+    return FreeStats(total, at_least, free_at_least)
+
+
+@dataclass(frozen=True, slots=True)
+class _FragMemo:
+    """F_n(M) of every node for one workload, and the capacity it was computed from."""
+
+    workload: Workload
+    mem_aware: bool
+    acc: BoolA | None
+    free: I32A
+    cpu: IntA
+    mem: IntA
+    frag: FloatA
+
+    @classmethod
+    def of(cls, fleet: FleetArrays, st: FreeStats, w: Workload, mem_aware: bool) -> _FragMemo:
+        acc = None if w.unrestricted else w.node_access(fleet)
+        cpu, mem = fleet.cpu_free.copy(), fleet.mem_free_host.copy()
+        frag = _frag(st, cpu, acc, w, mem if mem_aware else None)
+        return cls(w, mem_aware, acc, fleet.free_milli.copy(), cpu, mem, frag)
+
+    def fits(self, fleet: FleetArrays, w: Workload, mem_aware: bool) -> bool:
+        return (
+            self.workload is w
+            and self.mem_aware == mem_aware
+            and self.free.shape == fleet.free_milli.shape
+            and (w.unrestricted or self.acc is w.node_access(fleet))
+        )
+
+    def updated(self, fleet: FleetArrays, st: FreeStats) -> _FragMemo:
+        """This memo with the rows whose capacity changed since recomputed (``st``: the fleet's stats now)."""
+        free, cpu, mem = fleet.free_milli, fleet.cpu_free, fleet.mem_free_host
+        changed = changed_rows((self.free, free), (self.cpu, cpu), (self.mem, mem))
+        if not len(changed):
+            return self
+        acc = None if self.acc is None else self.acc[changed]
+        sub = _frag(_take(st, changed), cpu[changed], acc, self.workload, mem[changed] if self.mem_aware else None)
+        new_free, new_cpu, new_mem, frag = self.free.copy(), self.cpu.copy(), self.mem.copy(), self.frag.copy()
+        new_free[changed], new_cpu[changed], new_mem[changed], frag[changed] = (
+            free[changed],
+            cpu[changed],
+            mem[changed],
+            sub,
+        )
+        return _FragMemo(self.workload, self.mem_aware, self.acc, new_free, new_cpu, new_mem, frag)
+
+
+class FleetFreeStats:
+    """:func:`free_stats` of a whole fleet's ``free_milli`` and, per workload, every node's F_n(M) (:func:`_frag`),
+    kept in the snapshot index while the content is the same; rows whose content changed are recomputed alone.
+
+    Keyed by content, not by array object: the simulator writes ``free_milli``, ``cpu_free`` and ``mem_free_host`` in
+    place (one node per arrival or departure), and a snapshot (or the ledger's overlay) keeps the same content for
+    many cycles. Finding the changed rows of 40,000 slots costs a few microseconds; recounting every row costs a
+    millisecond. The stats and F of every row are computed independently of the other rows (integer counts and
+    sums; F row by row), so indexing them gives what :func:`free_stats` and :func:`_frag` give for those rows.
+
+    An update builds new arrays and replaces the memo in one assignment: a reader never sees half an update. F is
+    memoised for a workload once it is asked for twice in a row (the extender's learned workload changes with every
+    pod: then only the candidate rows are computed, as without a memo).
     """
 
-    __slots__ = ("_free", "_stats", "_thresholds")
+    __slots__ = ("_free", "_last", "_memo", "_stats", "_thresholds")
 
     def __init__(self) -> None:
         self._free: I32A | None = None
         self._thresholds: IntA | None = None
         self._stats: FreeStats | None = None
+        self._memo: _FragMemo | None = None
+        self._last: tuple[Workload, bool] | None = None
+
+    def _all(self, fleet: FleetArrays, w: Workload) -> FreeStats:
+        free, th, st = self._free, self._thresholds, self._stats
+        now = fleet.free_milli
+        if st is None or free is None or th is None or free.shape != now.shape or not np.array_equal(th, w.thresholds):
+            free = now.copy()
+            st = free_stats(free, w)
+        else:
+            changed = changed_rows((free, now))
+            if not len(changed):
+                return st
+            free = free.copy()
+            free[changed] = now[changed]
+            st = _with_rows(st, changed, free_stats(free[changed], w))
+        self._free, self._thresholds, self._stats = free, w.thresholds, st
+        return st
 
     def rows(self, fleet: FleetArrays, rows: IntA, w: Workload) -> FreeStats:
-        free, th, st = self._free, self._thresholds, self._stats
-        if (
-            st is None
-            or free is None
-            or th is None
-            or not np.array_equal(th, w.thresholds)
-            or free.shape != fleet.free_milli.shape
-            or not np.array_equal(free, fleet.free_milli)
-        ):
-            free = fleet.free_milli.copy()
-            st = free_stats(free, w)
-            self._free, self._thresholds, self._stats = free, w.thresholds, st
-        return FreeStats(st.total[rows], st.gpus_at_least[rows], st.free_at_least[rows])
+        return _take(self._all(fleet, w), rows)
+
+    def holds(self, w: Workload, mem_aware: bool) -> bool:
+        """Whether F is memoised for ``w`` (then :meth:`before` serves a few rows as cheaply as computing them)."""
+        memo = self._memo
+        return memo is not None and memo.workload is w and memo.mem_aware == mem_aware
+
+    def before(
+        self, fleet: FleetArrays, rows: IntA, w: Workload, acc: BoolA | None, mem_aware: bool
+    ) -> tuple[FreeStats, FloatA]:
+        """(stats, F_n(M)) of ``rows`` now; ``acc`` is :func:`_accessible` of ``rows``."""
+        st = self._all(fleet, w)
+        sub = _take(st, rows)
+        memo, last = self._memo, self._last
+        self._last = (w, mem_aware)
+        if memo is None or not memo.fits(fleet, w, mem_aware):
+            if last is None or last[0] is not w or last[1] != mem_aware:
+                mem = fleet.mem_free_host[rows] if mem_aware else None
+                return sub, _frag(sub, fleet.cpu_free[rows], acc, w, mem)
+            memo = _FragMemo.of(fleet, st, w, mem_aware)
+        else:
+            memo = memo.updated(fleet, st)
+        self._memo = memo
+        return sub, memo.frag[rows]
 
 
 FLEET_FREE_STATS = IndexKey[FleetFreeStats]("fragmentation.free_stats", ())
@@ -168,20 +271,34 @@ class Placements:
     def slots(self, i: int) -> IntA:
         return np.flatnonzero(self.taken[i])
 
+    def of_row(self, j: int) -> Placements:
+        """The placements on candidate row ``j`` alone, as a one-row candidate list (every field is per placement,
+        computed from that placement's node only, so this is what :func:`placements` gives for that row)."""
+        sel = np.flatnonzero(self.pos == j)
+        return Placements(
+            np.zeros(len(sel), dtype=np.int64),
+            self.taken[sel],
+            self.delta[sel],
+            self.gpu_left[sel],
+            self.slot_left[sel],
+            self.cpu_left[sel],
+            None if self.slot_free is None else self.slot_free[sel],
+            None if self.used is None else self.used[sel],
+        )
+
 
 def _first_of_kind(key: IntA, elig: BoolA) -> BoolA:
-    """(P, G) eligible slots whose ``key`` (>= 0) no lower eligible slot of the row has. Compares the G (G - 1) / 2
-    pairs of columns one (P,) vector at a time instead of building a (P, G, G) cube."""
-    g = key.shape[1]
-    cols = np.where(elig, key, -1 - np.arange(g, dtype=np.int64)).T.copy()  # an ineligible slot: a key of its own
-    first = elig.T.copy()
-    seen = np.empty(cols.shape[1], dtype=np.bool_)
-    for j in range(1, g):
-        np.equal(cols[0], cols[j], out=seen)
-        for i in range(1, j):
-            seen |= cols[i] == cols[j]
-        first[j] &= ~seen
-    return np.ascontiguousarray(first.T)
+    """(P, G) eligible slots whose ``key`` (>= 0) no lower eligible slot of the row has: each row's keys sorted
+    (stably), a slot is first of its kind when its key differs from the one sorted before it."""
+    p, g = key.shape
+    keys = np.where(elig, key, -1 - np.arange(g, dtype=np.int64))  # an ineligible slot: a key of its own
+    order = np.argsort(keys, axis=1, kind="stable")  # equal keys stay in slot order: the lowest slot comes first
+    ranked = np.take_along_axis(keys, order, axis=1)
+    new = np.ones((p, g), dtype=np.bool_)
+    np.not_equal(ranked[:, 1:], ranked[:, :-1], out=new[:, 1:])
+    first = np.empty((p, g), dtype=np.bool_)
+    np.put_along_axis(first, order, new, axis=1)
+    return first & elig
 
 
 def placements(
@@ -209,8 +326,12 @@ def placements(
     total_before = free.sum(axis=1, dtype=np.int64)
     if w.gpu_shapes.any():
         # Many candidates: the whole fleet's stats, computed once while its free capacity is unchanged.
-        st_before = free_stats(free, w) if few_rows(k, fleet) else fleet_free_stats(fleet).rows(fleet, rows, w)
-        before = _frag(st_before, cpu, acc, w, mem)
+        memo = fleet_free_stats(fleet)
+        if few_rows(k, fleet) and not memo.holds(w, memory_aware):
+            st_before = free_stats(free, w)
+            before = _frag(st_before, cpu, acc, w, mem)
+        else:
+            st_before, before = memo.before(fleet, rows, w, acc, memory_aware)
     else:
         before = total_before * float(w.prob.sum())
     new_cpu_all = cpu - req.cpu_milli
@@ -300,16 +421,59 @@ def stranding_penalty(req: GpuRequest, pl: Placements, w: Workload) -> FloatA:
     return np.maximum(stranding_change(req, pl, w), 0.0)
 
 
+class FleetFreeTotals:
+    """The fleet's free GPU thousandths (present slots) and free CPU on GPU nodes (negatives as 0), kept in the
+    snapshot index and updated by the rows whose content changed (content-checked like :class:`FleetFreeStats`;
+    integer sums, so exactly what summing afresh gives)."""
+
+    __slots__ = ("_memo",)
+
+    def __init__(self) -> None:
+        self._memo: tuple[I32A, IntA, IntA, IntA, int, int] | None = None
+
+    def totals(self, fleet: FleetArrays) -> tuple[int, int]:
+        free, cpu = fleet.free_milli, fleet.cpu_free
+        memo = self._memo
+        if memo is None or memo[0].shape != free.shape:
+            gpu_free = np.where(fleet.gpu_present, free, 0).sum(axis=1, dtype=np.int64)
+            cpu_have = np.where(fleet.gpu_present.any(axis=1), np.maximum(cpu, 0), 0).astype(np.int64)
+            memo = (free.copy(), cpu.copy(), gpu_free, cpu_have, int(gpu_free.sum()), int(cpu_have.sum()))
+        else:
+            old_free, old_cpu, gpu_free, cpu_have, gpu_sum, cpu_sum = memo
+            changed = changed_rows((old_free, free), (old_cpu, cpu))
+            if not len(changed):
+                return gpu_sum, cpu_sum
+            present = fleet.gpu_present[changed]
+            new_gpu = np.where(present, free[changed], 0).sum(axis=1, dtype=np.int64)
+            new_cpu = np.where(present.any(axis=1), np.maximum(cpu[changed], 0), 0).astype(np.int64)
+            gpu_sum += int(new_gpu.sum() - gpu_free[changed].sum())
+            cpu_sum += int(new_cpu.sum() - cpu_have[changed].sum())
+            old_free, old_cpu, gpu_free, cpu_have = old_free.copy(), old_cpu.copy(), gpu_free.copy(), cpu_have.copy()
+            old_free[changed], old_cpu[changed], gpu_free[changed], cpu_have[changed] = (
+                free[changed],
+                cpu[changed],
+                new_gpu,
+                new_cpu,
+            )
+            memo = (old_free, old_cpu, gpu_free, cpu_have, gpu_sum, cpu_sum)
+        self._memo = memo
+        return memo[4], memo[5]
+
+
+FLEET_FREE_TOTALS = IndexKey[FleetFreeTotals]("fragmentation.free_totals", ())
+"""Snapshot index: the :class:`FleetFreeTotals` holder of a fleet (content-checked: no column identity)."""
+
+
 def cpu_surplus_factor(fleet: FleetArrays, w: Workload, full_at: float) -> float:
     """0..1: how much of the stranding term a pod gets. The fleet's free CPU on GPU nodes against what its free GPU
     needs at the workload's ratio: no surplus (the CPU cannot feed the GPUs anyway, so every node strands and steering
     GPU pods between nodes only moves the loss) gives 0, a surplus of ``full_at`` (0.5: 50 % more CPU than needed)
     or more gives 1."""
-    need = w.cpu_per_milli * float(fleet.free_milli[fleet.gpu_present].sum())
+    gpu_free, cpu_free = fleet.derive(FLEET_FREE_TOTALS, lambda _: FleetFreeTotals()).totals(fleet)
+    need = w.cpu_per_milli * float(gpu_free)
     if need <= 0:
         return 1.0
-    gpu_nodes = fleet.gpu_present.any(axis=1)
-    have = float(np.maximum(fleet.cpu_free[gpu_nodes], 0).sum())
+    have = float(cpu_free)
     return float(np.clip((have / need - 1.0) / full_at, 0.0, 1.0)) if full_at > 0 else float(have >= need)
 
 
@@ -321,7 +485,10 @@ def _segments(pos: IntA) -> tuple[IntA, IntA]:
     """(distinct positions, start offset of each) for a sorted ``pos``."""
     if len(pos) == 0:
         return pos, pos
-    starts = np.flatnonzero(np.r_[True, pos[1:] != pos[:-1]])
+    first = np.empty(len(pos), dtype=np.bool_)
+    first[0] = True
+    np.not_equal(pos[1:], pos[:-1], out=first[1:])
+    starts = np.flatnonzero(first)
     return pos[starts], starts
 
 

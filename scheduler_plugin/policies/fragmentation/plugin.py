@@ -40,6 +40,14 @@ WORKLOAD_KEY: StateKey[Workload] = StateKey("fragmentation.workload")
 """Cycle state: the cycle's target :class:`Workload` (a caller's, e.g. the simulator's from the trace, overrides the
 learned one; else the first fragmentation plugin of the cycle writes the learned one)."""
 
+SCORED_KEY: StateKey[tuple[GpuRequest, FleetArrays, Workload, bool, IntA, Placements]] = StateKey(
+    "fragmentation.scored"
+)
+"""Cycle state: the placements the last fragmentation score computed (request, fleet, workload, memory-aware,
+candidate rows, placements). A picker in the same cycle (the scorer itself, or kelvin's picker) takes the chosen row's
+from them instead of computing them again: placements depend on nothing else, and a cycle does not change the fleet
+between score and pick (its eligibility cache assumes it too)."""
+
 
 class FragmentationArgs(CamelModel):
     """Arguments of the ``fragmentation`` (kelvin) and ``fgd`` (paper) policies."""
@@ -137,16 +145,27 @@ class FragmentationBase:
     def score(self, req: GpuRequest, fleet: FleetArrays, idx: IntA, ctx: CycleContext) -> FloatA:
         w = self.workload(ctx)
         pl = placements(req, fleet, idx, w, ctx, memory_aware=self.memory_aware)
+        ctx.state.write(SCORED_KEY, (req, fleet, w, self.memory_aware, idx, pl))
         best, _ = best_per_row(self._values(req, fleet, pl, w), pl.pos, len(idx))
         return best
+
+    def _row_placements(self, req: GpuRequest, fleet: FleetArrays, row: int, ctx: CycleContext) -> Placements:
+        """The placements of ``req`` on ``row``: from this cycle's :meth:`score` when it scored that row."""
+        w = self.workload(ctx)
+        hit = ctx.state.find(SCORED_KEY)
+        if hit is not None and hit[0] is req and hit[1] is fleet and hit[2] is w and hit[3] == self.memory_aware:
+            at = np.flatnonzero(hit[4] == row)
+            if len(at):
+                return hit[5].of_row(int(at[0]))
+        rows = np.array([row], dtype=np.int64)
+        return placements(req, fleet, rows, w, ctx, memory_aware=self.memory_aware)
 
     def normalize(self, raw: FloatA) -> FloatA:
         return minmax(raw)
 
     def pick(self, req: GpuRequest, fleet: FleetArrays, row: int, ctx: CycleContext) -> tuple[int, ...] | None:
         w = self.workload(ctx)
-        rows = np.array([row], dtype=np.int64)
-        pl = placements(req, fleet, rows, w, ctx, memory_aware=self.memory_aware)
+        pl = self._row_placements(req, fleet, row, ctx)
         _, which = best_per_row(self._pick_values(req, fleet, pl, w), pl.pos, 1)
         if which[0] < 0:
             return None

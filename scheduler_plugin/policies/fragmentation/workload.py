@@ -69,6 +69,8 @@ class Workload:
     threshold."""
     unrestricted: bool = field(init=False, repr=False, compare=False)
     """No shape restricts GPU models (every node is accessible to every shape)."""
+    cpu_per_milli: float = field(init=False, repr=False, compare=False)
+    """Millicores the GPU shapes ask for per thousandth of GPU, weighted by frequency (0 without GPU shapes)."""
     _access: dict[tuple[str, ...], BoolA] = field(init=False, repr=False, compare=False)
     _node_access: list[tuple[tuple[str, ...], npt.NDArray[np.int32], BoolA]] = field(
         init=False, repr=False, compare=False
@@ -89,6 +91,9 @@ class Workload:
         object.__setattr__(self, "_access", {})
         object.__setattr__(self, "unrestricted", all(m is None for m in self.models))
         object.__setattr__(self, "_node_access", [])
+        gpu_milli = float((self.prob[gpu] * self.milli[gpu] * self.count[gpu]).sum())
+        cpu = float((self.prob[gpu] * self.cpu_milli[gpu]).sum()) / gpu_milli if gpu_milli > 0 else 0.0
+        object.__setattr__(self, "cpu_per_milli", cpu)
 
     @classmethod
     def from_counts(
@@ -143,13 +148,6 @@ class Workload:
 
     def __len__(self) -> int:
         return len(self.prob)
-
-    @property
-    def cpu_per_milli(self) -> float:
-        """Millicores the GPU shapes ask for per thousandth of GPU, weighted by frequency (0 without GPU shapes)."""
-        g = self.gpu_shapes
-        gpu = float((self.prob[g] * self.milli[g] * self.count[g]).sum())
-        return float((self.prob[g] * self.cpu_milli[g]).sum()) / gpu if gpu > 0 else 0.0
 
     def access_table(self, models: tuple[str, ...]) -> BoolA:
         """(len(models) + 1, M): shape m admits GPU model i; the last row (nodes without GPUs) admits everything.
