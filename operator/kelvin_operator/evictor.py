@@ -17,8 +17,8 @@ from .limits import EvictionBudget
 from .metrics import OperatorMetrics
 from .pods import PodView
 from .settings import OperatorConfig
-from .strategies import Candidate
 from .stragglers import GangMove
+from .strategies import Candidate
 
 log = logging.getLogger("kelvin.operator.evictor")
 
@@ -131,7 +131,9 @@ class Evictor:
                 log.info("checkpoint requested from %s (gang %s) at %s", m.key, move.gang, stamp)
                 pending.append(Outcome(m.key, reason, "checkpoint_requested", move.detail))
             elif d.step is Step.WAIT:
-                pending.append(Outcome(m.key, reason, "checkpoint_pending", f"waiting {d.waited_s:.0f} s for checkpoint"))
+                pending.append(
+                    Outcome(m.key, reason, "checkpoint_pending", f"waiting {d.waited_s:.0f} s for checkpoint")
+                )
         if pending:
             self.budget.hold_node_slot(node)
             self.metrics.gang_moves.labels("checkpoint_pending").inc()
@@ -144,7 +146,9 @@ class Evictor:
             for m in move.members:
                 self.metrics.evictions.labels(reason, "dry_run", "true").inc()
                 if not told:
-                    await self.kube.event(pod_ref(m), "KelvinDryRunEviction", f"dry run: would evict ({reason}): {move.detail}")
+                    await self.kube.event(
+                        pod_ref(m), "KelvinDryRunEviction", f"dry run: would evict ({reason}): {move.detail}"
+                    )
             (log.debug if told else log.info)("dry run: would move %s", move.detail)
             return [Outcome(m.key, reason, "dry_run", move.detail) for m in move.members]
         out = [await self._evict_member(m, reason, move, now) for m in move.members]

@@ -29,8 +29,8 @@ from .metrics import OperatorMetrics
 from .planner import Protected, plan
 from .pods import PodView, pod_view
 from .settings import OperatorConfig, PoolMode
-from .strategies import Candidate, PoolViolation, memory_pools, noisy_neighbours, pool_candidates, thermal
 from .stragglers import GangMove, gang_moves, gang_of, move_protection
+from .strategies import Candidate, PoolViolation, memory_pools, noisy_neighbours, pool_candidates, thermal
 
 log = logging.getLogger("kelvin.operator")
 

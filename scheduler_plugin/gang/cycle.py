@@ -29,7 +29,7 @@ import numpy.typing as npt
 from ..hotness import trigger_mask
 from ..model import FleetArrays, GpuNode, GpuRequest, RequestError, parse_pod
 from ..model import annotations as ann
-from ..model.claim import claim_of, parse_gpu_indices
+from ..model.claim import charged_milli, claim_of, parse_gpu_indices
 from ..model.gpu import MILLI_PER_GPU
 from ..model.pod import key_of, pod_key
 from ..model.snapshot import Snapshot
@@ -219,17 +219,24 @@ def thermal_masks(planner: GangPlanner, fleet: FleetArrays, ctx: CycleContext) -
 
 
 def _taken_by(node: GpuNode, member: PlacedMember, own: set[str]) -> str | None:
-    """Another pod holding the member's planned GPUs on ``node`` (so the member no longer fits them), or ``None``."""
-    want = claim_of(member.request, member.gpus).milli
-    for gpu in member.gpus:
-        others = [a for a in node.assignments if gpu in a.gpu_indices and a.pod_key not in own]
-        if others and sum(a.milli for a in others) + want > MILLI_PER_GPU:
+    """Another pod holding the member's planned GPUs on ``node`` (so the member no longer fits them), or ``None``;
+    what each claim occupies is its charge on the GPU (:func:`~scheduler_plugin.model.claim.charged_milli`)."""
+    want = claim_of(member.request, member.gpus)
+    for g in node.gpus:
+        if g.index not in member.gpus:
+            continue
+        others = [a for a in node.assignments if g.index in a.gpu_indices and a.pod_key not in own]
+        used = sum(charged_milli(a, g.memory_total_bytes) for a in others)
+        if others and used + charged_milli(want, g.memory_total_bytes) > MILLI_PER_GPU:
             return others[0].pod_key
     return None
 
 
 def stale_plans(
-    members: Iterable[PlacedMember], snapshot: Snapshot, hot: Sequence[bool], predicted: Sequence[bool]
+    members: Iterable[PlacedMember],
+    snapshot: Snapshot,
+    hot: Sequence[bool] | BoolA,
+    predicted: Sequence[bool] | BoolA,
 ) -> dict[str, str]:
     """Pod key -> why its plan went stale, for the planned, not yet bound ``members`` whose planned node is gone from
     the snapshot, hot (``hot``: per fleet row), predicted hot (``predicted``), or whose planned GPUs another pod

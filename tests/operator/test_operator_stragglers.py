@@ -25,9 +25,9 @@ CFG = OperatorConfig(
 GANG_KEY = "ml/kelvin:train"
 
 
-def member(i: int, node_name: str, size: int = 2, **annotations: str) -> dict[str, Any]:
+def member(i: int, node_name: str, size: int = 2, annotations: dict[str, str] | None = None) -> dict[str, Any]:
     anns = {ann.GANG: "train", ann.GANG_SIZE: str(size), ann.GANG_INDEX: str(i), ann.CHECKPOINT: "true"}
-    anns.update(annotations)
+    anns.update(annotations or {})
     return pod(f"train-{i}", node=node_name, gpu_indices="0", annotations=anns)
 
 
@@ -102,7 +102,7 @@ async def test_a_straggler_gets_its_whole_gang_checkpointed_then_evicted(
 async def test_an_elastic_gang_loses_only_the_straggler(kmock: km.KubernetesEmulator, kube: OperatorKube) -> None:
     evictions_succeed(kmock)
     elastic = {ann.GANG_ELASTIC: "true", ann.CHECKPOINT: "false"}
-    seed(kmock, [member(0, "n1", **elastic), member(1, "n2", **elastic)])
+    seed(kmock, [member(0, "n1", annotations=elastic), member(1, "n2", annotations=elastic)])
     rec = Reconciler(CFG, kube)
     res = await cycle(rec, kube, hot("n1", "train-0"), T0)
     assert [(o.pod, o.result) for o in res.outcomes] == [("ml/train-0", "evicted")]
@@ -111,7 +111,7 @@ async def test_an_elastic_gang_loses_only_the_straggler(kmock: km.KubernetesEmul
 
 async def test_a_protected_member_keeps_the_gang_whole(kmock: km.KubernetesEmulator, kube: OperatorKube) -> None:
     evictions_succeed(kmock)
-    seed(kmock, [member(0, "n1"), member(1, "n2", **{ann.EVICTABLE: "false"})])
+    seed(kmock, [member(0, "n1"), member(1, "n2", annotations={ann.EVICTABLE: "false"})])
     rec = Reconciler(CFG, kube)
     res = await cycle(rec, kube, hot("n1", "train-0"), T0)
     # the straggler itself is evictable, but evicting it alone would stop the gang anyway: nothing moves
@@ -129,7 +129,7 @@ async def test_a_gang_move_counts_as_one_eviction_and_dry_run_writes_nothing(
 ) -> None:
     evictions_succeed(kmock)
     no_ckpt = {ann.CHECKPOINT: "false"}
-    pods = [member(i, "n1" if i < 2 else "n2", size=4, **no_ckpt) for i in range(4)]
+    pods = [member(i, "n1" if i < 2 else "n2", size=4, annotations=no_ckpt) for i in range(4)]
     seed(kmock, pods)
     dry = OperatorConfig.model_validate({**CFG.model_dump(), "dry_run": True})
     rec = Reconciler(dry, kube)
