@@ -21,6 +21,7 @@ from scheduler_plugin.gang import GangRef
 from scheduler_plugin.kubeapi import KubeError
 from scheduler_plugin.model import annotations as ann
 from scheduler_plugin.model.gpu import GpuNode
+from scheduler_plugin.model.pod import key_of
 
 from .evictor import Evictor, Outcome, pod_ref
 from .k8s import Kube, ObjectRef
@@ -162,10 +163,10 @@ class Reconciler:
             ref = gang_of(p, self.cfg.gang)
             if ref is None:
                 continue
-            key = pod_view(p).key
+            key = key_of(p)
             by_pod[key] = ref
             known = members.setdefault(ref.key, [])
-            if all(pod_view(q).key != key for q in known):  # in case the index has not seen it yet
+            if all(key_of(q) != key for q in known):  # in case the index has not seen it yet
                 known.append(p)
         return by_pod, members
 
