@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from scheduler_plugin.gang import GangError, GangPolicy, GangRef, read_gang
+from scheduler_plugin.gang.readers import JOB_COMPLETION_INDEX, JOBSET_NAME, LWS_NAME
 from scheduler_plugin.model import annotations as ann
 
 from .planner import protection
@@ -43,8 +44,16 @@ class GangMove:
         )
 
 
+#: A pod carries one of these (as a label or an annotation) when any gang reader can recognise it.
+GANG_MARKERS = (ann.GANG, JOBSET_NAME, LWS_NAME, JOB_COMPLETION_INDEX)
+
+
 def gang_of(pod: Mapping[str, Any], policy: GangPolicy) -> GangRef | None:
     """The pod's gang, ``None`` for a pod of none (or whose gang cannot be read: admission refuses those)."""
+    meta = pod.get("metadata") or {}
+    labels, annots = meta.get("labels") or {}, meta.get("annotations") or {}
+    if not any(k in labels or k in annots for k in GANG_MARKERS):
+        return None  # most pods: no reader would recognise them, so none is run
     try:
         return read_gang(pod, policy)
     except GangError:

@@ -295,8 +295,13 @@ def heated(cluster: LoopbackCluster, telemetry: Telemetry, node: str) -> Iterato
 
 
 def _planned(pods: dict[str, dict[str, Any]], names: list[str]) -> dict[str, str] | None:
-    found = {n: (pods.get(n, {}).get("metadata", {}).get("annotations") or {}).get(PLANNED_NODE) for n in names}
-    return found if all(found.values()) else None  # type: ignore[return-value]
+    found: dict[str, str] = {}
+    for n in names:
+        node = (pods.get(n, {}).get("metadata", {}).get("annotations") or {}).get(PLANNED_NODE)
+        if not node:
+            return None
+        found[n] = str(node)
+    return found
 
 
 def test_a_planned_node_turning_hot_before_binding_is_replanned_never_half_bound(
