@@ -74,6 +74,8 @@ class GangLoop:
         fw = Framework.from_config(PolicyConfig(hotness=cfg.hotness))
         self.planner = GangPlanner(fw, cfg.gang, hotness=cfg.hotness)
         self._told: dict[str, str] = {}
+        #: Dry run: the re-plan last reported per gang (not written, so found stale again on every pass).
+        self._dry_replanned: dict[str, str] = {}
 
     def due(self, now: float) -> bool:
         """Whether a planning pass is due (at most one per ``interval_s``); marks it started."""
@@ -142,8 +144,11 @@ class GangLoop:
             self.metrics.gang_replans.labels("waiting").inc()
             await self._tell(d.gang, ref, "GangNotPlaced", d.reason)
             return d
-        self.metrics.gang_replans.labels("replanned").inc()
         self._told.pop(d.gang, None)
+        if self.cfg.dry_run and self._dry_replanned.get(d.gang) == d.reason:
+            return d  # nothing was written, so the same plan is stale again every pass: told once
+        self._dry_replanned[d.gang] = d.reason
+        self.metrics.gang_replans.labels("replanned").inc()
         await self._write(d, now)
         await self.kube.event(ref, "GangReplanned", d.reason)
         return d

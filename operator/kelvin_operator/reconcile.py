@@ -80,6 +80,8 @@ class Reconciler:
         #: Per node, the (pod, eviction reason) pairs kept last cycle because the pod is protected: each is logged at
         #: INFO once per episode (while it stays a protected candidate), at DEBUG on the cycles after.
         self.protected_seen: dict[str, set[tuple[str, str]]] = {}
+        #: The (gang, why) pairs of gangs kept whole because a member is protected (logged at INFO once per episode).
+        self.gangs_kept: set[tuple[str, str]] = set()
 
     def _state(self, name: str, node_obj: Mapping[str, Any], now: float) -> hotness.NodeHotness:
         st = self.states.get(name)
@@ -143,13 +145,17 @@ class Reconciler:
         result.candidates, result.protected, result.moves = ranked, protected, moves
         self._report_protected(name, protected)
         self.budget.new_cycle(name)
+        kept: set[tuple[str, str]] = set()
         for move in moves:  # thermal, the most urgent reason: before the single evictions
             why = move_protection(move, now, self.cfg.protection)
             if why is not None:
                 self.metrics.gang_moves.labels("protected").inc()
-                log.info("keeping gang %s whole on its nodes: %s; %s", move.gang, why, move.detail)
+                say = log.debug if (move.gang, why) in self.gangs_kept else log.info  # INFO once per episode
+                say("keeping gang %s whole on its nodes: %s; %s", move.gang, why, move.detail)
+                kept.add((move.gang, why))
                 continue
             result.outcomes += await self.evictor.act_gang(name, move, now)
+        self.gangs_kept = (self.gangs_kept - {k for k in self.gangs_kept if k[0] in {m.gang for m in moves}}) | kept
         result.outcomes += await self.evictor.act(name, ranked, now)
         return result
 

@@ -183,3 +183,14 @@ async def test_a_stale_plan_that_cannot_be_replanned_waits_with_a_warning() -> N
         assert d is not None and not d.planned
     assert kube.patches == [] and [e[1] for e in kube.events] == ["GangNotPlaced"]
     assert gl.metrics.registry.get_sample_value("kelvin_operator_gang_replans_total", {"outcome": "waiting"}) == 2
+
+
+async def test_a_dry_run_replan_writes_nothing_and_is_told_once() -> None:
+    nodes = [*rack("a", 4), *rack("b", 4)]
+    nodes[1] = replace(dgx("a-n1", temp=84), labels=nodes[1].labels)
+    snap = Snapshot(nodes=tuple(nodes), taken_at=NOW)
+    gl, kube = loop(dry_run=True)
+    for _ in range(3):  # nothing written: the plan is stale again on every pass
+        d = await gl.replan([planned(i, f"a-n{i}") for i in range(4)], snap, {}, NOW)
+        assert d is not None and d.planned
+    assert kube.patches == [] and [e[1] for e in kube.events] == ["GangReplanned"]

@@ -9,8 +9,11 @@ from typing import Any
 import kmock as km
 from kelvin_operator.k8s import OperatorKube
 from kelvin_operator.metrics import OperatorMetrics
+from kelvin_operator.pods import pod_view
 from kelvin_operator.reconcile import NodeResult, Reconciler
 from kelvin_operator.settings import OperatorConfig
+from kelvin_operator.stragglers import gang_moves, gang_of
+from kelvin_operator.strategies import Candidate, Reason
 from opkit import T0, gpu, node, node_obj, pod, proc
 from opkube import EVENTS, PODS, evictions_succeed
 
@@ -141,3 +144,24 @@ async def test_a_gang_move_counts_as_one_eviction_and_dry_run_writes_nothing(
     res = await cycle(rec, kube, hot("n1", "train-0"), T0)
     assert sorted((o.pod, o.result) for o in res.outcomes) == [(f"ml/train-{i}", "evicted") for i in range(4)]
     assert rec.budget.used(T0) == 1
+
+
+def test_jobset_members_are_one_move_and_pods_of_no_gang_stay_single() -> None:
+    def js(name: str, node_name: str, index: int) -> dict[str, Any]:
+        p = pod(name, node=node_name, gpu_indices="0")
+        p["metadata"]["labels"] = {
+            "jobset.sigs.k8s.io/jobset-name": "llm",
+            "jobset.sigs.k8s.io/global-replicas": "2",
+            "jobset.sigs.k8s.io/job-global-index": str(index),
+        }
+        return p
+
+    a, b, plain = js("llm-0", "n1", 0), js("llm-1", "n2", 1), pod("plain", gpu_indices="0")
+    views = {p["metadata"]["name"]: pod_view(p) for p in (a, b, plain)}
+    cands = [Candidate(views[n], Reason.THERMAL, 1.0, "hot") for n in ("llm-0", "plain")]
+    refs = {k: r for p in (a, plain) if (r := gang_of(p, CFG.gang)) is not None for k in [pod_view(p).key]}
+    assert set(refs) == {"ml/llm-0"}  # the plain pod carries no gang marker
+    singles, moves = gang_moves(cands, refs, {"ml/jobset:llm@0": [a, b]})
+    assert [c.pod.key for c in singles] == ["ml/plain"]
+    ((move,),) = [moves]
+    assert move.gang == "ml/jobset:llm@0" and [m.key for m in move.members] == ["ml/llm-0", "ml/llm-1"]
