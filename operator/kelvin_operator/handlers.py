@@ -71,12 +71,6 @@ def _placed_gang_pod(spec: kopf.Spec, annotations: kopf.Annotations, **_: Any) -
     return bool(spec.get("nodeName")) or ann.GANG_PLANNED_NODE in annotations
 
 
-def _gangs(kwargs: Mapping[str, Any]) -> dict[str, list[dict[str, Any]]]:
-    """The ``placed_gangs`` index as gang key -> its ungated members' pods."""
-    placed: kopf.Index[str, Any] | None = kwargs.get("placed_gangs")
-    return {k: [dict(p) for p in v] for k, v in placed.items()} if placed is not None else {}
-
-
 def _gpu_node(body: kopf.Body, **_: Any) -> bool:
     """Nodes worth a cycle: they have GPUs (capacity), or still carry kelvin's thermal taint."""
     capacity = (body.get("status") or {}).get("capacity") or {}
@@ -158,7 +152,8 @@ def build_registry(  # noqa: C901
         rt: Runtime = memo.runtime
         index: kopf.Index[str, Any] = kwargs["pods_by_node"]
         pods = [dict(p) for p in index.get(name, [])]
-        await rt.reconciler.reconcile_node(dict(body), rt.snapshot().node(name), pods, time.time(), _gangs(kwargs))
+        gangs_index: kopf.Index[str, Any] | None = kwargs.get("placed_gangs")  # read only for gangs with a member here
+        await rt.reconciler.reconcile_node(dict(body), rt.snapshot().node(name), pods, time.time(), gangs_index)
         await _plan_gangs(memo, kwargs)
 
     async def _plan_gangs(memo: kopf.Memo, kwargs: dict[str, Any]) -> None:
@@ -173,8 +168,11 @@ def build_registry(  # noqa: C901
         node_labels = _node_labels(kwargs)
         for key in list(gated):
             await loop.run([dict(p) for p in gated.get(key, [])], rt.snapshot(), node_labels, now)
-        for members in _gangs(kwargs).values():
-            await loop.replan(members, rt.snapshot(), node_labels, now)
+        placed: kopf.Index[str, Any] | None = kwargs.get("placed_gangs")
+        for key in list(placed or ()):
+            members = [dict(p) for p in (placed.get(key, []) if placed is not None else [])]
+            if any(not (p.get("spec") or {}).get("nodeName") for p in members):  # a member waits on its plan
+                await loop.replan(members, rt.snapshot(), node_labels, now)
 
     @kopf.index("nodes", id="node_labels", registry=registry)
     def node_labels(name: str, labels: kopf.Labels, **_: Any) -> dict[str, dict[str, str]]:

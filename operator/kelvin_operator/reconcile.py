@@ -12,7 +12,7 @@ fleet scenario.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -100,7 +100,7 @@ class Reconciler:
         gpu_node: GpuNode | None,
         pods: Iterable[Mapping[str, Any]],
         now: float,
-        gangs: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
+        gangs: Mapping[str, Iterable[Mapping[str, Any]]] | None = None,
     ) -> NodeResult:
         """One cycle over ``node_obj``. ``gangs``: gang key -> the pods of its ungated members on every node (the
         operator's ``placed_gangs`` index), so a straggling member's whole gang is moved; without it, a gang's
@@ -160,18 +160,20 @@ class Reconciler:
         return result
 
     def _gangs_here(
-        self, pods: list[Mapping[str, Any]], gangs: Mapping[str, Sequence[Mapping[str, Any]]] | None
+        self, pods: list[Mapping[str, Any]], gangs: Mapping[str, Iterable[Mapping[str, Any]]] | None
     ) -> tuple[dict[str, GangRef], dict[str, list[Mapping[str, Any]]]]:
         """(pod key -> gang, for this node's pods; gang key -> its members' pods: the index's, plus this node's)."""
         by_pod: dict[str, GangRef] = {}
-        members: dict[str, list[Mapping[str, Any]]] = {k: list(v) for k, v in (gangs or {}).items()}
+        members: dict[str, list[Mapping[str, Any]]] = {}
         for p in pods:
             ref = gang_of(p, self.cfg.gang)
             if ref is None:
                 continue
             key = key_of(p)
             by_pod[key] = ref
-            known = members.setdefault(ref.key, [])
+            if ref.key not in members:  # only the gangs with a member here are read from the index
+                members[ref.key] = [dict(q) for q in (gangs.get(ref.key, ()) if gangs is not None else ())]
+            known = members[ref.key]
             if all(key_of(q) != key for q in known):  # in case the index has not seen it yet
                 known.append(p)
         return by_pod, members
