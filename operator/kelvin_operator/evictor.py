@@ -17,6 +17,7 @@ from .limits import EvictionBudget
 from .metrics import OperatorMetrics
 from .pods import PodView
 from .settings import OperatorConfig
+from .stragglers import GangMove
 from .strategies import Candidate
 
 log = logging.getLogger("kelvin.operator.evictor")
@@ -58,6 +59,8 @@ class Evictor:
         #: Per node, the (pod, result) pairs of the repeating outcomes (``pdb_blocked``, ``limited``, ``dry_run``) its
         #: last cycle reported.
         self.reported: dict[str, set[tuple[str, str]]] = {}
+        #: The gangs a dry run already said it would move (their Events are posted once).
+        self.gangs_told: set[str] = set()
 
     @property
     def dry(self) -> str:
@@ -89,6 +92,102 @@ class Evictor:
         else:
             self.reported.pop(node, None)
         return out
+
+    async def act_gang(self, node: str, move: GangMove, now: float) -> list[Outcome]:
+        """Move a running gang as a whole (call ``budget.new_cycle(node)`` before; ``node``: the straggler's).
+
+        The limits count a gang move as one eviction (one job disrupted, whatever its size), charged to the
+        straggler's node and namespace: a gang of four would otherwise never fit the per-namespace default of two.
+        Every member that asks for it (``kelvin.dev/checkpoint: "true"``) gets the checkpoint handshake; the gang is
+        evicted once every one of them has answered or timed out, each member through the Eviction API (a member
+        a PodDisruptionBudget blocks is retried on the next cycle while the straggler stays hot). Dry run: Events
+        only."""
+        c = move.straggler
+        reason = c.reason.value
+        refusal = self.budget.refusal(node, c.pod.namespace, now)
+        if refusal is not None:
+            self.metrics.gang_moves.labels("limited").inc()
+            log.info("not moving gang %s: %s", move.gang, refusal)
+            return [Outcome(m.key, reason, "limited", refusal) for m in move.members]
+        pending: list[Outcome] = []
+        for m in move.members:
+            if not m.wants_checkpoint:
+                continue
+            d = decide(m.annotations, now, self.cfg.checkpoint.timeout_s)
+            if d.step is Step.REQUEST and not self.cfg.dry_run:
+                stamp = format_time(now)
+                try:
+                    await self.kube.annotate_pod(m.namespace, m.name, {ann.CHECKPOINT_REQUESTED: stamp})
+                except KubeError as exc:
+                    log.warning("could not request a checkpoint from %s: %s", m.key, exc)
+                    pending.append(Outcome(m.key, reason, "error", str(exc)))
+                    continue
+                await self.kube.event(
+                    pod_ref(m),
+                    "CheckpointRequested",
+                    f"kelvin will evict this pod with its gang ({move.detail}); checkpoint and answer "
+                    f"{ann.CHECKPOINT_DONE}=<RFC 3339 time> within {self.cfg.checkpoint.timeout_s:g} s",
+                )
+                log.info("checkpoint requested from %s (gang %s) at %s", m.key, move.gang, stamp)
+                pending.append(Outcome(m.key, reason, "checkpoint_requested", move.detail))
+            elif d.step is Step.WAIT:
+                pending.append(
+                    Outcome(m.key, reason, "checkpoint_pending", f"waiting {d.waited_s:.0f} s for checkpoint")
+                )
+        if pending:
+            self.budget.hold_node_slot(node)
+            self.metrics.gang_moves.labels("checkpoint_pending").inc()
+            return pending
+        self.budget.record(node, c.pod.namespace, now)
+        if self.cfg.dry_run:
+            self.metrics.gang_moves.labels("dry_run").inc()
+            told = move.gang in self.gangs_told
+            self.gangs_told.add(move.gang)
+            for m in move.members:
+                self.metrics.evictions.labels(reason, "dry_run", "true").inc()
+                if not told:
+                    await self.kube.event(
+                        pod_ref(m), "KelvinDryRunEviction", f"dry run: would evict ({reason}): {move.detail}"
+                    )
+            (log.debug if told else log.info)("dry run: would move %s", move.detail)
+            return [Outcome(m.key, reason, "dry_run", move.detail) for m in move.members]
+        out = [await self._evict_member(m, reason, move, now) for m in move.members]
+        evicted = sum(o.result in ("evicted", "gone") for o in out)
+        self.metrics.gang_moves.labels("evicted" if evicted == len(out) else "partly").inc()
+        await self.kube.event(
+            pod_ref(c.pod),
+            "GangEvicted",
+            f"{move.detail}: {evicted} of {len(out)} members evicted; the gang is planned again when recreated",
+            warning=evicted != len(out),
+        )
+        log.info("%s: %d of %d members evicted", move.detail, evicted, len(out))
+        return out
+
+    async def _evict_member(self, m: PodView, reason: str, move: GangMove, now: float) -> Outcome:
+        res = await self.kube.evict(m.namespace, m.name)
+        if res.result is EvictResult.EVICTED:
+            self.metrics.evictions.labels(reason, "evicted", "false").inc()
+            how = ""
+            if m.wants_checkpoint:
+                step = decide(m.annotations, now, self.cfg.checkpoint.timeout_s)
+                self.metrics.handshake.labels(step.step.value).observe(step.waited_s)
+                how = f" after the gang's checkpoint handshake ({step.step.value}, {step.waited_s:.0f} s)"
+            await self.kube.event(pod_ref(m), "KelvinEvicted", f"evicted ({reason}){how}: {move.detail}")
+            return Outcome(m.key, reason, "evicted", move.detail)
+        if res.result is EvictResult.PDB_BLOCKED:
+            self.metrics.evictions.labels(reason, "pdb_blocked", "false").inc()
+            await self.kube.event(
+                pod_ref(m),
+                "KelvinEvictionBlocked",
+                f"eviction with its gang ({reason}) refused by a PodDisruptionBudget, will retry: {res.message}",
+                warning=True,
+            )
+            return Outcome(m.key, reason, "pdb_blocked", res.message)
+        if res.result is EvictResult.GONE:
+            return Outcome(m.key, reason, "gone", res.message)
+        self.metrics.evictions.labels(reason, "error", "false").inc()
+        log.warning("eviction of %s (gang %s) failed: %s", m.key, move.gang, res.message)
+        return Outcome(m.key, reason, "error", res.message)
 
     async def _one(self, node: str, c: Candidate, now: float, first: Callable[[PodView, str], bool]) -> Outcome:
         pod, reason = c.pod, c.reason.value

@@ -64,6 +64,13 @@ def _gated_gang_pod(spec: kopf.Spec, **_: Any) -> bool:
     return any(g.get("name") == ann.GANG_SCHEDULING_GATE for g in spec.get("schedulingGates") or [])
 
 
+def _placed_gang_pod(spec: kopf.Spec, annotations: kopf.Annotations, **_: Any) -> bool:
+    """Pods past kelvin's gang gate that may be gang members: planned by kelvin, or bound (the index reads the gang)."""
+    if _gated_gang_pod(spec):
+        return False
+    return bool(spec.get("nodeName")) or ann.GANG_PLANNED_NODE in annotations
+
+
 def _gpu_node(body: kopf.Body, **_: Any) -> bool:
     """Nodes worth a cycle: they have GPUs (capacity), or still carry kelvin's thermal taint."""
     capacity = (body.get("status") or {}).get("capacity") or {}
@@ -121,7 +128,9 @@ def build_registry(  # noqa: C901
         memo.runtime = await start_runtime(cfg)
         # one planner loop per operator, made here: kopf gives every object's handlers a shallow copy of this memo,
         # so an attribute set later in one node's timer would be that node's own, and every node would plan each gang
-        memo.gangs = GangLoop(cfg, operator_kube(cfg, memo.runtime.client), GANG_INTERVAL_S)
+        memo.gangs = GangLoop(
+            cfg, operator_kube(cfg, memo.runtime.client), GANG_INTERVAL_S, memo.runtime.reconciler.metrics
+        )
         log.info(
             "kelvin operator started (dry_run=%s, peering=%s)",
             cfg.dry_run,
@@ -143,7 +152,8 @@ def build_registry(  # noqa: C901
         rt: Runtime = memo.runtime
         index: kopf.Index[str, Any] = kwargs["pods_by_node"]
         pods = [dict(p) for p in index.get(name, [])]
-        await rt.reconciler.reconcile_node(dict(body), rt.snapshot().node(name), pods, time.time())
+        gangs_index: kopf.Index[str, Any] | None = kwargs.get("placed_gangs")  # read only for gangs with a member here
+        await rt.reconciler.reconcile_node(dict(body), rt.snapshot().node(name), pods, time.time(), gangs_index)
         await _plan_gangs(memo, kwargs)
 
     async def _plan_gangs(memo: kopf.Memo, kwargs: dict[str, Any]) -> None:
@@ -158,6 +168,11 @@ def build_registry(  # noqa: C901
         node_labels = _node_labels(kwargs)
         for key in list(gated):
             await loop.run([dict(p) for p in gated.get(key, [])], rt.snapshot(), node_labels, now)
+        placed: kopf.Index[str, Any] | None = kwargs.get("placed_gangs")
+        for key in list(placed or ()):
+            members = [dict(p) for p in (placed.get(key, []) if placed is not None else [])]
+            if any(not (p.get("spec") or {}).get("nodeName") for p in members):  # a member waits on its plan
+                await loop.replan(members, rt.snapshot(), node_labels, now)
 
     @kopf.index("nodes", id="node_labels", registry=registry)
     def node_labels(name: str, labels: kopf.Labels, **_: Any) -> dict[str, dict[str, str]]:
@@ -166,6 +181,11 @@ def build_registry(  # noqa: C901
     @kopf.index("pods", id="gated_gangs", registry=registry, when=_gated_gang_pod)
     def gated_gangs(body: kopf.Body, **_: Any) -> dict[str, dict[str, Any]]:
         member = gang_cycle.gated_member(dict(body), cfg.gang)
+        return {member.ref.key: dict(body)} if member is not None else {}
+
+    @kopf.index("pods", id="placed_gangs", registry=registry, when=_placed_gang_pod)
+    def placed_gangs(body: kopf.Body, **_: Any) -> dict[str, dict[str, Any]]:
+        member = gang_cycle.placed_member(dict(body), cfg.gang)
         return {member.ref.key: dict(body)} if member is not None else {}
 
     if cfg.webhook.enabled:

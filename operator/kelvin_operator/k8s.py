@@ -92,6 +92,10 @@ class OperatorKube:
         """A JSON merge patch of a pod (the gang planner: its plan annotations and its scheduling gates)."""
         await self.client.patch_merge(f"/api/v1/namespaces/{namespace}/pods/{name}", dict(patch))
 
+    async def get_job(self, namespace: str, name: str) -> dict[str, Any]:
+        """A batch/v1 Job (the gang planner reads an Indexed Job's ``spec.parallelism``); raises ``KubeError``."""
+        return await self.client.get(f"/apis/batch/v1/namespaces/{namespace}/jobs/{name}")
+
     async def set_taint(self, node: str, key: str, value: str, effect: str, present: bool) -> bool:
         """Add (``present``) or remove the taint ``key``; returns whether the node changed.
 

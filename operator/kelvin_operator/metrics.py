@@ -8,6 +8,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 EVICTION_REASONS = ("thermal", "noisy_neighbor", "memory_pool")
 EVICTION_RESULTS = ("evicted", "pdb_blocked", "error", "dry_run", "limited")
+GANG_REPLAN_OUTCOMES = ("replanned", "waiting")
+GANG_MOVE_RESULTS = ("evicted", "partly", "checkpoint_pending", "protected", "limited", "dry_run")
 HANDSHAKE_BUCKETS = (5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0)
 
 
@@ -49,6 +51,22 @@ class OperatorMetrics:
             ["webhook", "result"],
             registry=r,
         )
+        self.gang_replans = Counter(
+            "kelvin_operator_gang_replans",
+            "Gang plans found stale before every member bound, by outcome (re-planned, or waiting for room).",
+            ["outcome"],
+            registry=r,
+        )
+        self.gang_moves = Counter(
+            "kelvin_operator_gang_moves",
+            "Running gangs with a straggling member handled as a whole, by result.",
+            ["result"],
+            registry=r,
+        )
+        for outcome in GANG_REPLAN_OUTCOMES:
+            self.gang_replans.labels(outcome)
+        for result in GANG_MOVE_RESULTS:
+            self.gang_moves.labels(result)
         for reason in EVICTION_REASONS:
             for result in EVICTION_RESULTS:
                 for dry in ("true", "false"):

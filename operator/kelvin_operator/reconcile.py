@@ -1,4 +1,7 @@
-"""One cycle over one node: hotness -> taint -> strategies -> planner -> evictor.
+"""One cycle over one node: hotness -> taint -> strategies -> gang moves / planner -> evictor.
+
+A thermal candidate that is a member of a non-elastic gang is not evicted alone: the gang is moved as a whole
+(:mod:`kelvin_operator.stragglers`, :meth:`Evictor.act_gang`), with its members from the operator's gang index.
 
 The reconciler holds the little state the operator keeps in memory (hotness per node, first-seen times of pool
 violations, the eviction budget). Hotness is re-derived from the node's taint after a restart; the checkpoint
@@ -14,9 +17,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from scheduler_plugin import hotness
+from scheduler_plugin.gang import GangRef
 from scheduler_plugin.kubeapi import KubeError
 from scheduler_plugin.model import annotations as ann
 from scheduler_plugin.model.gpu import GpuNode
+from scheduler_plugin.model.pod import key_of
 
 from .evictor import Evictor, Outcome, pod_ref
 from .k8s import Kube, ObjectRef
@@ -25,6 +30,7 @@ from .metrics import OperatorMetrics
 from .planner import Protected, plan
 from .pods import PodView, pod_view
 from .settings import OperatorConfig, PoolMode
+from .stragglers import GangMove, gang_moves, gang_of, move_protection
 from .strategies import Candidate, PoolViolation, memory_pools, noisy_neighbours, pool_candidates, thermal
 
 log = logging.getLogger("kelvin.operator")
@@ -40,6 +46,8 @@ class NodeResult:
     protected: list[Protected] = field(default_factory=list)
     violations: list[PoolViolation] = field(default_factory=list)
     outcomes: list[Outcome] = field(default_factory=list)
+    moves: list[GangMove] = field(default_factory=list)
+    """Gangs moved (or kept, when protected) as a whole this cycle."""
 
 
 def has_thermal_taint(node_obj: Mapping[str, Any]) -> bool:
@@ -72,6 +80,8 @@ class Reconciler:
         #: Per node, the (pod, eviction reason) pairs kept last cycle because the pod is protected: each is logged at
         #: INFO once per episode (while it stays a protected candidate), at DEBUG on the cycles after.
         self.protected_seen: dict[str, set[tuple[str, str]]] = {}
+        #: The (gang, why) pairs of gangs kept whole because a member is protected (logged at INFO once per episode).
+        self.gangs_kept: set[tuple[str, str]] = set()
 
     def _state(self, name: str, node_obj: Mapping[str, Any], now: float) -> hotness.NodeHotness:
         st = self.states.get(name)
@@ -90,7 +100,12 @@ class Reconciler:
         gpu_node: GpuNode | None,
         pods: Iterable[Mapping[str, Any]],
         now: float,
+        gangs: Mapping[str, Iterable[Mapping[str, Any]]] | None = None,
     ) -> NodeResult:
+        """One cycle over ``node_obj``. ``gangs``: gang key -> the pods of its ungated members on every node (the
+        operator's ``placed_gangs`` index), so a straggling member's whole gang is moved; without it, a gang's
+        members known are the ones on this node."""
+        pods = list(pods)
         name = str((node_obj.get("metadata") or {}).get("name") or (gpu_node.name if gpu_node else ""))
         fresh = (
             gpu_node is not None
@@ -125,12 +140,43 @@ class Reconciler:
             candidates += pool_candidates(result.violations)
         except Exception:
             log.exception("node %s: the memory-pool strategy failed; skipped this cycle", name)
-        ranked, protected = plan(candidates, now, self.cfg.protection)
-        result.candidates, result.protected = ranked, protected
+        singles, moves = gang_moves(candidates, *self._gangs_here(pods, gangs))
+        ranked, protected = plan(singles, now, self.cfg.protection)
+        result.candidates, result.protected, result.moves = ranked, protected, moves
         self._report_protected(name, protected)
         self.budget.new_cycle(name)
-        result.outcomes = await self.evictor.act(name, ranked, now)
+        kept: set[tuple[str, str]] = set()
+        for move in moves:  # thermal, the most urgent reason: before the single evictions
+            why = move_protection(move, now, self.cfg.protection)
+            if why is not None:
+                self.metrics.gang_moves.labels("protected").inc()
+                say = log.debug if (move.gang, why) in self.gangs_kept else log.info  # INFO once per episode
+                say("keeping gang %s whole on its nodes: %s; %s", move.gang, why, move.detail)
+                kept.add((move.gang, why))
+                continue
+            result.outcomes += await self.evictor.act_gang(name, move, now)
+        self.gangs_kept = (self.gangs_kept - {k for k in self.gangs_kept if k[0] in {m.gang for m in moves}}) | kept
+        result.outcomes += await self.evictor.act(name, ranked, now)
         return result
+
+    def _gangs_here(
+        self, pods: list[Mapping[str, Any]], gangs: Mapping[str, Iterable[Mapping[str, Any]]] | None
+    ) -> tuple[dict[str, GangRef], dict[str, list[Mapping[str, Any]]]]:
+        """(pod key -> gang, for this node's pods; gang key -> its members' pods: the index's, plus this node's)."""
+        by_pod: dict[str, GangRef] = {}
+        members: dict[str, list[Mapping[str, Any]]] = {}
+        for p in pods:
+            ref = gang_of(p, self.cfg.gang)
+            if ref is None:
+                continue
+            key = key_of(p)
+            by_pod[key] = ref
+            if ref.key not in members:  # only the gangs with a member here are read from the index
+                members[ref.key] = [dict(q) for q in (gangs.get(ref.key, ()) if gangs is not None else ())]
+            known = members[ref.key]
+            if all(key_of(q) != key for q in known):  # in case the index has not seen it yet
+                known.append(p)
+        return by_pod, members
 
     def _report_protected(self, name: str, protected: list[Protected]) -> None:
         """A pod kelvin would evict but must not: INFO with the reason when it starts being kept, DEBUG after."""

@@ -10,23 +10,36 @@ minimum number of members exists, :func:`plan_gang` plans all of them at once an
 * on failure, nothing for the pods (they stay gated and hold nothing) and an Event's reason (``unresolvable``
   when no domain could ever hold the gang).
 
-A plan whose node disappeared or turned hot before the member bound is found by :func:`stale_members`.
+A plan that went stale before the member bound (its node disappeared, turned hot or is predicted hot, or its GPUs
+were taken) is found by :func:`stale_plans` and replaced by :func:`replan_gang`. A scheduling gate cannot be added
+back once removed (the API server refuses a pod update that adds one), so a stale member stays ungated meanwhile:
+the extender's planned-node filter refuses it every node while its planned node is gone or hot, and the re-plan's
+annotation update puts it back in kube-scheduler's active queue.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..model import FleetArrays, GpuRequest, RequestError, parse_pod
+import numpy as np
+import numpy.typing as npt
+
+from ..hotness import trigger_mask
+from ..model import FleetArrays, GpuNode, GpuRequest, RequestError, parse_pod
 from ..model import annotations as ann
+from ..model.claim import charged_milli, claim_of, parse_gpu_indices
+from ..model.gpu import MILLI_PER_GPU
 from ..model.pod import key_of, pod_key
+from ..model.snapshot import Snapshot
 from ..policies.base import CycleContext
 from .levels import GangPolicy
 from .planner import Gang, GangPlan, GangPlanner, Member, PlanFailure
-from .readers import GangError, GangRef, read_gang
-from .topology import Domains
+from .readers import GangError, GangRef, TopologyAsk, read_gang
+from .topology import Domains, build_domains
+
+BoolA = npt.NDArray[np.bool_]
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +93,8 @@ class Decision:
     """Fewer members than the gang's size exist yet: not planned, no Event."""
     unresolvable: bool = False
     plan: GangPlan | None = None
+    stale: Mapping[str, str] = field(default_factory=dict)
+    """A re-planning decision (:func:`replan_gang`): pod key -> why its plan went stale (empty for a first plan)."""
 
 
 def _patch(pod_gates: Sequence[Mapping[str, Any]], node: str, gpus: tuple[int, ...]) -> dict[str, Any]:
@@ -139,3 +154,229 @@ def stale_members(pods: Iterable[Mapping[str, Any]], fleet: FleetArrays, hot: Se
         if row is None or hot[row]:
             out.append(key_of(pod))
     return out
+
+
+# --- stale plans ---------------------------------------------------------------------------------------------------
+
+_DONE = ("Succeeded", "Failed")
+
+
+@dataclass(frozen=True, slots=True)
+class PlacedMember:
+    """A gang member past its gate: planned (``planned`` node and ``gpus``) and maybe bound (``bound``: its node)."""
+
+    namespace: str
+    name: str
+    ref: GangRef
+    request: GpuRequest
+    planned: str | None
+    gpus: tuple[int, ...]
+    bound: str | None
+
+    @property
+    def key(self) -> str:
+        return pod_key(self.namespace, self.name)
+
+
+def placed_member(pod: Mapping[str, Any], policy: GangPolicy) -> PlacedMember | None:
+    """The pod as an ungated, live gang member (planned by kelvin or bound), else ``None``."""
+    if is_gated(pod):
+        return None
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    if meta.get("deletionTimestamp") or (pod.get("status") or {}).get("phase") in _DONE:
+        return None
+    annotations = meta.get("annotations") or {}
+    planned = annotations.get(ann.GANG_PLANNED_NODE)
+    bound = spec.get("nodeName")
+    if not planned and not bound:
+        return None
+    try:
+        ref = read_gang(pod, policy)
+        req = parse_pod(pod)
+    except (GangError, RequestError):
+        return None
+    if ref is None:
+        return None
+    gpus = parse_gpu_indices(annotations.get(ann.GANG_PLANNED_GPUS)) or ()
+    return PlacedMember(
+        str(meta.get("namespace") or "default"),
+        str(meta.get("name") or ""),
+        ref,
+        req,
+        str(planned) if planned else None,
+        tuple(gpus),
+        str(bound) if bound else None,
+    )
+
+
+def thermal_masks(planner: GangPlanner, fleet: FleetArrays, ctx: CycleContext) -> tuple[BoolA, BoolA]:
+    """Per fleet row: (hot now by the planner's ``hotness`` rule, predicted hot under load: thermal quality below
+    ``gang.minThermalQuality``), the two reasons the planner keeps a gang member off a node."""
+    hot = np.asarray(trigger_mask(fleet, planner.hotness).any(axis=1), dtype=np.bool_)
+    quality = planner.node_quality(planner.fw.view(fleet, ctx))
+    return hot, np.asarray(quality < planner.policy.min_thermal_quality, dtype=np.bool_)
+
+
+def _taken_by(node: GpuNode, member: PlacedMember, own: set[str]) -> str | None:
+    """Another pod holding the member's planned GPUs on ``node`` (so the member no longer fits them), or ``None``;
+    what each claim occupies is its charge on the GPU (:func:`~scheduler_plugin.model.claim.charged_milli`)."""
+    want = claim_of(member.request, member.gpus)
+    for g in node.gpus:
+        if g.index not in member.gpus:
+            continue
+        others = [a for a in node.assignments if g.index in a.gpu_indices and a.pod_key not in own]
+        used = sum(charged_milli(a, g.memory_total_bytes) for a in others)
+        if others and used + charged_milli(want, g.memory_total_bytes) > MILLI_PER_GPU:
+            return others[0].pod_key
+    return None
+
+
+def stale_plans(
+    members: Iterable[PlacedMember],
+    snapshot: Snapshot,
+    hot: Sequence[bool] | BoolA,
+    predicted: Sequence[bool] | BoolA,
+) -> dict[str, str]:
+    """Pod key -> why its plan went stale, for the planned, not yet bound ``members`` whose planned node is gone from
+    the snapshot, hot (``hot``: per fleet row), predicted hot (``predicted``), or whose planned GPUs another pod
+    holds. Members bound already, or whose plan still holds, are not in it."""
+    ms = list(members)
+    own = {m.key for m in ms}
+    out: dict[str, str] = {}
+    for m in ms:
+        if m.bound or m.planned is None:
+            continue
+        row = snapshot.arrays.index.get(m.planned)
+        node = snapshot.node(m.planned)
+        if row is None or node is None:
+            out[m.key] = f"{m.key}: its planned node {m.planned} is gone"
+        elif hot[row]:
+            out[m.key] = f"{m.key}: its planned node {m.planned} is hot"
+        elif predicted[row]:
+            out[m.key] = f"{m.key}: its planned node {m.planned} is predicted hot under load"
+        elif (other := _taken_by(node, m, own)) is not None:
+            gpus = ",".join(map(str, m.gpus))
+            out[m.key] = f"{m.key}: its planned GPUs {gpus} on {m.planned} are taken by {other}"
+    return out
+
+
+def _without(snapshot: Snapshot, keys: set[str], keep: Callable[[GpuNode], bool] = lambda _: True) -> Snapshot:
+    """``snapshot`` restricted to the nodes ``keep`` accepts, with the assignments of the pods ``keys`` removed (a
+    stale plan's own capacity is free for its re-plan)."""
+    nodes = []
+    for nd in snapshot.nodes:
+        if not keep(nd):
+            continue
+        if any(a.pod_key in keys for a in nd.assignments):
+            nd = replace(nd, assignments=tuple(a for a in nd.assignments if a.pod_key not in keys))
+        nodes.append(nd)
+    return Snapshot(nodes=tuple(nodes), taken_at=snapshot.taken_at, source=snapshot.source)
+
+
+def _annotations_patch(node: str, gpus: tuple[int, ...]) -> dict[str, Any]:
+    text = ",".join(map(str, gpus))
+    return {"metadata": {"annotations": {ann.GANG_PLANNED_NODE: node, ann.GANG_PLANNED_GPUS: text}}}
+
+
+def replan_gang(
+    pods: Sequence[Mapping[str, Any]],
+    planner: GangPlanner,
+    snapshot: Snapshot,
+    labels_of: Callable[[GpuNode], Mapping[str, str]],
+    now: float,
+) -> Decision | None:
+    """Re-plan the gang of ``pods`` (its ungated members: planned, bound) when the plan of a member not yet bound
+    went stale (:func:`stale_plans`); ``None`` when nothing is stale. ``labels_of``: a node's labels (the levels').
+
+    A gang is never half-bound:
+
+    * no member bound yet: the whole gang is planned again, as at first (its stale plan's capacity freed);
+    * some bound: only the unbound members are planned, in the tightest domain around the bound members that holds
+      them (up to the asked level for ``required=``, up to the cluster for ``preferred=``); when none does, nothing
+      is written: the unbound members wait (the extender refuses a plan on a gone or hot node) and the gang is
+      retried every pass, the bound ones are not evicted (a running job is not stopped for a plan that may fit a
+      few seconds later).
+
+    The patches carry the new plan annotations only: the gate is gone already and cannot be put back."""
+    members = [m for p in pods if (m := placed_member(p, planner.policy)) is not None]
+    if not members:
+        return None
+    key = members[0].ref.key
+    members = [m for m in members if m.ref.key == key]
+    unbound = [m for m in members if m.bound is None]
+    if not unbound:
+        return None
+    fw = planner.fw
+    fleet = snapshot.arrays
+    hot, predicted = thermal_masks(planner, fleet, fw.context(fleet, now))
+    stale = stale_plans(unbound, snapshot, hot, predicted)
+    if not stale:
+        return None
+    if fw.ledger is not None:  # the stale plan's own assumed capacity is free for its re-plan
+        for m in unbound:
+            fw.ledger.forget(m.key)
+    keys = {m.key for m in unbound}
+    bound_nodes = [m.bound for m in members if m.bound is not None]
+    why = "; ".join(stale[k] for k in sorted(stale))
+    ask = members[0].ref.topology
+    sub: list[tuple[Snapshot, TopologyAsk | None]]
+    if not bound_nodes:
+        sub = [(_without(snapshot, keys), ask)]
+    else:
+        sub = _around(snapshot, keys, bound_nodes, labels_of, planner.policy, ask)
+    gang = Gang(key, tuple(Member(m.key, m.request, m.ref.index) for m in unbound), ask)
+    failure: PlanFailure | None = None
+    for snap, sub_ask in sub:
+        sfleet = snap.arrays
+        domains = build_domains(sfleet.names, [labels_of(nd) for nd in snap.nodes], planner.policy)
+        result = planner.plan(replace(gang, topology=sub_ask), sfleet, domains, fw.context(sfleet, now))
+        if isinstance(result, GangPlan):
+            patches = {p.member: _annotations_patch(p.node, p.gpus) for p in result.placements}
+            nodes = ", ".join(dict.fromkeys(result.nodes))
+            kept = f"; {len(bound_nodes)} bound member(s) kept" if bound_nodes else ""
+            reason = (
+                f"gang {key} re-planned ({why}): {len(result.placements)} members planned in {result.level} "
+                f"{result.domain} ({nodes}){kept}"
+            )
+            return Decision(key, patches, reason, True, plan=result, stale=stale)
+        failure = result
+    where = " next to its bound members" if bound_nodes else ""
+    detail = f": {failure.reason}" if failure is not None else ": its bound members are spread past the asked level"
+    reason = f"gang {key}: stale plan ({why}) cannot be re-planned{where} now{detail}"
+    return Decision(key, {}, reason, False, stale=stale)
+
+
+def _around(
+    snapshot: Snapshot,
+    keys: set[str],
+    bound: Sequence[str],
+    labels_of: Callable[[GpuNode], Mapping[str, str]],
+    policy: GangPolicy,
+    ask: TopologyAsk | None,
+) -> list[tuple[Snapshot, TopologyAsk | None]]:
+    """The sub-fleets to re-plan unbound members in, tightest first: per level from the innermost that holds every
+    bound member in one domain, out to the asked level (``required=``) or the cluster, that domain's nodes."""
+    fleet = snapshot.arrays
+    domains = build_domains(fleet.names, [labels_of(nd) for nd in snapshot.nodes], policy)
+    rows = [fleet.index[n] for n in bound if n in fleet.index]
+    if not rows:
+        return []
+    last = domains.level_index(ask.level) if ask is not None and ask.required else len(domains.levels) - 1
+    out: list[tuple[Snapshot, TopologyAsk | None]] = []
+    seen: set[frozenset[str]] = set()
+    for lv in range(last + 1):
+        ids = domains.ids[lv]
+        if len({int(ids[r]) for r in rows}) != 1:
+            continue
+        dom = int(ids[rows[0]])
+        names = frozenset(n for i, n in enumerate(fleet.names) if int(ids[i]) == dom)
+        if names in seen:
+            continue
+        seen.add(names)
+        out.append((_without(snapshot, keys, _in(names)), None))
+    return out
+
+
+def _in(names: frozenset[str]) -> Callable[[GpuNode], bool]:
+    return lambda nd: nd.name in names

@@ -20,6 +20,7 @@ GANG = PREFIX + "gang"  # the gang's name, unique in its namespace: "llama-70b"
 GANG_SIZE = PREFIX + "gang-size"  # members that must all be placed at once, a positive integer: "4"
 GANG_TOPOLOGY = PREFIX + "gang-topology"  # "required=<level>" | "preferred=<level>" (levels: the policy's gang:)
 GANG_INDEX = PREFIX + "gang-index"  # the member's rank, 0..size-1, when no Job/JobSet/LWS index says it
+GANG_ELASTIC = PREFIX + "gang-elastic"  # "true": a straggling member is moved alone, not the whole gang
 
 # Pod annotations read by the operator (set by users)
 EVICTABLE = PREFIX + "evictable"  # "false" protects the pod from kelvin's evictions

@@ -2,6 +2,10 @@
 on gate every member, ``kelvin operator`` plans the whole gang (annotations, gate lifted), kube-scheduler with
 kelvin's extender binds each member to its planned node and GPUs. What the API server shows of the pods afterwards.
 
+Two scenarios heat a node of the shared fleet through its fake exporter (the suite's telemetry, reset after each):
+a planned node turning hot before the members bind (the gang is re-planned in the other rack), and a running gang
+whose member's node turns hot (every member checkpointed, then the whole gang evicted through the Eviction API).
+
 The shared fake fleet (tests/e2e/fleet.py) is labelled into two racks of two 8-GPU nodes for the module
 (:data:`RACKS`, the policy's ``gang.levels``), and unlabelled again at the end. The preemption scenario's tainted
 node carries no rack label: at the rack level it is its own domain of 8 GPUs, too small for every gang here.
@@ -10,6 +14,7 @@ node carries no rack label: at the rack level it is its own domain of 8 GPUs, to
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
+from scheduler_plugin.model.times import format_time
 from tests.e2e.api import wait_for
 from tests.e2e.cluster import LoopbackCluster, Process
 from tests.e2e.kelvin_scheduler import KelvinScheduler
@@ -99,6 +105,8 @@ def gang_operator(
             "KELVIN_OPERATOR_WEBHOOK__HOST": "127.0.0.1",
             "KELVIN_OPERATOR_WEBHOOK__CERTFILE": str(adm.serving.cert),
             "KELVIN_OPERATOR_WEBHOOK__PKEYFILE": str(adm.serving.key),
+            # the straggler scenario evicts its bare pods (nothing recreates them; the test checks the eviction)
+            "KELVIN_OPERATOR_PROTECTION__ALLOW_BARE_PODS": "true",
         }
         replica = start_operator(cluster, GpuState(telemetry), workdir / "operator", "gangs", settings=settings)
         try:
@@ -116,11 +124,19 @@ def gang_operator(
             replica.stop()
 
 
-def member(name: str, gang: str, size: int, index: int, gpus: int, topology: str | None = None) -> dict[str, Any]:
+def member(
+    name: str,
+    gang: str,
+    size: int,
+    index: int,
+    gpus: int,
+    topology: str | None = None,
+    extra: dict[str, str] | None = None,
+) -> dict[str, Any]:
     annotations = {"kelvin.dev/gang": gang, "kelvin.dev/gang-size": str(size), "kelvin.dev/gang-index": str(index)}
     if topology is not None:
         annotations["kelvin.dev/gang-topology"] = topology
-    return gpu_pod(name, gpus, annotations)
+    return gpu_pod(name, gpus, {**annotations, **(extra or {})})
 
 
 def _pods(cluster: LoopbackCluster, namespace: str) -> dict[str, dict[str, Any]]:
@@ -251,5 +267,152 @@ def test_leaderworkerset_group_is_placed_together_in_one_rack(
             assert sorted(assigned(p)) == list(range(8))
         (planned,) = _events(cluster, namespace, "GangPlanned")
         assert f"gang {namespace}/leaderworkerset:vllm-0: 2 members planned in rack" in planned["message"], planned
+    finally:
+        released(cluster, namespace)
+
+
+HOLD = "e2e.kelvin.dev/hold"  # a scheduling gate of the test's own: planned members stay unbound until it goes
+HOT_C = 90  # past the hot threshold (83 °C) and the slowdown margin
+THERMAL_TAINT = "kelvin.dev/thermal"
+
+
+@contextlib.contextmanager
+def heated(cluster: LoopbackCluster, telemetry: Telemetry, node: str) -> Iterator[GpuState]:
+    """GPU 0 of ``node`` at :data:`HOT_C` (scraped), cooled again at the end and its thermal taint gone (the operator
+    lifts it once the node stays cool for its hold time), so the next scenario finds the fleet as it was."""
+    gpus = GpuState(telemetry)
+    gpus.temperature(node, 0, HOT_C)
+    try:
+        yield gpus
+    finally:
+        gpus.reset()
+
+        def untainted() -> bool:
+            taints = cluster.api.get(f"/api/v1/nodes/{node}")["spec"].get("taints") or []
+            return not any(t.get("key") == THERMAL_TAINT for t in taints)
+
+        wait_for(f"the thermal taint of {node} lifted", untainted, 90, 0.5)
+
+
+def _planned(pods: dict[str, dict[str, Any]], names: list[str]) -> dict[str, str] | None:
+    found: dict[str, str] = {}
+    for n in names:
+        node = (pods.get(n, {}).get("metadata", {}).get("annotations") or {}).get(PLANNED_NODE)
+        if not node:
+            return None
+        found[n] = str(node)
+    return found
+
+
+def test_a_planned_node_turning_hot_before_binding_is_replanned_never_half_bound(
+    cluster: LoopbackCluster,
+    kelvin_scheduler: KelvinScheduler,
+    gang_operator: Process,
+    telemetry: Telemetry,
+    namespace: str,
+) -> None:
+    """2 members x 8 GPUs, ``required=rack``, held unbound by a gate of the test's own after kelvin plans them (and
+    lifts only its own gate). One planned node turns hot: its rack has one cool node left, so the operator re-plans
+    the whole gang into the other rack (``GangReplanned`` naming the hot node). Once the test's gate goes, every
+    member binds on its new plan, all in one rack, none on the hot node."""
+    names = ["replan-0", "replan-1"]
+    for i, name in enumerate(names):
+        body = member(name, "replan", 2, i, 8, "required=rack")
+        body["spec"]["schedulingGates"] = [{"name": HOLD}]
+        cluster.api.create(f"/api/v1/namespaces/{namespace}/pods", body)
+    try:
+        first = wait_for("the gang planned", lambda: _planned(_pods(cluster, namespace), names), 60)
+        pods = _pods(cluster, namespace)
+        for n in names:  # kelvin's gate lifted, the test's kept: nothing is bound yet
+            assert [g["name"] for g in pods[n]["spec"].get("schedulingGates") or []] == [HOLD], pods[n]["spec"]
+            assert not pods[n]["spec"].get("nodeName")
+        (old_rack,) = {RACK_OF[n] for n in first.values()}
+        hot = first[names[0]]
+        with heated(cluster, telemetry, hot):
+
+            def replanned() -> dict[str, str] | None:
+                if not gang_operator.alive():
+                    pytest.fail(f"kelvin operator exited:\n{gang_operator.tail()}")
+                now = _planned(_pods(cluster, namespace), names)
+                return now if now is not None and hot not in now.values() else None
+
+            second = wait_for("the gang re-planned off the hot node", replanned, 60)
+            assert {RACK_OF[n] for n in second.values()} == {next(r for r in RACKS if r != old_rack)}, second
+            (event,) = _events(cluster, namespace, "GangReplanned")
+            assert f"its planned node {hot} is hot" in event["message"], event
+            assert f"gang {namespace}/kelvin:replan re-planned" in event["message"], event
+            for n in names:  # release the test's gate: the members bind on the new plan
+                cluster.api.merge_patch(f"/api/v1/namespaces/{namespace}/pods/{n}", {"spec": {"schedulingGates": []}})
+            pods = all_bound(cluster, namespace, names, kelvin_scheduler, gang_operator)
+            nodes = {n: pods[n]["spec"]["nodeName"] for n in names}
+            assert nodes == second, (nodes, second)
+            assert hot not in nodes.values() and len({RACK_OF[v] for v in nodes.values()}) == 1, nodes
+            _no_gpu_twice([pods[n] for n in names])
+    finally:
+        released(cluster, namespace)
+
+
+def test_a_running_gang_with_a_member_on_a_node_turning_hot_is_checkpointed_and_evicted_whole(
+    cluster: LoopbackCluster,
+    kelvin_scheduler: KelvinScheduler,
+    gang_operator: Process,
+    telemetry: Telemetry,
+    namespace: str,
+) -> None:
+    """2 members x 8 GPUs bound in one rack, both asking for the checkpoint handshake. GPU 0 of member 0's node turns
+    hot: the operator asks *every* member to checkpoint (its peer on the cool node too), evicts none of them before
+    both have answered, then evicts the whole gang through the Eviction API (``KelvinEvicted`` on each, one
+    ``GangEvicted``), never the straggler alone."""
+    names = ["strag-0", "strag-1"]
+    for i, name in enumerate(names):
+        body = member(name, "strag", 2, i, 8, "required=rack", extra={"kelvin.dev/checkpoint": "true"})
+        cluster.api.create(f"/api/v1/namespaces/{namespace}/pods", body)
+    pods = all_bound(cluster, namespace, names, kelvin_scheduler, gang_operator)
+    uids = {n: pods[n]["metadata"]["uid"] for n in names}
+    hot = pods[names[0]]["spec"]["nodeName"]
+    try:
+        with heated(cluster, telemetry, hot):
+
+            def asked() -> dict[str, dict[str, Any]] | None:
+                if not gang_operator.alive():
+                    pytest.fail(f"kelvin operator exited:\n{gang_operator.tail()}")
+                now = _pods(cluster, namespace)
+                got = [(now.get(n, {}).get("metadata", {}).get("annotations") or {}) for n in names]
+                return now if all("kelvin.dev/checkpoint-requested" in a for a in got) else None
+
+            now = wait_for("a checkpoint asked of every member", asked, 90)
+            # nobody has answered: the gang is still whole, none of it evicted
+            assert all(now[n]["metadata"]["uid"] == uids[n] and not now[n]["metadata"].get("deletionTimestamp")
+                       for n in names), now  # fmt: skip
+            assert not _events(cluster, namespace, "KelvinEvicted")
+            done = format_time(time.time() + 1)
+            for n in names:  # both workloads answer, as examples/checkpoint_training_loop.py does
+                cluster.api.merge_patch(
+                    f"/api/v1/namespaces/{namespace}/pods/{n}",
+                    {"metadata": {"annotations": {"kelvin.dev/checkpoint-done": done}}},
+                )
+
+            def evicted() -> list[dict[str, Any]] | None:
+                found = _events(cluster, namespace, "KelvinEvicted")
+                return found if {e["involvedObject"]["name"] for e in found} == set(names) else None
+
+            events = wait_for("every member evicted", evicted, 90)
+            assert all("gang's checkpoint handshake" in e["message"] for e in events), events
+            (gang_event,) = _events(cluster, namespace, "GangEvicted")
+            assert f"gang {namespace}/kelvin:strag moved as a whole (2 members)" in gang_event["message"], gang_event
+            assert "2 of 2 members evicted" in gang_event["message"], gang_event
+            asks = {e["involvedObject"]["name"] for e in _events(cluster, namespace, "CheckpointRequested")}
+            assert asks == set(names), asks
+
+            def gone() -> bool:
+                left = _pods(cluster, namespace)
+                return all(
+                    n not in left
+                    or left[n]["metadata"]["uid"] != uids[n]
+                    or left[n]["metadata"].get("deletionTimestamp")
+                    for n in names
+                )
+
+            wait_for("the evicted members terminating", gone, 60)
     finally:
         released(cluster, namespace)

@@ -4,6 +4,7 @@ assumed; a gang that cannot fit holds nothing and gets one Warning Event per rea
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from kelvin_operator.gang_loop import GangLoop
@@ -11,18 +12,27 @@ from kelvin_operator.k8s import ObjectRef
 from kelvin_operator.settings import OperatorConfig
 
 from scheduler_plugin.gang import GangPolicy
+from scheduler_plugin.kubeapi import KubeError
 from scheduler_plugin.model import annotations as ann
 from scheduler_plugin.model.snapshot import Snapshot
-from tests.fleet_helpers import NOW
+from tests.fleet_helpers import NOW, dgx
 from tests.gang.gang_helpers import rack
 
 GANG = GangPolicy.model_validate({"levels": [{"name": "rack", "label": "kelvin.dev/rack"}]})
 
 
 class FakeKube:
-    def __init__(self) -> None:
+    def __init__(self, jobs: Mapping[str, Mapping[str, Any]] | None = None) -> None:
         self.patches: list[tuple[str, str, Mapping[str, Any]]] = []
         self.events: list[tuple[str, str, str, bool]] = []
+        self.jobs = dict(jobs or {})
+        self.job_reads: list[str] = []
+
+    async def get_job(self, namespace: str, name: str) -> Mapping[str, Any]:
+        self.job_reads.append(f"{namespace}/{name}")
+        if f"{namespace}/{name}" not in self.jobs:
+            raise KubeError(404, f'jobs.batch "{name}" not found')
+        return self.jobs[f"{namespace}/{name}"]
 
     async def patch_pod(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
         self.patches.append((namespace, name, patch))
@@ -50,8 +60,8 @@ def member(i: int, gang: str = "llama", size: int = 4) -> dict[str, Any]:
     }
 
 
-def loop(**cfg: Any) -> tuple[GangLoop, FakeKube]:
-    kube = FakeKube()
+def loop(jobs: Mapping[str, Mapping[str, Any]] | None = None, **cfg: Any) -> tuple[GangLoop, FakeKube]:
+    kube = FakeKube(jobs)
     return GangLoop(OperatorConfig(standalone=True, metrics_port=0, gang=GANG, **cfg), kube), kube
 
 
@@ -96,3 +106,91 @@ async def test_an_incomplete_gang_waits_and_dry_run_writes_nothing() -> None:
 def test_a_planning_pass_is_due_at_most_once_per_interval() -> None:
     gl, _ = loop()
     assert gl.due(100.0) and not gl.due(102.0) and gl.due(105.0)
+
+
+def job_pod(i: int, job: str = "train") -> dict[str, Any]:
+    """A pod of an Indexed Job as the Job controller creates it: no kelvin annotation, its owner the Job."""
+    return {
+        "metadata": {
+            "name": f"{job}-{i}-x",
+            "namespace": "ml",
+            "labels": {"batch.kubernetes.io/job-name": job, "batch.kubernetes.io/job-completion-index": str(i)},
+            "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": job, "uid": "j", "controller": True}],
+        },
+        "spec": {
+            "schedulingGates": [{"name": ann.GANG_SCHEDULING_GATE}],
+            "containers": [{"name": "main", "resources": {"limits": {"nvidia.com/gpu": 8}}}],
+        },
+    }
+
+
+async def test_an_indexed_jobs_gang_size_is_its_parallelism_read_from_the_job() -> None:
+    snap = Snapshot(nodes=tuple(rack("a", 4)), taken_at=NOW)
+    gl, kube = loop(jobs={"ml/train": {"spec": {"parallelism": 3, "completions": 3}}})
+    d = await gl.run([job_pod(0), job_pod(1)], snap, {}, NOW)
+    assert d is not None and d.waiting and "2 of 3 members" in d.reason and kube.job_reads == ["ml/train"]
+    d = await gl.run([job_pod(i) for i in range(3)], snap, {}, NOW)
+    assert d is not None and d.planned and len(kube.patches) == 3
+
+
+async def test_a_job_that_cannot_be_read_keeps_the_gang_gated_with_one_warning() -> None:
+    snap = Snapshot(nodes=tuple(rack("a", 4)), taken_at=NOW)
+    gl, kube = loop()
+    for _ in range(2):
+        d = await gl.run([job_pod(i) for i in range(3)], snap, {}, NOW)
+        assert d is not None and d.waiting and not d.planned
+    assert kube.patches == []
+    ((name, reason, message, warning),) = kube.events
+    assert (name, reason, warning) == ("train-0-x", "GangSizeUnknown", True)
+    assert "its Job ml/train is not found" in message and "kelvin.dev/gang-size" in message
+
+
+def planned(i: int, node: str, *, bound: bool = False) -> dict[str, Any]:
+    p = member(i)
+    p["spec"]["schedulingGates"] = []
+    p["metadata"]["annotations"].update({ann.GANG_PLANNED_NODE: node, ann.GANG_PLANNED_GPUS: "0,1,2,3,4,5,6,7"})
+    if bound:
+        p["spec"]["nodeName"] = node
+    return p
+
+
+async def test_a_stale_plan_is_replanned_with_an_event_and_a_metric() -> None:
+    nodes = [*rack("a", 4), *rack("b", 4)]
+    nodes[1] = replace(dgx("a-n1", temp=84), labels=nodes[1].labels)  # hot: past the 83 °C threshold
+    snap = Snapshot(nodes=tuple(nodes), taken_at=NOW)
+    gl, kube = loop()
+    d = await gl.replan([planned(i, f"a-n{i}") for i in range(4)], snap, {}, NOW)
+    assert d is not None and d.planned
+    assert sorted(p["metadata"]["annotations"][ann.GANG_PLANNED_NODE] for _, _, p in kube.patches) == [
+        f"b-n{i}" for i in range(4)
+    ]
+    ((name, reason, message, warning),) = kube.events
+    assert (name, reason, warning) == ("llama-1", "GangReplanned", False)
+    assert "llama-1: its planned node a-n1 is hot" in message
+    assert gl.metrics.registry.get_sample_value("kelvin_operator_gang_replans_total", {"outcome": "replanned"}) == 1
+    # once re-planned, nothing is stale: no second pass writes
+    fresh = [planned(i, f"b-n{i}") for i in range(4)]
+    assert await gl.replan(fresh, snap, {}, NOW) is None and len(kube.patches) == 4
+
+
+async def test_a_stale_plan_that_cannot_be_replanned_waits_with_a_warning() -> None:
+    nodes = rack("a", 4)
+    nodes[1] = replace(dgx("a-n1", temp=84), labels=nodes[1].labels)
+    snap = Snapshot(nodes=tuple(nodes), taken_at=NOW)
+    gl, kube = loop()
+    for _ in range(2):
+        d = await gl.replan([planned(i, f"a-n{i}") for i in range(4)], snap, {}, NOW)
+        assert d is not None and not d.planned
+    assert kube.patches == [] and [e[1] for e in kube.events] == ["GangNotPlaced"]
+    assert gl.metrics.registry.get_sample_value("kelvin_operator_gang_replans_total", {"outcome": "waiting"}) == 2
+
+
+async def test_a_dry_run_replan_writes_nothing_and_is_told_once() -> None:
+    nodes = [*rack("a", 4), *rack("b", 4)]
+    nodes[1] = replace(dgx("a-n1", temp=84), labels=nodes[1].labels)
+    snap = Snapshot(nodes=tuple(nodes), taken_at=NOW)
+    gl, kube = loop(dry_run=True)
+    for _ in range(3):  # nothing written: the plan is stale again on every pass
+        d = await gl.replan([planned(i, f"a-n{i}") for i in range(4)], snap, {}, NOW)
+        assert d is not None and d.planned
+    assert kube.patches == [] and [e[1] for e in kube.events] == ["GangReplanned"]
