@@ -285,7 +285,7 @@ class Extender:
                 self.metrics.rejections.labels(kind).inc(n)
         self.metrics.decisions.labels("filter", "passed").inc(len(passed_pos))
         self.metrics.decisions.labels("filter", "rejected").inc(len(failed) + len(unresolvable))
-        return wire.filter_result(args, passed_pos, failed, unresolvable)
+        return wire.filter_result(args, passed_pos, failed, unresolvable, names=self.names)
 
     # -- prioritize --------------------------------------------------------------------------------------------
 
