@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import operator
 import time
 from collections import Counter, OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -32,7 +33,7 @@ import orjson
 from ..gang.planner import GangPlanner
 from ..model import GpuAssignment, GpuRequest, RequestError, parse_pod, pod_key
 from ..model.claim import claim_of
-from ..policies.base import IntA, RejectionKind
+from ..policies.base import IntA, Rejection, RejectionKind
 from ..policies.framework import Framework
 from ..policies.ledger import AssumedLedger
 from ..policies.plugins import PRODUCTION
@@ -116,6 +117,31 @@ def bind_refused(exc: BindError) -> bool:
     if status == 0 or status >= 500:
         return False
     return not (status == 409 and "already assigned" in str(exc))
+
+
+_REASON = operator.attrgetter("reason")
+_UNRESOLVABLE = operator.attrgetter("unresolvable")
+_KIND = operator.attrgetter("kind")
+
+
+def _rejected(
+    names: wire.NodeNameList, positions: IntA, rows: IntA, rejected: Mapping[int, Rejection]
+) -> tuple[dict[str, str], dict[str, str], Counter[RejectionKind]]:
+    """The ``FailedNodes`` and ``FailedAndUnresolvableNodes`` of the names at ``positions`` (rows ``rows``, each in
+    ``rejected``), in that order, and how many rejections of each kind. C-level passes over the rows (``map`` over
+    the Rejection objects, a dict made from zipped lists): thousands of nodes can fail one pod."""
+    rejs = list(map(rejected.__getitem__, rows.tolist()))
+    counts = Counter(map(_KIND, rejs))
+    unres = np.fromiter(map(_UNRESOLVABLE, rejs), dtype=np.bool_, count=len(rejs))
+    if not unres.any():
+        return dict(zip(names.subset(positions), map(_REASON, rejs), strict=True)), {}, counts
+    if unres.all():
+        return {}, dict(zip(names.subset(positions), map(_REASON, rejs), strict=True)), counts
+    reasons = np.empty(len(rejs), dtype=object)
+    reasons[:] = list(map(_REASON, rejs))
+    failed = dict(zip(names.subset(positions[~unres]), reasons[~unres].tolist(), strict=True))
+    unresolvable = dict(zip(names.subset(positions[unres]), reasons[unres].tolist(), strict=True))
+    return failed, unresolvable, counts
 
 
 @dataclass
@@ -210,7 +236,7 @@ class Extender:
 
     # -- filter ------------------------------------------------------------------------------------------------
 
-    def filter(self, body: bytes | wire.ParsedArgs) -> dict[str, Any]:  # noqa: C901
+    def filter(self, body: bytes | wire.ParsedArgs) -> dict[str, Any]:
         """An ``ExtenderFilterResult``. Raises :class:`~.errors.WireError` for a body that is not ExtenderArgs."""
         args = body if isinstance(body, wire.ParsedArgs) else wire.parse_args(body, names=self.names)
         names = args.names
@@ -253,21 +279,13 @@ class Extender:
             ok[outcome.passed] = True
             ok_known = ok[rows[pos_known]]
             passed_pos = pos_known[ok_known]
-            counts: Counter[RejectionKind] = Counter()
             bad_pos = pos_known[~ok_known]
-            rejs = list(map(outcome.rejected.__getitem__, rows[bad_pos].tolist()))
-            for name, rej in zip(map(names.__getitem__, bad_pos.tolist()), rejs, strict=True):
-                (unresolvable if rej.unresolvable else failed)[name] = rej.reason
-            # Rows worded alike share one Rejection object: label each distinct object once, by its kind.
-            distinct = dict(zip(map(id, rejs), rejs, strict=True))
-            for key, n in Counter(map(id, rejs)).items():
-                counts[distinct[key].kind] += n
+            failed, unresolvable, counts = _rejected(args.name_list, bad_pos, rows[bad_pos], outcome.rejected)
             n_unknown = len(names) - len(pos_known)
             if n_unknown:
                 unknown_pos = np.flatnonzero(~known)
                 if self.deny_unknown:
-                    for p in unknown_pos.tolist():
-                        unresolvable[names[p]] = UNKNOWN_NODE_REASON
+                    unresolvable.update(dict.fromkeys(args.name_list.subset(unknown_pos), UNKNOWN_NODE_REASON))
                     counts[RejectionKind.UNKNOWN_NODE] = n_unknown
                 else:
                     passed_pos = np.sort(np.concatenate([passed_pos, unknown_pos]))
