@@ -120,27 +120,35 @@ def bind_refused(exc: BindError) -> bool:
 
 
 _REASON = operator.attrgetter("reason")
-_UNRESOLVABLE = operator.attrgetter("unresolvable")
-_KIND = operator.attrgetter("kind")
 
 
 def _rejected(
     names: wire.NodeNameList, positions: IntA, rows: IntA, rejected: Mapping[int, Rejection]
 ) -> tuple[dict[str, str], dict[str, str], Counter[RejectionKind]]:
     """The ``FailedNodes`` and ``FailedAndUnresolvableNodes`` of the names at ``positions`` (rows ``rows``, each in
-    ``rejected``), in that order, and how many rejections of each kind. C-level passes over the rows (``map`` over
-    the Rejection objects, a dict made from zipped lists): thousands of nodes can fail one pod."""
+    ``rejected``), in that order, and how many rejections of each kind. Thousands of nodes can fail one pod, worded
+    by a few dozen distinct :class:`Rejection` objects (rows worded alike share one): each distinct object is asked
+    its kind and resolvability once, and the rest are C-level passes (``map``, numpy, a dict made from zipped
+    lists), never a Python loop per name."""
     rejs = list(map(rejected.__getitem__, rows.tolist()))
-    counts = Counter(map(_KIND, rejs))
-    unres = np.fromiter(map(_UNRESOLVABLE, rejs), dtype=np.bool_, count=len(rejs))
+    counts: Counter[RejectionKind] = Counter()
+    if not rejs:
+        return {}, {}, counts
+    ids = np.fromiter(map(id, rejs), dtype=np.int64, count=len(rejs))
+    _, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
+    distinct = [rejs[i] for i in first.tolist()]
+    for rej, n in zip(distinct, np.bincount(inverse.reshape(-1)).tolist(), strict=True):
+        counts[rej.kind] += n
+    unres = np.array([rej.unresolvable for rej in distinct], dtype=np.bool_)[inverse.reshape(-1)]
+    reasons = list(map(_REASON, rejs))
     if not unres.any():
-        return dict(zip(names.subset(positions), map(_REASON, rejs), strict=True)), {}, counts
+        return dict(zip(names.subset(positions), reasons, strict=True)), {}, counts
     if unres.all():
-        return {}, dict(zip(names.subset(positions), map(_REASON, rejs), strict=True)), counts
-    reasons = np.empty(len(rejs), dtype=object)
-    reasons[:] = list(map(_REASON, rejs))
-    failed = dict(zip(names.subset(positions[~unres]), reasons[~unres].tolist(), strict=True))
-    unresolvable = dict(zip(names.subset(positions[unres]), reasons[unres].tolist(), strict=True))
+        return {}, dict(zip(names.subset(positions), reasons, strict=True)), counts
+    texts = np.empty(len(reasons), dtype=object)
+    texts[:] = reasons
+    failed = dict(zip(names.subset(positions[~unres]), texts[~unres].tolist(), strict=True))
+    unresolvable = dict(zip(names.subset(positions[unres]), texts[unres].tolist(), strict=True))
     return failed, unresolvable, counts
 
 
