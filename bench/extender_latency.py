@@ -27,7 +27,7 @@ from typing import Any
 
 import httpx
 import numpy as np
-from harness import SHARED, free_port, start_extender, stop, wait_for
+from harness import SHARED, free_port, go_json, start_extender, stop, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 CAPTURE = SHARED / "fixtures" / "extender" / "filter-nodecache-true-ok-001.json"
@@ -93,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
             worst = 0.0
             for size in args.sizes:
                 subset = names[:size]
-                bodies = [json.dumps({"Pod": p, "Nodes": None, "NodeNames": subset}).encode() for p in pod_list]
+                bodies = [go_json({"Pod": p, "Nodes": None, "NodeNames": subset}) for p in pod_list]
                 f_t: list[float] = []
                 p_t: list[float] = []
                 pair_t: list[float] = []
@@ -107,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
                     passed = r.json()["NodeNames"] or []
                     if r.status_code != 200:
                         raise SystemExit(f"filter answered {r.status_code}: {r.text[:300]}")
-                    pbody = json.dumps({"Pod": pod_list[k], "Nodes": None, "NodeNames": passed}).encode()
+                    pbody = go_json({"Pod": pod_list[k], "Nodes": None, "NodeNames": passed})
                     c = time.perf_counter()
                     r2 = client.post("/prioritize", content=pbody, headers=headers)
                     d = time.perf_counter()
@@ -152,7 +152,7 @@ def in_process(args: argparse.Namespace, pod_list: list[dict[str, Any]]) -> None
     print("in-process service time (no HTTP): filter and prioritize, orjson reply included")
     print(f"{'names':>6} {'filter p50':>10} {'p99':>7} {'prio p50':>9} {'p99':>7}")
     for size in args.sizes:
-        bodies = [json.dumps({"Pod": p, "Nodes": None, "NodeNames": names[:size]}).encode() for p in pod_list]
+        bodies = [go_json({"Pod": p, "Nodes": None, "NodeNames": names[:size]}) for p in pod_list]
         f_t: list[float] = []
         p_t: list[float] = []
         for i in range(args.warmup + args.pairs):
@@ -161,7 +161,7 @@ def in_process(args: argparse.Namespace, pod_list: list[dict[str, Any]]) -> None
             res = ext.filter(bodies[k])
             dumps(res)
             b = time.perf_counter()
-            pbody = json.dumps({"Pod": pod_list[k], "Nodes": None, "NodeNames": res["NodeNames"]}).encode()
+            pbody = go_json({"Pod": pod_list[k], "Nodes": None, "NodeNames": res["NodeNames"]})
             c = time.perf_counter()
             dumps(ext.prioritize(pbody))
             d = time.perf_counter()
