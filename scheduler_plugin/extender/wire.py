@@ -197,9 +197,14 @@ class _Template:
         return cls(items, np.cumsum(lengths) - lengths, lengths)
 
     def cut(self, positions: IntA) -> _Template:
-        """The template of the items at ``positions`` (in that order): one gather over the bytes."""
+        """The template of the items at ``positions`` (in that order): one pass over the bytes, a mask of the kept
+        items' bytes when ``positions`` ascend (a filter's passed names), else a gather."""
         lengths = self.lengths[positions]
         starts = np.cumsum(lengths) - lengths
+        if positions.size < 2 or bool(np.all(positions[1:] > positions[:-1])):
+            keep = np.zeros(self.lengths.size, dtype=np.bool_)
+            keep[positions] = True
+            return _Template(self.items[np.repeat(keep, self.lengths)], starts, lengths)
         at = np.arange(int(lengths.sum()), dtype=np.int64) + np.repeat(self.starts[positions] - starts, lengths)
         return _Template(self.items[at], starts, lengths)
 

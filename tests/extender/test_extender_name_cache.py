@@ -127,6 +127,9 @@ def test_a_passed_list_cuts_its_template_and_rows_from_the_filters(names: list[s
     scores = data.draw(st.lists(st.integers(0, 10), min_size=len(positions), max_size=len(positions)))
     reply = kept.priority_json(np.asarray(scores, dtype=np.int64))  # the first reply: from the cut template
     assert orjson.loads(reply) == [{"Host": unique[p], "Score": s} for p, s in zip(positions, scores, strict=True)]
+    ascending = sorted(positions)  # a filter's passed names: the template is cut by a mask
+    reply = nl.passed(np.asarray(ascending, dtype=np.int64)).priority_json(np.asarray(scores, dtype=np.int64))
+    assert orjson.loads(reply) == [{"Host": unique[p], "Score": s} for p, s in zip(ascending, scores, strict=True)]
 
 
 def test_prioritize_finds_the_names_its_filter_passed() -> None:
