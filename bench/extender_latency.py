@@ -144,9 +144,19 @@ def in_process(args: argparse.Namespace, pod_list: list[dict[str, Any]]) -> None
     sys.path[:0] = [str(ROOT), str(ROOT / "operator")]
     from scheduler_plugin.extender.app import build_extender
     from scheduler_plugin.extender.wire import dumps
+    from scheduler_plugin.policies.policy_file import PolicyConfig
     from scheduler_plugin.settings import Settings
 
-    ext = build_extender(Settings(fleet_nodes=args.nodes, fleet_gpus_per_node=args.gpus, refresh_interval_s=3600))
+    t0 = time.time()
+    ext = build_extender(
+        # one snapshot, never stale: on a loaded machine the run outlasts the default maxAgeSeconds, and a stale
+        # fleet answers every filter with an outage Error in no time
+        Settings(
+            fleet_nodes=args.nodes, fleet_gpus_per_node=args.gpus, refresh_interval_s=3600, max_telemetry_age_s=7200
+        ),
+        policy=PolicyConfig.from_mapping({"telemetry": {"maxAgeSeconds": 7200}}),
+        clock=lambda: t0,
+    )
     asyncio.run(ext.cache.refresh_once())
     names = [f"gpu-node-{i}" for i in range(1, args.nodes + 1)]
     print("in-process service time (no HTTP): filter and prioritize, orjson reply included")
@@ -160,6 +170,8 @@ def in_process(args: argparse.Namespace, pod_list: list[dict[str, Any]]) -> None
             a = time.perf_counter()
             res = ext.filter(bodies[k])
             dumps(res)
+            if res["Error"]:
+                raise SystemExit(f"filter answered Error: {res['Error']}")
             b = time.perf_counter()
             pbody = go_json({"Pod": pod_list[k], "Nodes": None, "NodeNames": res["NodeNames"]})
             c = time.perf_counter()
