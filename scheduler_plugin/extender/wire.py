@@ -140,7 +140,7 @@ class NodeNameList:
         """The list of the names at ``positions`` (what a filter passes), which knows where it was cut from: its
         rows (:meth:`rows`) and its prioritize reply's template are taken from this list's, by numpy indexing,
         instead of being looked up and written name by name. Itself when ``positions`` is every name in order."""
-        positions = np.asarray(positions, dtype=np.int64)
+        positions = np.asarray(positions, dtype=np.int64).view()  # a view: the caller's array stays writable
         names = self.subset(positions)
         if names is self.names:
             return self
