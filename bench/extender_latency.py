@@ -27,7 +27,7 @@ from typing import Any
 
 import httpx
 import numpy as np
-from harness import SHARED, free_port, start_extender, stop, wait_for
+from harness import SHARED, free_port, go_json, start_extender, stop, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 CAPTURE = SHARED / "fixtures" / "extender" / "filter-nodecache-true-ok-001.json"
@@ -93,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
             worst = 0.0
             for size in args.sizes:
                 subset = names[:size]
-                bodies = [json.dumps({"Pod": p, "Nodes": None, "NodeNames": subset}).encode() for p in pod_list]
+                bodies = [go_json({"Pod": p, "Nodes": None, "NodeNames": subset}) for p in pod_list]
                 f_t: list[float] = []
                 p_t: list[float] = []
                 pair_t: list[float] = []
@@ -107,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
                     passed = r.json()["NodeNames"] or []
                     if r.status_code != 200:
                         raise SystemExit(f"filter answered {r.status_code}: {r.text[:300]}")
-                    pbody = json.dumps({"Pod": pod_list[k], "Nodes": None, "NodeNames": passed}).encode()
+                    pbody = go_json({"Pod": pod_list[k], "Nodes": None, "NodeNames": passed})
                     c = time.perf_counter()
                     r2 = client.post("/prioritize", content=pbody, headers=headers)
                     d = time.perf_counter()
@@ -144,15 +144,25 @@ def in_process(args: argparse.Namespace, pod_list: list[dict[str, Any]]) -> None
     sys.path[:0] = [str(ROOT), str(ROOT / "operator")]
     from scheduler_plugin.extender.app import build_extender
     from scheduler_plugin.extender.wire import dumps
+    from scheduler_plugin.policies.policy_file import PolicyConfig
     from scheduler_plugin.settings import Settings
 
-    ext = build_extender(Settings(fleet_nodes=args.nodes, fleet_gpus_per_node=args.gpus, refresh_interval_s=3600))
+    t0 = time.time()
+    ext = build_extender(
+        # one snapshot, never stale: on a loaded machine the run outlasts the default maxAgeSeconds, and a stale
+        # fleet answers every filter with an outage Error in no time
+        Settings(
+            fleet_nodes=args.nodes, fleet_gpus_per_node=args.gpus, refresh_interval_s=3600, max_telemetry_age_s=7200
+        ),
+        policy=PolicyConfig.from_mapping({"telemetry": {"maxAgeSeconds": 7200}}),
+        clock=lambda: t0,
+    )
     asyncio.run(ext.cache.refresh_once())
     names = [f"gpu-node-{i}" for i in range(1, args.nodes + 1)]
     print("in-process service time (no HTTP): filter and prioritize, orjson reply included")
     print(f"{'names':>6} {'filter p50':>10} {'p99':>7} {'prio p50':>9} {'p99':>7}")
     for size in args.sizes:
-        bodies = [json.dumps({"Pod": p, "Nodes": None, "NodeNames": names[:size]}).encode() for p in pod_list]
+        bodies = [go_json({"Pod": p, "Nodes": None, "NodeNames": names[:size]}) for p in pod_list]
         f_t: list[float] = []
         p_t: list[float] = []
         for i in range(args.warmup + args.pairs):
@@ -160,8 +170,10 @@ def in_process(args: argparse.Namespace, pod_list: list[dict[str, Any]]) -> None
             a = time.perf_counter()
             res = ext.filter(bodies[k])
             dumps(res)
+            if res["Error"]:
+                raise SystemExit(f"filter answered Error: {res['Error']}")
             b = time.perf_counter()
-            pbody = json.dumps({"Pod": pod_list[k], "Nodes": None, "NodeNames": res["NodeNames"]}).encode()
+            pbody = go_json({"Pod": pod_list[k], "Nodes": None, "NodeNames": res["NodeNames"]})
             c = time.perf_counter()
             dumps(ext.prioritize(pbody))
             d = time.perf_counter()

@@ -48,7 +48,7 @@ import aiohttp
 import httpx
 import numpy as np
 from extender_latency import pods
-from harness import free_port, load_line, start_extender, stop, wait_for
+from harness import free_port, go_json, load_line, start_extender, stop, wait_for
 
 #: kube-scheduler's default extender httpTimeout: a request slower than this is an error for the scheduler.
 HTTP_TIMEOUT_S = 5.0
@@ -100,7 +100,7 @@ def idle_phases(args: argparse.Namespace, port: int, pid: int) -> list[Phase]:
     with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30.0, transport=transport) as client:
 
         def post(path: str, body: dict[str, Any]) -> tuple[Any, float]:
-            data = json.dumps(body).encode()
+            data = go_json(body)
             a = time.perf_counter()
             r = client.post(path, content=data, headers=headers)
             b = time.perf_counter()
@@ -166,7 +166,7 @@ async def load(args: argparse.Namespace, port: int, pid: int) -> LoadResult:
     """``args.rate`` requests/s (pairs of filter then prioritize) for ``args.seconds``, open loop, bounded."""
     names = [f"gpu-node-{i}" for i in range(1, args.nodes + 1)]
     base = pods()
-    fbodies = [json.dumps({"Pod": p, "Nodes": None, "NodeNames": names}).encode() for p in base]
+    fbodies = [go_json({"Pod": p, "Nodes": None, "NodeNames": names}) for p in base]
     res = LoadResult()
     pairs = int(args.rate * args.seconds / 2)
     interval = 2.0 / args.rate
@@ -197,7 +197,7 @@ async def load(args: argparse.Namespace, port: int, pid: int) -> LoadResult:
                     data = json.loads(body)
                     if r.status != 200 or data.get("Error"):
                         return fail(f"filter {r.status}: {body[:200]!r}")
-                    pbody = json.dumps({"Pod": base[k], "Nodes": None, "NodeNames": data["NodeNames"]}).encode()
+                    pbody = go_json({"Pod": base[k], "Nodes": None, "NodeNames": data["NodeNames"]})
                     async with session.post("/prioritize", data=pbody, headers=headers) as r2:
                         await r2.read()
                     res.prio_lat.append(time.perf_counter() - t_f)

@@ -3,6 +3,7 @@ in a subprocess from this checkout, waiting for an HTTP endpoint to answer 200, 
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -29,6 +30,13 @@ def load_line() -> str:
     """The CPUs and the load average a benchmark ran under (other processes skew its tail latencies)."""
     load = " / ".join(f"{x:.2f}" for x in os.getloadavg())
     return f"{os.cpu_count()} CPUs, load average {load} (1 / 5 / 15 min)"
+
+
+def go_json(obj: object) -> bytes:
+    """``obj`` as kube-scheduler's Go client sends it (``encoding/json``: compact, no blanks after ``,`` and ``:``),
+    so that a server that recognises the text it answered with (the names a filter passed) sees what it would see
+    in a cluster."""
+    return json.dumps(obj, separators=(",", ":")).encode()
 
 
 def free_port() -> int:

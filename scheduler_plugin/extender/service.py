@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import operator
 import time
 from collections import Counter, OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -32,7 +33,7 @@ import orjson
 from ..gang.planner import GangPlanner
 from ..model import GpuAssignment, GpuRequest, RequestError, parse_pod, pod_key
 from ..model.claim import claim_of
-from ..policies.base import IntA, RejectionKind
+from ..policies.base import IntA, Rejection, RejectionKind
 from ..policies.framework import Framework
 from ..policies.ledger import AssumedLedger
 from ..policies.plugins import PRODUCTION
@@ -116,6 +117,39 @@ def bind_refused(exc: BindError) -> bool:
     if status == 0 or status >= 500:
         return False
     return not (status == 409 and "already assigned" in str(exc))
+
+
+_REASON = operator.attrgetter("reason")
+
+
+def _rejected(
+    names: wire.NodeNameList, positions: IntA, rows: IntA, rejected: Mapping[int, Rejection]
+) -> tuple[dict[str, str], dict[str, str], Counter[RejectionKind]]:
+    """The ``FailedNodes`` and ``FailedAndUnresolvableNodes`` of the names at ``positions`` (rows ``rows``, each in
+    ``rejected``), in that order, and how many rejections of each kind. Thousands of nodes can fail one pod, worded
+    by a few dozen distinct :class:`Rejection` objects (rows worded alike share one): each distinct object is asked
+    its kind and resolvability once, and the rest are C-level passes (``map``, numpy, a dict made from zipped
+    lists), never a Python loop per name."""
+    rejs = list(map(rejected.__getitem__, rows.tolist()))
+    counts: Counter[RejectionKind] = Counter()
+    if not rejs:
+        return {}, {}, counts
+    ids = np.fromiter(map(id, rejs), dtype=np.int64, count=len(rejs))
+    _, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
+    distinct = [rejs[i] for i in first.tolist()]
+    for rej, n in zip(distinct, np.bincount(inverse.reshape(-1)).tolist(), strict=True):
+        counts[rej.kind] += n
+    unres = np.array([rej.unresolvable for rej in distinct], dtype=np.bool_)[inverse.reshape(-1)]
+    reasons = list(map(_REASON, rejs))
+    if not unres.any():
+        return dict(zip(names.subset(positions), reasons, strict=True)), {}, counts
+    if unres.all():
+        return {}, dict(zip(names.subset(positions), reasons, strict=True)), counts
+    texts = np.empty(len(reasons), dtype=object)
+    texts[:] = reasons
+    failed = dict(zip(names.subset(positions[~unres]), texts[~unres].tolist(), strict=True))
+    unresolvable = dict(zip(names.subset(positions[unres]), texts[unres].tolist(), strict=True))
+    return failed, unresolvable, counts
 
 
 @dataclass
@@ -210,7 +244,7 @@ class Extender:
 
     # -- filter ------------------------------------------------------------------------------------------------
 
-    def filter(self, body: bytes | wire.ParsedArgs) -> dict[str, Any]:  # noqa: C901
+    def filter(self, body: bytes | wire.ParsedArgs) -> dict[str, Any]:
         """An ``ExtenderFilterResult``. Raises :class:`~.errors.WireError` for a body that is not ExtenderArgs."""
         args = body if isinstance(body, wire.ParsedArgs) else wire.parse_args(body, names=self.names)
         names = args.names
@@ -253,21 +287,13 @@ class Extender:
             ok[outcome.passed] = True
             ok_known = ok[rows[pos_known]]
             passed_pos = pos_known[ok_known]
-            counts: Counter[RejectionKind] = Counter()
             bad_pos = pos_known[~ok_known]
-            rejs = list(map(outcome.rejected.__getitem__, rows[bad_pos].tolist()))
-            for name, rej in zip(map(names.__getitem__, bad_pos.tolist()), rejs, strict=True):
-                (unresolvable if rej.unresolvable else failed)[name] = rej.reason
-            # Rows worded alike share one Rejection object: label each distinct object once, by its kind.
-            distinct = dict(zip(map(id, rejs), rejs, strict=True))
-            for key, n in Counter(map(id, rejs)).items():
-                counts[distinct[key].kind] += n
+            failed, unresolvable, counts = _rejected(args.name_list, bad_pos, rows[bad_pos], outcome.rejected)
             n_unknown = len(names) - len(pos_known)
             if n_unknown:
                 unknown_pos = np.flatnonzero(~known)
                 if self.deny_unknown:
-                    for p in unknown_pos.tolist():
-                        unresolvable[names[p]] = UNKNOWN_NODE_REASON
+                    unresolvable.update(dict.fromkeys(args.name_list.subset(unknown_pos), UNKNOWN_NODE_REASON))
                     counts[RejectionKind.UNKNOWN_NODE] = n_unknown
                 else:
                     passed_pos = np.sort(np.concatenate([passed_pos, unknown_pos]))
@@ -285,7 +311,7 @@ class Extender:
                 self.metrics.rejections.labels(kind).inc(n)
         self.metrics.decisions.labels("filter", "passed").inc(len(passed_pos))
         self.metrics.decisions.labels("filter", "rejected").inc(len(failed) + len(unresolvable))
-        return wire.filter_result(args, passed_pos, failed, unresolvable)
+        return wire.filter_result(args, passed_pos, failed, unresolvable, names=self.names)
 
     # -- prioritize --------------------------------------------------------------------------------------------
 

@@ -85,9 +85,12 @@ class NodeNameList:
     kube-scheduler sends the same list again and again (every node that passed its own filters, for pod after pod),
     so a :class:`NameCache` keeps the lists it decoded by their JSON text, and each list keeps its rows for the
     last snapshot index it was looked up in: a repeated list is neither decoded, nor checked, nor looked up again.
-    Read-only once built (``names`` and the arrays are shared by every request that sends the same text)."""
+    The names a filter passes are a list of their own (:meth:`passed`), derived from the request's: kube-scheduler
+    sends exactly them, in that order, to prioritize next, which then finds them decoded, looked up and with the
+    reply's template cut out of the filter list's. Read-only once built (``names`` and the arrays are shared by
+    every request that sends the same text)."""
 
-    __slots__ = ("_by_row_index", "_host_offsets", "_host_template", "_names_array", "_replies", "names", "sent")
+    __slots__ = ("_by_row_index", "_names_array", "_parent", "_replies", "_template", "names", "sent")
 
     def __init__(self, names: list[str], sent: int | None = None) -> None:
         self.names = names
@@ -95,8 +98,9 @@ class NodeNameList:
         """How many names the request listed (before duplicates were dropped): what ``max_node_names`` limits."""
         self._by_row_index: tuple[Mapping[str, int], IntA] | None = None
         self._names_array: npt.NDArray[np.object_] | None = None
-        self._host_template: bytes | None = None
-        self._host_offsets: IntA | None = None
+        self._template: _Template | None = None
+        self._parent: tuple[NodeNameList, IntA] | None = None
+        """The list these names were cut from (:meth:`passed`) and their positions in it."""
         self._replies = 0
 
     def __len__(self) -> int:
@@ -108,10 +112,14 @@ class NodeNameList:
         hit = self._by_row_index
         if hit is not None and hit[0] is index:
             return hit[1]
-        try:  # the common case: every name known (a KeyError costs one retry)
-            rows = np.fromiter(map(index.__getitem__, self.names), dtype=np.int64, count=len(self.names))
-        except KeyError:
-            rows = np.array([index.get(n, -1) for n in self.names], dtype=np.int64)
+        parent = self._parent
+        if parent is not None and parent[0]._by_row_index is not None and parent[0]._by_row_index[0] is index:
+            rows = parent[0]._by_row_index[1][parent[1]]
+        else:
+            try:  # the common case: every name known (a KeyError costs one retry)
+                rows = np.fromiter(map(index.__getitem__, self.names), dtype=np.int64, count=len(self.names))
+            except KeyError:
+                rows = np.array([index.get(n, -1) for n in self.names], dtype=np.int64)
         rows.setflags(write=False)
         self._by_row_index = (index, rows)
         return rows
@@ -128,56 +136,115 @@ class NodeNameList:
         out: list[str] = self._names_array[positions].tolist()
         return out
 
+    def passed(self, positions: IntA) -> NodeNameList:
+        """The list of the names at ``positions`` (what a filter passes), which knows where it was cut from: its
+        rows (:meth:`rows`) and its prioritize reply's template are taken from this list's, by numpy indexing,
+        instead of being looked up and written name by name. Itself when ``positions`` is every name in order."""
+        positions = np.asarray(positions, dtype=np.int64).view()  # a view: the caller's array stays writable
+        names = self.subset(positions)
+        if names is self.names:
+            return self
+        out = NodeNameList(names)
+        positions.setflags(write=False)
+        out._parent = (self, positions)
+        return out
+
     def priority_json(self, scores: IntA) -> bytes:
         """The ``HostPriorityList`` JSON of these names with ``scores`` (integers 0..10, one per name, in order).
 
-        From the third reply on, written into a template of the whole reply made once per list: each score has a
-        two-character slot (``" 7"``, ``"10"``: JSON allows the blank), so a reply is one copy of the template and
-        two vectorised writes instead of a dict per node. The first two replies of a list are built as dicts (making
-        the template costs a few replies' worth; a list seen once or twice, such as the passed names while nodes fill
-        up, never pays for it)."""
+        Written into a template of the whole reply (:class:`_Template`: each score has a two-character slot,
+        ``" 7"``, ``"10"``; JSON allows the blank), so a reply is one copy of the template and two vectorised writes
+        instead of a dict per node. A list cut from another (:meth:`passed`) cuts its template out of that one's;
+        any other list is answered with dicts for its first two replies (making a template costs a few replies'
+        worth: a list seen once or twice never pays for it), and templated from the third one on."""
         scores = np.asarray(scores, dtype=np.int64)
         if scores.shape != (len(self.names),):
             raise ValueError(f"{scores.size} scores for {len(self.names)} names")
         if scores.size and (scores.min() < 0 or scores.max() > 10):
             raise ValueError(f"scores must lie in 0..10, not {int(scores.min())}..{int(scores.max())}")
         self._replies += 1
-        if self._replies <= 2:
-            return orjson.dumps([{"Host": n, "Score": s} for n, s in zip(self.names, scores.tolist(), strict=True)])
-        if self._host_template is None or self._host_offsets is None:
-            heads = [b'{"Host":' + orjson.dumps(n) + b',"Score":' for n in self.names]
-            lengths = np.fromiter(map(len, heads), dtype=np.int64, count=len(heads))
-            # item i starts after "[" and the items before it, each followed by "," (its head, 2 slot bytes, "}")
-            starts = 1 + np.cumsum(lengths + 4) - (lengths + 4)
-            self._host_offsets = starts + lengths
-            self._host_template = b"[" + b",".join(h + b"  }" for h in heads) + b"]"
-        buf = bytearray(self._host_template)
-        out = np.frombuffer(buf, dtype=np.uint8)
-        out[self._host_offsets] = np.where(scores >= 10, ord("1"), ord(" "))
-        out[self._host_offsets + 1] = ord("0") + scores % 10
-        return bytes(buf)
+        if self._template is None:
+            if self._parent is not None:
+                parent, positions = self._parent
+                self._template = parent._own_template().cut(positions)
+            elif self._replies <= 2:
+                return orjson.dumps([{"Host": n, "Score": s} for n, s in zip(self.names, scores.tolist(), strict=True)])
+            else:
+                self._template = _Template.of(self.names)
+        return self._template.fill(scores)
+
+    def _own_template(self) -> _Template:
+        if self._template is None:
+            self._template = _Template.of(self.names)
+        return self._template
+
+
+@dataclass(frozen=True, slots=True)
+class _Template:
+    """The items of a ``HostPriorityList`` reply, ``{"Host":"<name>","Score":  },`` one after the other (each with
+    its comma), as bytes; ``starts`` and ``lengths`` locate each item, whose two-byte score slot ends 2 bytes
+    before its end."""
+
+    items: npt.NDArray[np.uint8]
+    starts: IntA
+    lengths: IntA
+
+    @classmethod
+    def of(cls, names: Sequence[str]) -> _Template:
+        heads = [b'{"Host":' + orjson.dumps(n) + b',"Score":  },' for n in names]
+        lengths = np.fromiter(map(len, heads), dtype=np.int64, count=len(heads))
+        items = np.frombuffer(b"".join(heads), dtype=np.uint8)
+        return cls(items, np.cumsum(lengths) - lengths, lengths)
+
+    def cut(self, positions: IntA) -> _Template:
+        """The template of the items at ``positions`` (in that order): one pass over the bytes, a mask of the kept
+        items' bytes when ``positions`` ascend (a filter's passed names), else a gather."""
+        lengths = self.lengths[positions]
+        starts = np.cumsum(lengths) - lengths
+        if positions.size < 2 or bool(np.all(positions[1:] > positions[:-1])):
+            keep = np.zeros(self.lengths.size, dtype=np.bool_)
+            keep[positions] = True
+            return _Template(self.items[np.repeat(keep, self.lengths)], starts, lengths)
+        at = np.arange(int(lengths.sum()), dtype=np.int64) + np.repeat(self.starts[positions] - starts, lengths)
+        return _Template(self.items[at], starts, lengths)
+
+    def fill(self, scores: IntA) -> bytes:
+        """The reply: ``[``, the items with their scores written in, ``]`` over the last item's comma."""
+        out = np.empty(self.items.size + 1 + (self.items.size == 0), dtype=np.uint8)
+        out[0] = ord("[")
+        out[1 : self.items.size + 1] = self.items
+        out[-1] = ord("]")
+        slot = 1 + self.starts + self.lengths - 4
+        out[slot] = np.where(scores >= 10, ord("1"), ord(" "))
+        out[slot + 1] = ord("0") + scores % 10
+        return out.tobytes()
 
 
 class NameCache:
     """The :class:`NodeNameList` of recently seen ``NodeNames`` texts (LRU, at most ``size`` of them), so that a
     list kube-scheduler repeats is decoded and looked up once. Lists under ``min_names`` are not kept (they cost
-    little to decode). Thread-safe: big bodies are parsed in worker threads."""
+    little to decode). The names filters passed (:meth:`put_passed`) are kept apart, the last ``passed_size`` of
+    them, so that a new one each pod never pushes the repeated lists out. Thread-safe: big bodies are parsed in
+    worker threads."""
 
-    def __init__(self, size: int = 16, min_names: int = 64) -> None:
+    def __init__(self, size: int = 16, min_names: int = 64, passed_size: int = 8) -> None:
         self.size = size
         self.min_names = min_names
+        self.passed_size = passed_size
         self._lists: OrderedDict[bytes, NodeNameList] = OrderedDict()
+        self._passed: OrderedDict[bytes, NodeNameList] = OrderedDict()
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
-        return len(self._lists)
+        return len(self._lists) + len(self._passed)
 
     def get(self, text: bytes) -> NodeNameList | None:
         with self._lock:
             hit = self._lists.get(text)
             if hit is not None:
                 self._lists.move_to_end(text)
-            return hit
+                return hit
+            return self._passed.get(text)
 
     def put(self, text: bytes, names: NodeNameList) -> None:
         if names.sent < self.min_names:
@@ -187,6 +254,19 @@ class NameCache:
             self._lists.move_to_end(text)
             while len(self._lists) > self.size:
                 self._lists.popitem(last=False)
+
+    def put_passed(self, names: NodeNameList) -> None:
+        """Keep the names a filter passed under the JSON text kube-scheduler sends them in to prioritize next (Go's
+        ``encoding/json``: compact, as orjson writes them; a name Go escapes otherwise, such as one with ``<``, is
+        only a miss, decoded as any new list)."""
+        if names.sent < self.min_names:
+            return
+        text = orjson.dumps(names.names)
+        with self._lock:
+            self._passed[text] = names
+            self._passed.move_to_end(text)
+            while len(self._passed) > self.passed_size:
+                self._passed.popitem(last=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -388,12 +468,18 @@ def filter_result(
     failed: Mapping[str, str],
     unresolvable: Mapping[str, str],
     error: str = "",
+    *,
+    names: NameCache | None = None,
 ) -> dict[str, Any]:
-    """An ``ExtenderFilterResult`` dict in the mode of the request. ``passed`` are positions in ``args.names``."""
+    """An ``ExtenderFilterResult`` dict in the mode of the request. ``passed`` are positions in ``args.names``;
+    ``names``: where the passed names are kept for the prioritize that follows (:meth:`NameCache.put_passed`)."""
     if args.node_objects is None:
+        kept = args.name_list.passed(np.asarray(passed, dtype=np.int64))
+        if names is not None and kept is not args.name_list:
+            names.put_passed(kept)
         return {
             "Nodes": None,
-            "NodeNames": args.name_list.subset(np.asarray(passed, dtype=np.int64)),
+            "NodeNames": kept.names,
             "FailedNodes": dict(failed),
             "FailedAndUnresolvableNodes": dict(unresolvable),
             "Error": error,

@@ -165,8 +165,10 @@ class Framework:
         self._pre_scorers = tuple(
             p for p in _distinct(tuple(ws.plugin for ws in self.scorers)) if isinstance(p, PreScorePlugin)
         )
-        self._overlay_key: tuple[object, ...] = ()
         self._overlay: FleetArrays | None = None
+        self._overlay_fleet: FleetArrays | None = None
+        """The fleet :attr:`_overlay` overlays, with the (node, pod key) of every assumed pod it charges."""
+        self._overlay_pairs: frozenset[tuple[str, str]] = frozenset()
 
     @classmethod
     def from_config(
@@ -222,19 +224,33 @@ class Framework:
             ctx.state.write(RECENT_PLACEMENTS, self.ledger.placements(ctx.now, self.ledger.ttl_s))
 
     def view(self, fleet: FleetArrays, ctx: CycleContext) -> FleetArrays:
-        """``fleet`` with the ledger's live assumed assignments subtracted from free capacity (cached)."""
+        """``fleet`` with the ledger's live assumed assignments subtracted from free capacity (cached).
+
+        Between two snapshots the ledger mostly grows, one bind at a time: when every pod of the cached overlay is
+        still assumed on the same node, only the new ones are charged, onto a copy of that overlay's capacity
+        columns (charges only add up, and one clamp after the sum is the per-claim clamps: the same arrays as a full
+        rebuild). Any pod gone from the ledger (expired, forgotten, shown by the snapshot) rebuilds it whole."""
         if self.ledger is None or fleet is self._overlay:
             return fleet
         entries = self.ledger.entries(ctx.now)
         if not entries:
             return fleet
-        key = (fleet, tuple(sorted((n, a.pod_key) for n, lst in entries.items() for a in lst)))
-        if self._overlay is not None and len(self._overlay_key) == 2:
-            old_fleet, old_entries = self._overlay_key
-            if old_fleet is fleet and old_entries == key[1]:
+        pairs = frozenset((n, a.pod_key) for n, lst in entries.items() for a in lst)
+        if self._overlay is not None and self._overlay_fleet is fleet:
+            if pairs == self._overlay_pairs:
+                return self._overlay
+            if self._overlay_pairs <= pairs:
+                added = {
+                    n: new
+                    for n, lst in entries.items()
+                    if (new := [a for a in lst if (n, a.pod_key) not in self._overlay_pairs])
+                }
+                self._overlay = self._overlay.with_assumed(added)
+                self._overlay_pairs = pairs
                 return self._overlay
         self._overlay = fleet.with_assumed(entries)
-        self._overlay_key = key
+        self._overlay_fleet = fleet
+        self._overlay_pairs = pairs
         return self._overlay
 
     # --- learning -------------------------------------------------------------------------------------------------

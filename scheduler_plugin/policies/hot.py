@@ -11,6 +11,7 @@ file, so extender and operator can never disagree on what "hot" means.
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 
 from ..hotness import HotnessConfig, trigger_mask
 from ..model import THERMAL_THROTTLE_MASK, FleetArrays, GpuRequest
@@ -29,6 +30,7 @@ class HotNodeFilter:
         self.cfg = cfg
         self.enabled = enabled
         self._hot_key = IndexKey[BoolA]("hotness.hot_gpus", HOT_COLUMNS)
+        self._reasons_key = IndexKey[npt.NDArray[np.object_]]("hotness.reasons", (*HOT_COLUMNS, "gpu_index"))
 
     def _trigger(self, fleet: FleetArrays) -> BoolA:
         return trigger_mask(fleet, self.cfg)
@@ -39,7 +41,7 @@ class HotNodeFilter:
 
     def prepare(self, fleet: FleetArrays) -> None:
         if self.enabled:
-            self._hot_gpus(fleet)
+            self._hot_reasons(fleet)  # the hot GPUs, and the hot rows' reasons
 
     def filter(self, req: GpuRequest, fleet: FleetArrays, idx: IntA, ctx: CycleContext) -> BoolA:
         if not self.enabled or not req.wants_gpu:
@@ -47,9 +49,28 @@ class HotNodeFilter:
         return np.asarray(~self._hot_gpus(fleet)[idx].any(axis=1), dtype=np.bool_)
 
     def reasons(self, req: GpuRequest, fleet: FleetArrays, rows: IntA, ctx: CycleContext) -> list[Rejection]:
-        """One :class:`Rejection` per row (only rejected rows are asked for). The figures of every row are gathered
-        with numpy; rows worded alike share one object."""
+        """One :class:`Rejection` per row (only rejected rows are asked for). They depend on the snapshot only, not
+        on the pod: the hot rows' are worded once per snapshot (in its index) and looked up by row."""
         rows = np.asarray(rows, dtype=np.int64)
+        out: list[Rejection | None] = self._hot_reasons(fleet)[rows].tolist()
+        if None in out:  # a row that is not hot (explain asks for any row): worded from its first GPU
+            cool = np.flatnonzero(np.fromiter((r is None for r in out), dtype=np.bool_, count=len(out)))
+            for i, rej in zip(cool.tolist(), self._worded(fleet, rows[cool]), strict=True):
+                out[i] = rej
+        return [r for r in out if r is not None]
+
+    def _hot_reasons(self, fleet: FleetArrays) -> npt.NDArray[np.object_]:
+        """(N,) the :class:`Rejection` of each hot row, None for the others; in the snapshot index."""
+        return fleet.derive(self._reasons_key, self._word_hot_rows)
+
+    def _word_hot_rows(self, fleet: FleetArrays) -> npt.NDArray[np.object_]:
+        out = np.full(fleet.n_nodes, None, dtype=object)
+        hot_rows = np.flatnonzero(self._hot_gpus(fleet).any(axis=1))
+        out[hot_rows] = self._worded(fleet, hot_rows)
+        return out
+
+    def _worded(self, fleet: FleetArrays, rows: IntA) -> list[Rejection]:
+        """The figures of every row gathered with numpy; rows worded alike share one object."""
         hot = self._hot_gpus(fleet)[rows]
         j = hot.argmax(axis=1)  # the first hot GPU of each row
         at = (rows, j)

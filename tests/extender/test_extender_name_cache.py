@@ -110,3 +110,52 @@ def test_the_priority_template_refuses_scores_out_of_range() -> None:
         nl.priority_json(np.array([3, 11]))
     with pytest.raises(ValueError, match="1 scores for 2 names"):
         nl.priority_json(np.array([3]))
+
+
+@given(st.lists(st.text(st.characters(exclude_categories=["Cs"]), min_size=1, max_size=12), max_size=40), st.data())
+def test_a_passed_list_cuts_its_template_and_rows_from_the_filters(names: list[str], data: st.DataObject) -> None:
+    unique = list(dict.fromkeys(names))
+    nl = wire.NodeNameList(unique)
+    index = {n: i * 3 for i, n in enumerate(unique) if i % 4}  # some names unknown to the snapshot
+    nl.rows(index)
+    positions = data.draw(st.lists(st.integers(0, max(len(unique) - 1, 0)), unique=True, max_size=len(unique)))
+    if not unique:
+        positions = []
+    kept = nl.passed(np.asarray(positions, dtype=np.int64))
+    assert kept.names == [unique[p] for p in positions]
+    assert kept.rows(index).tolist() == [index.get(unique[p], -1) for p in positions]
+    scores = data.draw(st.lists(st.integers(0, 10), min_size=len(positions), max_size=len(positions)))
+    reply = kept.priority_json(np.asarray(scores, dtype=np.int64))  # the first reply: from the cut template
+    assert orjson.loads(reply) == [{"Host": unique[p], "Score": s} for p, s in zip(positions, scores, strict=True)]
+    ascending = sorted(positions)  # a filter's passed names: the template is cut by a mask
+    reply = nl.passed(np.asarray(ascending, dtype=np.int64)).priority_json(np.asarray(scores, dtype=np.int64))
+    assert orjson.loads(reply) == [{"Host": unique[p], "Score": s} for p, s in zip(ascending, scores, strict=True)]
+
+
+def test_prioritize_finds_the_names_its_filter_passed() -> None:
+    """kube-scheduler sends prioritize exactly the names the filter passed (Go's compact JSON): the list is not
+    decoded again and its rows are the filter's."""
+
+    class Index(dict[str, int]):
+        looked_up = 0
+
+        def __getitem__(self, name: str) -> int:
+            Index.looked_up += 1
+            return super().__getitem__(name)
+
+    cache = wire.NameCache()
+    index = Index({n: i + 7 for i, n in enumerate(NAMES)})
+    args = wire.parse_args(body(NAMES), names=cache)
+    args.name_list.rows(index)
+    assert Index.looked_up == 200
+    positions = np.arange(0, 200, 2)
+    reply = wire.filter_result(args, positions, {}, {}, names=cache)
+    prio_body = orjson.dumps({"Pod": POD, "NodeNames": reply["NodeNames"]})
+    prio = wire.parse_args(prio_body, names=cache)
+    assert prio.names == NAMES[::2]
+    assert prio.name_list.rows(index).tolist() == list(range(7, 207, 2))
+    assert Index.looked_up == 200  # the filter's rows, not looked up again
+    assert prio.name_list is wire.parse_args(prio_body, names=cache).name_list  # kept: not decoded again
+    for _ in range(20):  # a passed list per pod never pushes the repeated filter list out
+        wire.filter_result(args, np.arange(1, 150), {}, {}, names=cache)
+    assert wire.parse_args(body(NAMES), names=cache).name_list is args.name_list

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 
 import numpy as np
 import pytest
 
-from scheduler_plugin.model import FleetArrays, GpuNode, GpuRequest
+from scheduler_plugin.model import FleetArrays, GpuAssignment, GpuNode, GpuRequest
 from scheduler_plugin.policies import Framework, PolicyConfig
 from tests.fleet_helpers import NOW, dgx, fleet, gpu, node, nvlink_pairs, pcie_box, request, whole
 
@@ -21,7 +22,7 @@ def framework(scoring: dict[str, object] | None = None, **extra: object) -> Fram
     return Framework.from_config(PolicyConfig.from_mapping(data))
 
 
-def all_rows(f: FleetArrays) -> np.ndarray:  # type: ignore[type-arg]
+def all_rows(f: FleetArrays) -> np.ndarray:
     return np.arange(f.n_nodes, dtype=np.int64)
 
 
@@ -234,3 +235,37 @@ def test_observe_learns_a_pod_once_in_every_estimator() -> None:
         fw.observe(GpuRequest(count=2, cpu_milli=16000, pod_key="ns/p", pod_uid="u-p"))
     assert [e.observed for e in estimators.values()] == [1, 1, 1]
     assert all(2 in e.workload().count.tolist() for e in estimators.values())
+
+
+def test_the_ledger_overlay_charges_only_the_new_binds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bind after bind on one snapshot, the overlay charges the new pod only, and is the same as a full rebuild; a
+    pod gone from the ledger rebuilds it whole."""
+    charged: list[int] = []
+    real = FleetArrays.charge
+
+    def counting(self: FleetArrays, claims: Iterable[tuple[int, GpuAssignment]], sign: int = 1) -> int:
+        listed = list(claims)
+        charged.append(len(listed))
+        return real(self, listed, sign)
+
+    monkeypatch.setattr(FleetArrays, "charge", counting)
+    fw = framework()
+    f = fleet(dgx("a"), dgx("b"), node("c", [gpu(0), gpu(1, mem_gib=40)]))
+    assert fw.ledger is not None
+    binds = [
+        ("a", request(1, pod="p1"), [0]),
+        ("b", request(2, pod="p2"), [1, 2]),
+        ("c", request(1, pod="p3", memory="10Gi"), [1]),
+    ]
+    for i, (n, req, gpus) in enumerate(binds):
+        fw.assume(n, req, gpus, NOW + i)
+        view = fw.view(f, fw.context(f, NOW + i))
+        full = f.with_assumed(fw.ledger.entries(NOW + i))
+        for col in ("free_milli", "free_mem", "assigned_milli", "assigned_mem", "tenants"):
+            assert np.array_equal(getattr(view, col), getattr(full, col)), col
+    assert charged[: 2 * len(binds) : 2] == [1, 1, 1]  # the view's charges (each followed by the check's full one)
+    fw.ledger.forget("default/p2")
+    charged.clear()
+    view = fw.view(f, fw.context(f, NOW + 5))
+    assert charged == [2]  # rebuilt from the two pods left
+    assert np.array_equal(view.free_milli, f.with_assumed(fw.ledger.entries(NOW + 5)).free_milli)

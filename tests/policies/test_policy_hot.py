@@ -92,3 +92,30 @@ def test_batch_reasons_word_each_row_and_share_alike_ones() -> None:
     ]
     assert rejs[0] is rejs[2]
     assert all(r.unresolvable and r.kind == "thermal" for r in rejs)
+
+
+def test_hot_reasons_are_worded_once_per_snapshot(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The hot rows' reasons depend on the snapshot only: a second pod's filter looks them up, a new snapshot (other
+    telemetry columns) words them again; a row that is not hot still gets its words when explain asks."""
+    words: list[int] = []
+    real = HotNodeFilter._word
+
+    def counting(self: HotNodeFilter, *key: object) -> object:
+        words.append(1)
+        return real(self, *key)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(HotNodeFilter, "_word", counting)
+    f = fleet(*_fleet())  # type: ignore[arg-type]
+    filt = HotNodeFilter(CFG)
+    ctx = CycleContext(now=NOW)
+    bad = np.array([f.index["hot"], f.index["throttling"], f.index["rising"]], dtype=np.int64)
+    first = filt.reasons(request(1), f, bad, ctx)
+    assert len(words) == 3
+    again = filt.reasons(request(2), f, bad[::-1], ctx)
+    assert again == first[::-1] and all(a is b for a, b in zip(again, first[::-1], strict=True))
+    assert len(words) == 3  # not worded again
+    other = fleet(*_fleet())  # type: ignore[arg-type]
+    assert [r.reason for r in filt.reasons(request(1), other, bad, ctx)] == [r.reason for r in first]
+    assert len(words) == 6
+    cool = filt.reasons(request(1), f, np.array([f.index["cool"], f.index["hot"]], dtype=np.int64), ctx)
+    assert cool[1] is first[0] and len(cool) == 2
