@@ -8,9 +8,12 @@ kube-scheduler does not preempt there.
 
 What kelvin reads of a victim: its GPUs and priority from its record; its ``kelvin.dev/evictable``, gang, start and
 checkpoint times from its record (the listing of pods) or, with ``nodeCacheCapable: false``, from the Pod object
-kube-scheduler sent. PodDisruptionBudgets: kelvin does not list them; kube-scheduler tells how many of *its* victims
-on the node violate one (``NumPDBViolations``): with 0 none of them does; otherwise kelvin counts every one of them
-as violating (it cannot tell which), and pods kube-scheduler did not propose as not violating.
+kube-scheduler sent. PodDisruptionBudgets: kelvin lists them itself (:mod:`.pdb_lister`, with a Kubernetes API) and
+counts, per victim set, the victims each budget matches beyond its ``disruptionsAllowed``
+(:mod:`scheduler_plugin.preemption.pdb`), so it knows which pods are protected, proposed by kube-scheduler or not.
+Without a fresh list (no API, a list that failed for longer than ``MAX_AGE_S``) or for a pod whose labels it does
+not know, kelvin falls back to kube-scheduler's count of *its* victims on the node (``NumPDBViolations``): with 0
+none of them violates one; otherwise every one of them counts as violating (it cannot tell which).
 
 Reported, never guessed: a node not in kelvin's snapshot, a victim UID kelvin has no record of (nodeCacheCapable
 true), or a victim Pod that asks for GPUs kelvin did not assign, are logged and left out. A proposed victim whose Pod
@@ -35,6 +38,7 @@ from ..model.eviction import EvictionFacts, eviction_facts
 from ..model.pod import key_of
 from ..policies.framework import Framework
 from ..preemption import Candidate, choose_victims
+from ..preemption.pdb import BudgetIndex, violations
 from ..preemption.victims import GangCost, gang_costs
 from .preempt_wire import NodeVictims, PreemptionArgs, preemption_result
 
@@ -94,6 +98,8 @@ class PreemptVerb:
             return preemption_result(answer)
         view = ext.framework.view(fleet, ctx)  # the ledger's binds count as taken
         assumed = ext.ledger.entries(now)
+        budgets = ext.pdbs.index() if ext.pdbs is not None else None
+        allowed = budgets.allowed if budgets is not None else ()
         gangs: Mapping[str, GangCost] | None = None
         started = time.perf_counter()
         # kube-scheduler's own preference first (fewest victims): the nodes it would pick are judged first
@@ -115,10 +121,12 @@ class PreemptVerb:
                 m.decisions.labels("preempt", "rejected").inc()
                 continue
             records = _records(nd.assignments, assumed.get(name, ()))
-            cands, keep = self._candidates(name, proposed, records, now)
+            cands, keep = self._candidates(name, proposed, records, now, budgets)
             if gangs is None and any(c.gang for c in cands):
                 gangs = gang_costs(_all_records(snap.nodes, assumed), now)
-            choice = choose_victims(self.framework, view, row, req, cands, now, gangs=gangs, pick=False)
+            choice = choose_victims(
+                self.framework, view, row, req, cands, now, gangs=gangs, pick=False, allowed=allowed
+            )
             if choice is None:
                 log.info(
                     "preempt: %s: no set of lower-priority pods on %s frees a placement; left out", req.pod_key, name
@@ -127,11 +135,12 @@ class PreemptVerb:
                 continue
             known = {c.uid for c in cands}
             if not choice.units:  # room for the GPUs already: what kube-scheduler lacks is not a GPU
-                uids = [u for u in proposed.uids if u in known or u in keep]
+                kept = {uid for uid, _ in keep}
+                uids = [u for u in proposed.uids if u in known or u in kept]
                 pdb = min(proposed.pdb_violations, len(uids))
             else:
-                uids = [c.uid for c in choice.victims] + keep
-                pdb = choice.pdb_violations + (len(keep) if proposed.pdb_violations > 0 else 0)
+                uids = [c.uid for c in choice.victims] + [uid for uid, _ in keep]
+                pdb = _answer_pdb(choice.victims, keep, proposed.pdb_violations > 0, allowed)
             if not uids:
                 log.info(
                     "preempt: %s: kelvin sees room on %s without evicting a pod it knows; left out", req.pod_key, name
@@ -155,13 +164,19 @@ class PreemptVerb:
         return preemption_result(answer)
 
     def _candidates(
-        self, node: str, proposed: NodeVictims, records: list[GpuAssignment], now: float
-    ) -> tuple[list[Candidate], list[str]]:
-        """(candidates from kelvin's records, UIDs of proposed victims that hold no GPU and are kept as they are)."""
+        self,
+        node: str,
+        proposed: NodeVictims,
+        records: list[GpuAssignment],
+        now: float,
+        budgets: BudgetIndex | None = None,
+    ) -> tuple[list[Candidate], list[tuple[str, tuple[int, ...] | None]]]:
+        """(candidates from kelvin's records, proposed victims that hold no GPU and are kept as they are: their UID
+        and the listed budgets they match, None when kelvin cannot tell)."""
         by_uid = {a.pod_uid: a for a in records if a.pod_uid}
         pods = dict(zip(proposed.uids, proposed.pods, strict=True)) if proposed.pods is not None else {}
         violating = set(proposed.uids) if proposed.pdb_violations > 0 else set()
-        keep: list[str] = []
+        keep: list[tuple[str, tuple[int, ...] | None]] = []
         for uid in proposed.uids:
             if uid in by_uid:
                 continue
@@ -172,7 +187,7 @@ class PreemptVerb:
                 except RequestError:
                     wants = True
                 if not wants:
-                    keep.append(uid)
+                    keep.append((uid, None if budgets is None else budgets.matching(key_of(pod), _labels(pod))))
                     continue
             self.ext.metrics.preempt_unknown.labels("pod").inc()
             log.warning(
@@ -185,7 +200,13 @@ class PreemptVerb:
             pod = pods.get(a.pod_uid or "")
             facts: EvictionFacts | None = eviction_facts(pod) if pod is not None else None
             priority = _priority(pod) if pod is not None else None
-            cands.append(Candidate.of(a, now, facts=facts, priority=priority, pdb_violation=a.pod_uid in violating))
+            known = facts if facts is not None else a.eviction
+            if budgets is not None and known is not None:  # kelvin's own list: which budgets this pod falls under
+                hits = budgets.matching(a.pod_key, known.label_map)
+                cands.append(Candidate.of(a, now, facts=facts, priority=priority, budgets=hits))
+            else:
+                flag = a.pod_uid in violating
+                cands.append(Candidate.of(a, now, facts=facts, priority=priority, pdb_violation=flag))
         return cands, keep
 
 
@@ -201,6 +222,32 @@ def _all_records(nodes: Iterable[Any], assumed: Mapping[str, Iterable[GpuAssignm
     for nd in nodes:
         out.extend(_records(nd.assignments, assumed.get(nd.name, ())))
     return out
+
+
+def _answer_pdb(
+    victims: Iterable[Candidate],
+    keep: Iterable[tuple[str, tuple[int, ...] | None]],
+    flagged_node: bool,
+    allowed: tuple[int, ...],
+) -> int:
+    """The PDB violations of the answer's victims on a node: kelvin's victims and the kept non-GPU ones together."""
+    vs = list(victims)
+    hits = [b for c in vs for b in c.budgets]
+    unknown = 0
+    for _uid, budgets in keep:
+        if budgets is None:
+            unknown += int(flagged_node)
+        else:
+            hits.extend(budgets)
+    return sum(c.pdb_violation for c in vs) + violations(hits, allowed) + unknown
+
+
+def _labels(pod: Mapping[str, Any]) -> dict[str, str]:
+    meta = pod.get("metadata")
+    labels = meta.get("labels") if isinstance(meta, Mapping) else None
+    if not isinstance(labels, Mapping):
+        return {}
+    return {k: v for k, v in labels.items() if isinstance(k, str) and isinstance(v, str)}
 
 
 def _priority(pod: Mapping[str, Any]) -> int | None:

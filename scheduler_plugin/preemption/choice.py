@@ -7,7 +7,9 @@ in one call: GPU count on one NVLink/PCIe group as the pod asks, memory share on
 Cost, compared in this order (kube-scheduler's rules first, then the work lost):
 
 1. never a pod of equal or higher priority, nor one with ``kelvin.dev/evictable: "false"`` (its unit is protected);
-2. fewest PodDisruptionBudget violations;
+2. fewest PodDisruptionBudget violations: the victims kube-scheduler says violate one, plus, over the budgets kelvin
+   lists itself (:mod:`.pdb`), the victims of the set each budget matches beyond its ``disruptionsAllowed`` (counted
+   for the set as a whole, as kube-scheduler does: two victims under a budget that allows one make one violation);
 3. fewest pods stopped (a gang counts all its members, on every node);
 4. least progress lost: GPU-seconds since each victim's last checkpoint (a fresh ``kelvin.dev/checkpoint-done`` costs
    little), then the lowest highest-priority among the victims.
@@ -36,6 +38,7 @@ from ..model import MILLI_PER_GPU, FleetArrays, GpuRequest
 from ..policies.base import BoolA
 from ..policies.framework import Framework
 from .overlay import released_rows, unit_release
+from .pdb import violations
 from .victims import Candidate, GangCost, Unit, build_units
 
 EXACT_MAX_UNITS = 12
@@ -61,6 +64,8 @@ class Choice:
     """Every subset was considered (else the bounded search of the module docstring)."""
     evaluated: int
     """Variants judged."""
+    allowed: tuple[int, ...] = ()
+    """``disruptionsAllowed`` of the budgets kelvin listed (what the units' ``budget_hits`` index)."""
 
     @property
     def victims(self) -> tuple[Candidate, ...]:
@@ -68,17 +73,23 @@ class Choice:
 
     @property
     def cost(self) -> Cost:
-        return set_cost(self.units)
+        return set_cost(self.units, self.allowed)
 
     @property
     def pdb_violations(self) -> int:
-        return sum(u.pdb_violations for u in self.units)
+        return set_pdb_violations(self.units, self.allowed)
 
 
-def set_cost(units: Iterable[Unit]) -> Cost:
+def set_pdb_violations(units: Iterable[Unit], allowed: Sequence[int] = ()) -> int:
+    """PDB violations of evicting ``units`` together."""
+    us = list(units)
+    return sum(u.flagged for u in us) + violations((b for u in us for b in u.budget_hits), allowed)
+
+
+def set_cost(units: Iterable[Unit], allowed: Sequence[int] = ()) -> Cost:
     us = list(units)
     return (
-        sum(u.pdb_violations for u in us),
+        set_pdb_violations(us, allowed),
         sum(u.victims for u in us),
         sum(u.lost_gpu_seconds for u in us),
         max((u.max_priority for u in us), default=-(2**31)),
@@ -89,9 +100,17 @@ class _Judge:
     """Judges sets of units (indices into ``units``) on node ``row`` by the framework's filters."""
 
     def __init__(
-        self, framework: Framework, fleet: FleetArrays, row: int, req: GpuRequest, units: Sequence[Unit], now: float
+        self,
+        framework: Framework,
+        fleet: FleetArrays,
+        row: int,
+        req: GpuRequest,
+        units: Sequence[Unit],
+        now: float,
+        allowed: Sequence[int] = (),
     ) -> None:
         self.framework, self.fleet, self.row, self.req, self.units, self.now = framework, fleet, row, req, units, now
+        self.allowed = tuple(allowed)
         self.evaluated = 0
         g = fleet.max_gpus
         rel = [unit_release(fleet, row, (m.assignment for m in u.members)) for u in units]
@@ -165,7 +184,13 @@ def _exact(judge: _Judge, pool: Sequence[int]) -> list[int] | None:
     masks = np.arange(0, 2**n, dtype=np.int64)
     sel = (masks[:, None] >> np.arange(n, dtype=np.int64)) & 1  # (M, n)
     weights = sel.astype(np.float64)
-    pdb = weights @ np.array([units[u].pdb_violations for u in pool], dtype=np.float64)
+    pdb = weights @ np.array([units[u].flagged for u in pool], dtype=np.float64)
+    if judge.allowed:
+        hits = np.zeros((n, len(judge.allowed)), dtype=np.float64)
+        for i, u in enumerate(pool):
+            for b in units[u].budget_hits:
+                hits[i, b] += 1
+        pdb += np.maximum(0.0, weights @ hits - np.array(judge.allowed, dtype=np.float64)).sum(axis=1)
     victims = weights @ np.array([units[u].victims for u in pool], dtype=np.float64)
     lost = weights @ np.array([units[u].lost_gpu_seconds for u in pool], dtype=np.float64)
     prios = np.array([units[u].max_priority for u in pool], dtype=np.float64)
@@ -212,6 +237,7 @@ def choose_victims(  # noqa: PLR0913
     gangs: Mapping[str, GangCost] | None = None,
     exact_max: int = EXACT_MAX_UNITS,
     pick: bool = True,
+    allowed: Sequence[int] = (),
 ) -> Choice | None:
     """The cheapest units to evict from node ``row`` so that ``req`` passes the framework's filters there, or None
     when no set of evictable lower-priority units does.
@@ -220,9 +246,11 @@ def choose_victims(  # noqa: PLR0913
     ``candidates`` the pods on the node holding GPUs there (any priority: protected ones are never chosen);
     ``gangs`` the fleet-wide cost of each gang (:func:`.victims.gang_costs`). A Choice with no units means the pod
     fits without evicting anyone kelvin knows of. ``pick``: also ask the framework's picker which GPUs the pod would get
-    (one more framework call; the extender's verb skips it: kube-scheduler binds later, through filter and bind)."""
-    units = build_units(candidates, req.priority, gangs)
-    judge = _Judge(framework, fleet, row, req, units, now)
+    (one more framework call; the extender's verb skips it: kube-scheduler binds later, through filter and bind).
+    ``allowed``: the ``disruptionsAllowed`` of each PodDisruptionBudget kelvin listed (the candidates' ``budgets``
+    index it)."""
+    units = build_units(candidates, req.priority, gangs, allowed)
+    judge = _Judge(framework, fleet, row, req, units, now, allowed)
     pool = [i for i, u in enumerate(units) if not u.protected and any(m.assignment.gpu_indices for m in u.members)]
     if len(pool) <= exact_max:
         best = _exact(judge, pool)  # the empty set first: no victim at all when the pod fits already
@@ -237,7 +265,7 @@ def choose_victims(  # noqa: PLR0913
         exact = best is not None and len(best) == 1
         if not exact:
             found = [s for s in (best, _greedy(judge, pool)) if s]
-            best = min(found, key=lambda s: set_cost(units[u] for u in s)) if found else None
+            best = min(found, key=lambda s: set_cost((units[u] for u in s), allowed)) if found else None
     if best is None:
         return None
     chosen = sorted(best)
@@ -246,4 +274,5 @@ def choose_victims(  # noqa: PLR0913
         gpus=judge.pick(chosen) if pick else None,
         exact=exact,
         evaluated=judge.evaluated,
+        allowed=tuple(allowed),
     )
