@@ -24,6 +24,8 @@ make the job run): every node is dropped.
 
 Bounded work: the nodes are judged in kube-scheduler's order of preference (fewest proposed victims first), and
 judging stops once :data:`MAX_KEPT_NODES` nodes are kept or after :data:`TIME_BUDGET_S`; the rest are left out.
+Of the nodes judged, only those of least cost (:mod:`scheduler_plugin.preemption.choice`'s order) are answered:
+kube-scheduler then picks among equals, never a node whose victims lose more progress.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from ..model.eviction import EvictionFacts, eviction_facts
 from ..model.pod import key_of
 from ..policies.framework import Framework
 from ..preemption import Candidate, choose_victims
+from ..preemption.choice import Choice, Cost
 from ..preemption.pdb import BudgetIndex, violations
 from ..preemption.victims import GangCost, gang_costs
 from .preempt_wire import NodeVictims, PreemptionArgs, preemption_result
@@ -78,22 +81,11 @@ class PreemptVerb:
             return preemption_result(answer)
         if not req.wants_gpu:  # kelvin has no say: kube-scheduler's victims stand
             return preemption_result({n: (v.uids, v.pdb_violations) for n, v in args.nodes.items() if v.uids})
-        gang = eviction_facts(args.pod).gang
-        if gang is not None:
-            log.info(
-                "preempt: %s is a member of gang %s: kelvin never preempts for one member; no node kept",
-                req.pod_key,
-                gang,
-            )
-            m.decisions.labels("preempt", "rejected").inc(len(args.nodes))
-            return preemption_result(answer)
         snap = ext.cache.snapshot
         fleet = snap.arrays
         now = ext.clock()
         ctx = ext.framework.context(fleet, now)
-        down = ext.outage(ctx.stale, now)
-        if down is not None:
-            log.warning("preempt: %s: %s; no node kept", req.pod_key, down)
+        if self._refused(args, req.pod_key, ext.outage(ctx.stale, now)):
             m.decisions.labels("preempt", "rejected").inc(len(args.nodes))
             return preemption_result(answer)
         view = ext.framework.view(fleet, ctx)  # the ledger's binds count as taken
@@ -101,6 +93,7 @@ class PreemptVerb:
         budgets = ext.pdbs.index() if ext.pdbs is not None else None
         allowed = budgets.allowed if budgets is not None else ()
         gangs: Mapping[str, GangCost] | None = None
+        costs: dict[str, Cost] = {}
         started = time.perf_counter()
         # kube-scheduler's own preference first (fewest victims): the nodes it would pick are judged first
         order = sorted(args.nodes.items(), key=lambda kv: (len(kv[1].uids), kv[1].pdb_violations))
@@ -133,14 +126,7 @@ class PreemptVerb:
                 )
                 m.decisions.labels("preempt", "rejected").inc()
                 continue
-            known = {c.uid for c in cands}
-            if not choice.units:  # room for the GPUs already: what kube-scheduler lacks is not a GPU
-                kept = {uid for uid, _ in keep}
-                uids = [u for u in proposed.uids if u in known or u in kept]
-                pdb = min(proposed.pdb_violations, len(uids))
-            else:
-                uids = [c.uid for c in choice.victims] + [uid for uid, _ in keep]
-                pdb = _answer_pdb(choice.victims, keep, proposed.pdb_violations > 0, allowed)
+            uids, pdb = _node_answer(choice, cands, keep, proposed, allowed)
             if not uids:
                 log.info(
                     "preempt: %s: kelvin sees room on %s without evicting a pod it knows; left out", req.pod_key, name
@@ -148,8 +134,8 @@ class PreemptVerb:
                 m.decisions.labels("preempt", "rejected").inc()
                 continue
             answer[name] = (uids, pdb)
-            m.decisions.labels("preempt", "passed").inc()
-            m.preempt_victims.inc(len(uids))
+            if choice.units:
+                costs[name] = choice.cost
             log.info(
                 "preempt: %s on %s: evict %s (kube-scheduler proposed %d; %s search, %d variants)",
                 req.pod_key,
@@ -159,9 +145,46 @@ class PreemptVerb:
                 "exact" if choice.exact else "bounded",
                 choice.evaluated,
             )
+        answer = self._cheapest(req.pod_key, answer, costs)
+        for uids, _ in answer.values():
+            m.decisions.labels("preempt", "passed").inc()
+            m.preempt_victims.inc(len(uids))
         # the preemptor's next filter, once kube-scheduler deleted these, is retried until kelvin's listing sees them go
         ext.pending_preemptions.record(req.pod_uid, {n: uids for n, (uids, _) in answer.items()}, now)
         return preemption_result(answer)
+
+    @staticmethod
+    def _refused(args: PreemptionArgs, pod_key: str, down: str | None) -> bool:
+        """Whether no node is kept at all: the preemptor is a gang member, or kelvin's telemetry is out (logged)."""
+        gang = eviction_facts(args.pod).gang
+        if gang is not None:
+            log.info(
+                "preempt: %s is a member of gang %s: kelvin never preempts for one member; no node kept", pod_key, gang
+            )
+            return True
+        if down is not None:
+            log.warning("preempt: %s: %s; no node kept", pod_key, down)
+            return True
+        return False
+
+    def _cheapest(
+        self, pod_key: str, answer: dict[str, tuple[list[str], int]], costs: Mapping[str, Cost]
+    ) -> dict[str, tuple[list[str], int]]:
+        """Only the nodes of least cost are answered (ties all kept), and those where kelvin evicts no GPU pod:
+        kube-scheduler picks one of the answered nodes by its own rules (PDB violations, victims' priorities, their
+        count, start times), which know nothing of the progress a victim loses, so a costlier node left in could be
+        the one it picks."""
+        if not costs:
+            return answer
+        best = min(costs.values())
+        dropped = [n for n, c in costs.items() if c != best]
+        if dropped:
+            log.info(
+                "preempt: %s: %d node(s) left out, costlier than the cheapest (%s)",
+                pod_key, len(dropped), ", ".join(sorted(dropped)[:5]),
+            )  # fmt: skip
+            self.ext.metrics.decisions.labels("preempt", "rejected").inc(len(dropped))
+        return {n: v for n, v in answer.items() if n not in dropped}
 
     def _candidates(
         self,
@@ -222,6 +245,22 @@ def _all_records(nodes: Iterable[Any], assumed: Mapping[str, Iterable[GpuAssignm
     for nd in nodes:
         out.extend(_records(nd.assignments, assumed.get(nd.name, ())))
     return out
+
+
+def _node_answer(
+    choice: Choice,
+    cands: Iterable[Candidate],
+    keep: list[tuple[str, tuple[int, ...] | None]],
+    proposed: NodeVictims,
+    allowed: tuple[int, ...],
+) -> tuple[list[str], int]:
+    """The victims' UIDs answered for one node, and their PDB violations."""
+    if not choice.units:  # room for the GPUs already: what kube-scheduler lacks is not a GPU
+        known = {c.uid for c in cands} | {uid for uid, _ in keep}
+        uids = [u for u in proposed.uids if u in known]
+        return uids, min(proposed.pdb_violations, len(uids))
+    uids = [c.uid for c in choice.victims] + [uid for uid, _ in keep]
+    return uids, _answer_pdb(choice.victims, keep, proposed.pdb_violations > 0, allowed)
 
 
 def _answer_pdb(

@@ -264,3 +264,30 @@ def test_the_preemptors_filter_is_retried_until_kelvin_sees_its_victims_gone(ext
     out = client.post("/filter", content=args(hi, ["gpu-islands"])).json()
     assert out["NodeNames"] == ["gpu-islands"] and not out["Error"], out
     assert len(ext.pending_preemptions) == 0
+
+
+def test_only_the_cheapest_node_is_answered() -> None:
+    """kube-scheduler picks among the answered nodes by its own rules (here: equal priorities, equal counts), blind to
+    progress: a costlier node answered could be the one it evicts on. Node "fresh" has an island whose pods
+    checkpointed a minute ago; node "old" only pods that never did: only "fresh" is answered."""
+    old = islands("old")
+    fresh = islands("fresh")
+    fresh = replace(
+        fresh,
+        assignments=tuple(
+            replace(
+                a,
+                pod_uid=f"fresh-{a.pod_uid}",
+                eviction=replace(
+                    a.eviction or EvictionFacts(), checkpoint_at=T0 - 60 if a.gpu_indices[0] >= 4 else None
+                ),
+            )
+            for a in fresh.assignments
+        ),
+    )
+    ext = make_extender([old, fresh])[0]
+    victims = {"old": [f"uid-w{i}" for i in (0, 1, 4, 5)], "fresh": [f"fresh-uid-w{i}" for i in (0, 1, 4, 5)]}
+    with TestClient(create_app(ext)) as c:
+        out = c.post("/preempt", content=meta_args(preemptor(), victims)).json()["NodeNameToMetaVictims"]
+    assert set(out) == {"fresh"}, out
+    assert {p["UID"] for p in out["fresh"]["Pods"]} == {f"fresh-uid-w{i}" for i in ISLAND_B}
