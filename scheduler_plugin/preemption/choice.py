@@ -110,7 +110,14 @@ class _Judge:
         allowed: Sequence[int] = (),
     ) -> None:
         self.framework, self.fleet, self.row, self.req, self.units, self.now = framework, fleet, row, req, units, now
-        self.allowed = tuple(allowed)
+        # only the budgets this node's units fall under, as columns 0..B-1 (a cluster may list thousands)
+        used = sorted({b for u in units for b in u.budget_hits})
+        col = {b: i for i, b in enumerate(used)}
+        self.allowed = np.array([allowed[b] for b in used], dtype=np.float64)
+        self.hits = np.zeros((len(units), len(used)), dtype=np.float64)
+        for i, u in enumerate(units):
+            for b in u.budget_hits:
+                self.hits[i, col[b]] += 1
         self.evaluated = 0
         g = fleet.max_gpus
         rel = [unit_release(fleet, row, (m.assignment for m in u.members)) for u in units]
@@ -185,12 +192,9 @@ def _exact(judge: _Judge, pool: Sequence[int]) -> list[int] | None:
     sel = (masks[:, None] >> np.arange(n, dtype=np.int64)) & 1  # (M, n)
     weights = sel.astype(np.float64)
     pdb = weights @ np.array([units[u].flagged for u in pool], dtype=np.float64)
-    if judge.allowed:
-        hits = np.zeros((n, len(judge.allowed)), dtype=np.float64)
-        for i, u in enumerate(pool):
-            for b in units[u].budget_hits:
-                hits[i, b] += 1
-        pdb += np.maximum(0.0, weights @ hits - np.array(judge.allowed, dtype=np.float64)).sum(axis=1)
+    if judge.allowed.size:
+        hits = judge.hits[list(pool)]
+        pdb += np.maximum(0.0, weights @ hits - judge.allowed).sum(axis=1)
     victims = weights @ np.array([units[u].victims for u in pool], dtype=np.float64)
     lost = weights @ np.array([units[u].lost_gpu_seconds for u in pool], dtype=np.float64)
     prios = np.array([units[u].max_priority for u in pool], dtype=np.float64)

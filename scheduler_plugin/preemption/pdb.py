@@ -129,14 +129,22 @@ def matching(budgets: Sequence[Budget], pod_key: str, labels: Mapping[str, str])
 
 
 class BudgetIndex:
-    """A list of budgets, looked up by namespace (a cluster's budgets are spread over many namespaces)."""
+    """A list of budgets, looked up by namespace and label: a pod is only tested against the budgets of its
+    namespace whose first ``matchLabels`` pair it carries, and those of its namespace with no ``matchLabels``."""
 
     def __init__(self, budgets: Iterable[Budget]) -> None:
         self.budgets = tuple(budgets)
         self.allowed = tuple(b.disruptions_allowed for b in self.budgets)
-        self._by_ns: dict[str, list[int]] = {}
+        self._by_label: dict[tuple[str, str, str], list[int]] = {}
+        self._scan: dict[str, list[int]] = {}
         for i, b in enumerate(self.budgets):
-            self._by_ns.setdefault(b.namespace, []).append(i)
+            if b.empty:
+                continue  # matches nothing
+            if b.match_labels:
+                k, v = b.match_labels[0]
+                self._by_label.setdefault((b.namespace, k, v), []).append(i)
+            else:
+                self._scan.setdefault(b.namespace, []).append(i)
 
     def __len__(self) -> int:
         return len(self.budgets)
@@ -144,7 +152,10 @@ class BudgetIndex:
     def matching(self, pod_key: str, labels: Mapping[str, str]) -> tuple[int, ...]:
         """Indices of the budgets that evicting pod ``pod_key`` (``namespace/name``) takes one from."""
         namespace, _, name = pod_key.partition("/")
-        return tuple(i for i in self._by_ns.get(namespace, ()) if self.budgets[i].matches(namespace, name, labels))
+        tried = list(self._scan.get(namespace, ()))
+        for k, v in labels.items():
+            tried.extend(self._by_label.get((namespace, k, v), ()))
+        return tuple(sorted(i for i in tried if self.budgets[i].matches(namespace, name, labels)))
 
 
 def violations(hits: Iterable[int], allowed: Sequence[int]) -> int:

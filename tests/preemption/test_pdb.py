@@ -121,3 +121,18 @@ def test_a_budget_allowing_some_counts_the_whole_set() -> None:
     # every pod under the budget: both islands make one violation, and the fresher island A wins on progress
     ch = choose_listed(node, {f"default/p{i}": (0,) for i in range(8)}, (3,))
     assert ch is not None and gpus_of(ch) == set(ISLAND_A) and ch.pdb_violations == 1
+
+
+def test_the_index_finds_budgets_by_label_and_scans_expression_only_ones() -> None:
+    idx = BudgetIndex(
+        [
+            parse_budget(pdb("two", labels={"app": "a", "tier": "x"})),
+            parse_budget(pdb("expr", exprs=[{"key": "tier", "operator": "Exists"}])),
+            parse_budget(pdb("empty")),
+            parse_budget(pdb("other-ns", namespace="o", labels={"app": "a"})),
+        ]
+    )
+    assert idx.matching("default/p", {"app": "a", "tier": "x"}) == (0, 1)
+    assert idx.matching("default/p", {"tier": "x"}) == (1,)
+    assert idx.matching("default/p", {"app": "a"}) == ()
+    assert idx.matching("o/p", {"app": "a"}) == (3,)
