@@ -42,7 +42,7 @@ from ..policies.framework import Framework
 from ..preemption import Candidate, choose_victims
 from ..preemption.choice import Choice, Cost
 from ..preemption.pdb import BudgetIndex, violations
-from ..preemption.victims import GangCost, gang_costs
+from ..preemption.victims import GangCost, gang_costs, kube_count
 from .preempt_wire import NodeVictims, PreemptionArgs, preemption_result
 
 if TYPE_CHECKING:
@@ -117,8 +117,9 @@ class PreemptVerb:
             cands, keep = self._candidates(name, proposed, records, now, budgets)
             if gangs is None and any(c.gang for c in cands):
                 gangs = gang_costs(_all_records(snap.nodes, assumed), now)
+            must = kube_counted(proposed.uids, cands)
             choice = choose_victims(
-                self.framework, view, row, req, cands, now, gangs=gangs, pick=False, allowed=allowed
+                self.framework, view, row, req, cands, now, gangs=gangs, pick=False, allowed=allowed, must_free=must
             )
             if choice is None:
                 log.info(
@@ -245,6 +246,13 @@ def _all_records(nodes: Iterable[Any], assumed: Mapping[str, Iterable[GpuAssignm
     for nd in nodes:
         out.extend(_records(nd.assignments, assumed.get(nd.name, ())))
     return out
+
+
+def kube_counted(uids: Iterable[str], cands: Iterable[Candidate]) -> tuple[int, int]:
+    """Whole GPUs and shared-GPU slots kube-scheduler's proposed victims (those kelvin has records of) give back."""
+    proposed = set(uids)
+    counts = [kube_count(c.assignment) for c in cands if c.uid in proposed]
+    return sum(w for w, _ in counts), sum(s for _, s in counts)
 
 
 def _node_answer(

@@ -14,6 +14,10 @@ Cost, compared in this order (kube-scheduler's rules first, then the work lost):
 4. least progress lost: GPU-seconds since each victim's last checkpoint (a fresh ``kelvin.dev/checkpoint-done`` costs
    little), then the lowest highest-priority among the victims.
 
+kube-scheduler's count: the set must give back at least the whole GPUs (``nvidia.com/gpu``) and shared-GPU slots
+(``kelvin.dev/shared-gpu``) that kube-scheduler's own victims on the node free (``must_free``): its resource fit
+counts them, and a set that frees memory on a GPU but no slot would leave the pod unbound and preempt again.
+
 Search: releasing more never makes a node fit less, so the first feasible set in cost order is the cheapest. Sets
 that cannot free enough capacity by a cheap necessary test (whole GPUs free, or one GPU with the share free) are
 skipped before the framework judges the rest.
@@ -39,7 +43,7 @@ from ..policies.base import BoolA
 from ..policies.framework import Framework
 from .overlay import released_rows, unit_release
 from .pdb import violations
-from .victims import Candidate, GangCost, Unit, build_units
+from .victims import Candidate, GangCost, Unit, build_units, kube_count
 
 EXACT_MAX_UNITS = 12
 """Up to this many evictable units, every subset is considered (4,095 variants at most)."""
@@ -108,8 +112,12 @@ class _Judge:
         units: Sequence[Unit],
         now: float,
         allowed: Sequence[int] = (),
+        must_free: tuple[int, int] = (0, 0),
     ) -> None:
         self.framework, self.fleet, self.row, self.req, self.units, self.now = framework, fleet, row, req, units, now
+        # what each unit gives back as kube-scheduler counts it: whole GPUs (nvidia.com/gpu), shared slots
+        self.must_free = must_free
+        self.counted = np.array([counted(u) for u in units], dtype=np.int64).reshape(len(units), 2)
         # only the budgets this node's units fall under, as columns 0..B-1 (a cluster may list thousands)
         used = sorted({b for u in units for b in u.budget_hits})
         col = {b: i for i, b in enumerate(used)}
@@ -138,12 +146,17 @@ class _Judge:
         present = f.gpu_present[row]
         free_milli = f.free_milli[row].astype(np.int64) + bits @ self.milli  # (K, G)
         if not req.shared:
-            return np.asarray(((free_milli >= MILLI_PER_GPU) & present).sum(axis=1) >= req.count, dtype=np.bool_)
-        demand = req.demand_milli(f.mem_total[row]).astype(np.int64)
-        ok = (free_milli >= demand) & present
-        if req.memory_bytes is not None:
-            ok &= f.free_mem[row] + bits @ self.mem >= req.memory_bytes
-        return np.asarray(ok.any(axis=1), dtype=np.bool_)
+            out = ((free_milli >= MILLI_PER_GPU) & present).sum(axis=1) >= req.count
+        else:
+            demand = req.demand_milli(f.mem_total[row]).astype(np.int64)
+            ok = (free_milli >= demand) & present
+            if req.memory_bytes is not None:
+                ok &= f.free_mem[row] + bits @ self.mem >= req.memory_bytes
+            out = ok.any(axis=1)
+        if self.must_free != (0, 0):  # a set of victims frees at least what kube-scheduler's count needs
+            freed = bits @ self.counted  # (K, 2)
+            out &= (bits.sum(axis=1) == 0) | ((freed >= np.array(self.must_free, dtype=np.int64)).all(axis=1))
+        return np.asarray(out, dtype=np.bool_)
 
     def _variants(self, bits: npt.NDArray[np.int64]) -> FleetArrays:
         return released_rows(self.fleet, self.row, bits @ self.milli, bits @ self.mem, bits @ self.tenants)
@@ -181,6 +194,13 @@ class _Judge:
     def pick(self, chosen: Sequence[int]) -> tuple[int, ...] | None:
         sub = self._variants(self._bits([chosen]))
         return self.framework.pick(self.req, sub, 0, self.framework.context(sub, self.now))
+
+
+def counted(unit: Unit) -> tuple[int, int]:
+    """What evicting ``unit``'s members on the node gives back as kube-scheduler counts it (:func:`.victims.kube_count`
+    summed)."""
+    counts = [kube_count(m.assignment) for m in unit.members]
+    return sum(w for w, _ in counts), sum(s for _, s in counts)
 
 
 def _exact(judge: _Judge, pool: Sequence[int]) -> list[int] | None:
@@ -242,6 +262,7 @@ def choose_victims(  # noqa: PLR0913
     exact_max: int = EXACT_MAX_UNITS,
     pick: bool = True,
     allowed: Sequence[int] = (),
+    must_free: tuple[int, int] = (0, 0),
 ) -> Choice | None:
     """The cheapest units to evict from node ``row`` so that ``req`` passes the framework's filters there, or None
     when no set of evictable lower-priority units does.
@@ -252,9 +273,10 @@ def choose_victims(  # noqa: PLR0913
     fits without evicting anyone kelvin knows of. ``pick``: also ask the framework's picker which GPUs the pod would get
     (one more framework call; the extender's verb skips it: kube-scheduler binds later, through filter and bind).
     ``allowed``: the ``disruptionsAllowed`` of each PodDisruptionBudget kelvin listed (the candidates' ``budgets``
-    index it)."""
+    index it). ``must_free``: the whole GPUs and shared-GPU slots (:func:`counted`) a non-empty set must give back:
+    what kube-scheduler's own victims free by its count (its fit filter must pass too, or the pod does not bind)."""
     units = build_units(candidates, req.priority, gangs, allowed)
-    judge = _Judge(framework, fleet, row, req, units, now, allowed)
+    judge = _Judge(framework, fleet, row, req, units, now, allowed, must_free)
     pool = [i for i, u in enumerate(units) if not u.protected and any(m.assignment.gpu_indices for m in u.members)]
     if len(pool) <= exact_max:
         best = _exact(judge, pool)  # the empty set first: no victim at all when the pod fits already

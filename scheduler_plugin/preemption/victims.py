@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from ..model import GpuAssignment
+from ..model import MILLI_PER_GPU, GpuAssignment
 from ..model.eviction import EvictionFacts
 from .pdb import violations
 
@@ -72,6 +72,14 @@ def lost_gpu_seconds(a: GpuAssignment, facts: EvictionFacts | None, now: float) 
     since = None if facts is None else facts.progress_since()
     seconds = UNKNOWN_PROGRESS_S if since is None else max(0.0, now - since)
     return gpus * seconds
+
+
+def kube_count(a: GpuAssignment) -> tuple[int, int]:
+    """What evicting the pod of ``a`` gives back as kube-scheduler counts it: (whole GPUs, ``nvidia.com/gpu``;
+    shared-GPU slots, ``kelvin.dev/shared-gpu``: one a share)."""
+    if a.memory_bytes is None and a.milli == MILLI_PER_GPU:
+        return len(a.gpu_indices), 0
+    return 0, 1
 
 
 @dataclass(frozen=True, slots=True)
