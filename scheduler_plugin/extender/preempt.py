@@ -117,7 +117,7 @@ class PreemptVerb:
             cands, keep = self._candidates(name, proposed, records, now, budgets)
             if gangs is None and any(c.gang for c in cands):
                 gangs = gang_costs(_all_records(snap.nodes, assumed), now)
-            must = kube_counted(proposed.uids, cands)
+            must = kube_counted(proposed.uids, cands, req.shared)
             choice = choose_victims(
                 self.framework, view, row, req, cands, now, gangs=gangs, pick=False, allowed=allowed, must_free=must
             )
@@ -248,11 +248,18 @@ def _all_records(nodes: Iterable[Any], assumed: Mapping[str, Iterable[GpuAssignm
     return out
 
 
-def kube_counted(uids: Iterable[str], cands: Iterable[Candidate]) -> tuple[int, int]:
-    """Whole GPUs and shared-GPU slots kube-scheduler's proposed victims (those kelvin has records of) give back."""
+def kube_counted(uids: Iterable[str], cands: Iterable[Candidate], shared: bool) -> tuple[int, int]:
+    """The least that kube-scheduler's count needs freed on the node, from its own victims (those kelvin has records
+    of), in the resource the preemptor asks: (whole GPUs, shared-GPU slots). kube-scheduler reprieves every victim
+    whose return still fits, so each of its victims is needed: a share preemptor needs as many slots as its victims
+    hold; a whole-GPU one at least their GPUs less the smallest victim's plus one (a victim of 4 GPUs may have been
+    kept for a need of 2)."""
     proposed = set(uids)
     counts = [kube_count(c.assignment) for c in cands if c.uid in proposed]
-    return sum(w for w, _ in counts), sum(s for _, s in counts)
+    if shared:
+        return 0, sum(s for _, s in counts)
+    whole = [w for w, _ in counts if w]
+    return (sum(whole) - min(whole) + 1 if whole else 0), 0
 
 
 def _node_answer(
