@@ -50,13 +50,14 @@ def main() -> None:
     if a.stride < 1 or a.hours <= 0 or a.high_per_hour <= 0 or a.candidates < 1:
         raise SystemExit("error: --stride, --hours, --high-per-hour and --candidates must be positive")
     nodes = read_spot_nodes(shared_file(a.nodes), stride=a.stride)
-    console = Console(width=160)
+    console = Console(width=200)
     console.print(
         f"fleet: {len(nodes)} nodes, {sum(len(n.gpus) for n in nodes)} GPUs ({a.nodes.name}, 1 in {a.stride})"
     )
     console.print("job mix: " + Mix(hours=a.hours, high_per_hour=a.high_per_hour).describe())
-    t = Table("seed", "preemption", "HP arrived", "HP placed", "evictions", "per HP placed", "wasted",
-              "GPU-h lost", "HP wait mean s", "HP wait p95 s", "run s")  # fmt: skip
+    t = Table("seed", "preemption", "HP arrived", "HP placed", "preemptions", "evictions", "per preemption",
+              "per HP placed", "wasted", "GPU-h lost", "spot GPU-h done", "HP wait mean s", "HP wait p95 s",
+              "run s")  # fmt: skip
     totals: dict[str, list[Result]] = {"count": [], "kelvin": []}
     for seed in a.seeds:
         mix = Mix(hours=a.hours, high_per_hour=a.high_per_hour, seed=seed)
@@ -64,8 +65,9 @@ def main() -> None:
             t0 = time.perf_counter()
             r = simulate(nodes, mix, mode, candidates=a.candidates)  # type: ignore[arg-type]
             totals[mode].append(r)
-            t.add_row(str(seed), mode, str(r.high_arrived), str(r.high_placed), str(r.evictions),
-                      f"{r.evictions_per_high:.2f}", str(r.wasted_evictions), f"{r.lost_gpu_hours:.1f}",
+            t.add_row(str(seed), mode, str(r.high_arrived), str(r.high_placed), str(r.preemptions),
+                      str(r.evictions), f"{r.evictions_per_preemption:.2f}", f"{r.evictions_per_high:.2f}",
+                      str(r.wasted_evictions), f"{r.lost_gpu_hours:.1f}", f"{r.spot_done_gpu_hours:.0f}",
                       f"{r.wait_mean_s():.0f}", f"{r.wait_p95_s():.0f}", f"{time.perf_counter() - t0:.1f}")  # fmt: skip
     console.print(t)
     c, k = totals["count"], totals["kelvin"]
@@ -76,7 +78,9 @@ def main() -> None:
         f"kelvin vs count-based over {len(a.seeds)} seed(s): evictions {ev_k} vs {ev_c} "
         f"({(1 - ev_k / ev_c) * 100 if ev_c else 0:.0f} % fewer), GPU-hours lost {lost_k:.1f} vs {lost_c:.1f} "
         f"({(1 - lost_k / lost_c) * 100 if lost_c else 0:.0f} % less), high-priority pods placed {placed_k} vs "
-        f"{placed_c}"
+        f"{placed_c}; preemptions {sum(r.preemptions for r in k)} vs {sum(r.preemptions for r in c)}, pods "
+        f"evicted per preemption {ev_k / max(1, sum(r.preemptions for r in k)):.2f} vs "
+        f"{ev_c / max(1, sum(r.preemptions for r in c)):.2f}"
     )
     console.print(f"machine: {platform.processor() or platform.machine()}, {load_line()}")
 

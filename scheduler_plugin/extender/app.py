@@ -30,6 +30,7 @@ from ..telemetry.cache import CacheSettings, SnapshotCache, TelemetryMetrics
 from ..telemetry.source import TelemetrySource
 from .binder import Binder, KubeBinder, LocalBinder, NoApiBinder
 from .metrics import ExtenderMetrics
+from .pdb_lister import PdbLister
 from .routes import install_health_routes, install_routes
 from .service import Extender
 
@@ -96,10 +97,12 @@ def build_extender(
         raise StartupError(f"{where}: {exc}") from None
     if source is None:
         source = build_source(settings)
+    pdbs: PdbLister | None = None
     if binder is None:
         client = kube_client(settings)
         if client is not None:
             binder = KubeBinder(client)
+            pdbs = PdbLister(client)
             if not isinstance(source, SimulatedFleetSource):
                 source = AssignedSource(source, client, list_interval_s=settings.refresh_interval_s)
         elif isinstance(source, SimulatedFleetSource):
@@ -135,6 +138,7 @@ def build_extender(
         metrics=metrics,
         clock=clock,
         plugins=plugins,
+        pdbs=pdbs,
     )
 
 
@@ -146,9 +150,13 @@ def create_app(ext: Extender, *, metrics: bool = True) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await ext.cache.start()
+        if ext.pdbs is not None:
+            await ext.pdbs.start()
         try:
             yield
         finally:
+            if ext.pdbs is not None:
+                await ext.pdbs.stop()
             await ext.cache.stop()
             await ext.source.close()
             await ext.binder.close()

@@ -48,6 +48,7 @@ from .bindings import BindRecord, BindRecords, BindState
 from .errors import WireError
 from .gang_explain import explain_gang
 from .metrics import ExtenderMetrics
+from .pdb_lister import PdbLister
 from .preempt_pending import PendingPreemptions
 from .turns import LoopTurns
 
@@ -176,6 +177,8 @@ class Extender:
     clock: Callable[[], float] = time.time
     plugins: Registry = PRODUCTION
     """The registry the policy was built from (the preempt verb builds its own framework from it too)."""
+    pdbs: PdbLister | None = None
+    """The PodDisruptionBudgets the preempt verb counts (listed when there is a Kubernetes API)."""
 
     def __post_init__(self) -> None:
         self.memo = RequestMemo()

@@ -24,6 +24,12 @@ class EvictionFacts:
     """Unix time the pod's work started (bind time, else the pod's start time); ``None`` when unknown."""
     checkpoint_at: float | None = None
     """Unix time of the pod's last saved checkpoint (``kelvin.dev/checkpoint-done``); ``None`` when none."""
+    labels: tuple[tuple[str, str], ...] = ()
+    """The pod's labels (what a PodDisruptionBudget's selector matches), sorted."""
+
+    @property
+    def label_map(self) -> dict[str, str]:
+        return dict(self.labels)
 
     def progress_since(self) -> float | None:
         """Unix time since which the pod's work is not saved: its last checkpoint, else its start (``None`` when
@@ -44,6 +50,7 @@ def eviction_facts(pod: Mapping[str, Any]) -> EvictionFacts:
     meta = _mapping(pod.get("metadata"))
     annotations = _mapping(meta.get("annotations"))
     status = _mapping(pod.get("status"))
+    labels = _mapping(meta.get("labels"))
     gang = annotations.get(ann.GANG)
     started = parse_time(annotations.get(ann.GPU_ASSIGNED_AT))
     if started is None:
@@ -53,4 +60,5 @@ def eviction_facts(pod: Mapping[str, Any]) -> EvictionFacts:
         gang=gang.strip() if isinstance(gang, str) and gang.strip() else None,
         started_at=started,
         checkpoint_at=parse_time(annotations.get(ann.CHECKPOINT_DONE)),
+        labels=tuple(sorted((k, v) for k, v in labels.items() if isinstance(k, str) and isinstance(v, str))),
     )

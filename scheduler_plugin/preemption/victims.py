@@ -9,11 +9,12 @@ the node together, costed as the whole gang (evicting one member stops the job o
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from ..model import GpuAssignment
+from ..model import MILLI_PER_GPU, GpuAssignment
 from ..model.eviction import EvictionFacts
+from .pdb import violations
 
 #: Progress assumed lost per GPU when a pod's start and checkpoint are both unknown (a bind kelvin has not listed
 #: back yet, a pod without times): one hour, so that an unknown pod is never the cheapest victim by accident.
@@ -32,7 +33,10 @@ class Candidate:
     evictable: bool = True
     gang: str | None = None
     pdb_violation: bool = False
-    """Evicting it would violate a PodDisruptionBudget."""
+    """Evicting it would violate a PodDisruptionBudget (kube-scheduler said so: its ``NumPDBViolations``)."""
+    budgets: tuple[int, ...] = ()
+    """The PodDisruptionBudgets kelvin listed that evicting it takes one from (indices into the ``allowed`` of
+    :func:`build_units`; :func:`.pdb.matching`)."""
     lost_gpu_seconds: float = 0.0
     """Work an eviction loses: GPUs held x seconds since its last checkpoint (or its start)."""
 
@@ -45,6 +49,7 @@ class Candidate:
         facts: EvictionFacts | None = None,
         priority: int | None = None,
         pdb_violation: bool = False,
+        budgets: tuple[int, ...] = (),
     ) -> Candidate:
         """The candidate of an assignment; ``facts`` default to the assignment's own (``None``: unknown)."""
         f = facts if facts is not None else a.eviction
@@ -56,6 +61,7 @@ class Candidate:
             evictable=True if f is None else f.evictable,
             gang=None if f is None else f.gang,
             pdb_violation=pdb_violation,
+            budgets=budgets,
             lost_gpu_seconds=lost_gpu_seconds(a, f, now),
         )
 
@@ -66,6 +72,14 @@ def lost_gpu_seconds(a: GpuAssignment, facts: EvictionFacts | None, now: float) 
     since = None if facts is None else facts.progress_since()
     seconds = UNKNOWN_PROGRESS_S if since is None else max(0.0, now - since)
     return gpus * seconds
+
+
+def kube_count(a: GpuAssignment) -> tuple[int, int]:
+    """What evicting the pod of ``a`` gives back as kube-scheduler counts it: (whole GPUs, ``nvidia.com/gpu``;
+    shared-GPU slots, ``kelvin.dev/shared-gpu``: one a share)."""
+    if a.memory_bytes is None and a.milli == MILLI_PER_GPU:
+        return len(a.gpu_indices), 0
+    return 0, 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,8 +103,14 @@ class Unit:
     """Pods the eviction stops in all (a gang's members on every node)."""
     lost_gpu_seconds: float
     pdb_violations: int
+    """Evicting this unit alone: the members kube-scheduler says violate a budget, plus the budgets kelvin listed
+    it exhausts (:func:`.pdb.violations`)."""
     max_priority: int
     protected: bool
+    flagged: int = 0
+    """Members kube-scheduler says violate a budget."""
+    budget_hits: tuple[int, ...] = ()
+    """The listed budget of every (member, matching budget) pair: a set's violations count them together."""
 
     def cost(self) -> tuple[int, int, float, int]:
         return (self.pdb_violations, self.victims, self.lost_gpu_seconds, self.max_priority)
@@ -117,8 +137,10 @@ def build_units(
     candidates: Iterable[Candidate],
     preemptor_priority: int,
     gangs: Mapping[str, GangCost] | None = None,
+    allowed: Sequence[int] = (),
 ) -> list[Unit]:
-    """The candidates grouped into units, each with its cost and whether it is protected."""
+    """The candidates grouped into units, each with its cost and whether it is protected. ``allowed``: the
+    ``disruptionsAllowed`` of each listed budget (:attr:`Candidate.budgets` index it)."""
     groups: dict[str, list[Candidate]] = {}
     for c in candidates:
         groups.setdefault(f"gang:{c.gang}" if c.gang else f"pod:{c.uid}", []).append(c)
@@ -135,15 +157,19 @@ def build_units(
             lost = max(lost, g.lost_gpu_seconds)
             prio = max(prio, g.max_priority)
             protected = protected or g.protected
+        flagged = sum(c.pdb_violation for c in members)
+        hits = tuple(b for c in members for b in c.budgets)
         units.append(
             Unit(
                 key=key,
                 members=tuple(members),
                 victims=victims,
                 lost_gpu_seconds=lost,
-                pdb_violations=sum(c.pdb_violation for c in members),
+                pdb_violations=flagged + violations(hits, allowed),
                 max_priority=prio,
                 protected=protected or prio >= preemptor_priority,
+                flagged=flagged,
+                budget_hits=hits,
             )
         )
     return units

@@ -229,6 +229,10 @@ class Result:
     wasted_evictions: int = 0
     """Pods stopped for a nomination the preemptor could not bind to (count-based, GPUs not on one island)."""
     lost_gpu_hours: float = 0.0
+    preemptions: int = 0
+    """Preemptions that evicted (each stops one pod at least: evictions / preemptions >= 1)."""
+    spot_done_gpu_hours: float = 0.0
+    """Spot work done and kept: finished jobs' work, and the checkpointed work of stopped ones."""
     high_wait_s: list[float] = field(default_factory=list)
     choices: int = 0
     exact_choices: int = 0
@@ -236,6 +240,10 @@ class Result:
     @property
     def evictions_per_high(self) -> float:
         return self.evictions / self.high_placed if self.high_placed else math.nan
+
+    @property
+    def evictions_per_preemption(self) -> float:
+        return self.evictions / self.preemptions if self.preemptions else math.nan
 
     def wait_mean_s(self) -> float:
         return float(np.mean(self.high_wait_s)) if self.high_wait_s else math.nan
@@ -396,8 +404,10 @@ class _Sim:
         )
 
     def _evict(self, victims: list[Job], now: float) -> None:
+        self.result.preemptions += bool(victims)
         for v in victims:
             self.result.evictions += v.pods
+            self.result.spot_done_gpu_hours += v.gpus * v.pods * max(0.0, v.saved_at(now) - v.started) / HOUR
             self.result.lost_gpu_hours += self.stop(v, now) / HOUR
             self.requeue.append(replace(v, arrival=now, placed=[], started=math.nan))
             self.ends.pop(v.name, None)
@@ -430,6 +440,8 @@ class _Sim:
                 if got is None or got[0] != t:
                     continue  # stopped by preemption meanwhile
                 self.ends.pop(name)
+                if got[1].priority < HIGH:
+                    self.result.spot_done_gpu_hours += got[1].gpus * got[1].pods * got[1].work_s / HOUR
                 self.stop(got[1], t)
             # high priority first, each may preempt
             still = []

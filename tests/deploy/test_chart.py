@@ -339,6 +339,7 @@ def test_rbac_grants_what_each_component_calls(render: Render) -> None:
         ("", "pods", "get"),
         ("", "pods", "list"),
         ("", "pods/binding", "create"),  # the Binding carries the GPU annotations: no pod patch
+        ("policy", "poddisruptionbudgets", "list"),  # the preempt verb's own list of budgets
     }
     namespaced = grants(one(docs, "Role", "scheduler"))
     assert ("discovery.k8s.io", "endpointslices", "list") in namespaced  # default source: scrape, own namespace only

@@ -65,7 +65,12 @@ def test_install_md_lists_the_charts_roles(render: Render) -> None:
 
 def test_install_md_table_parses_what_it_shows() -> None:
     extender = install_table()[("ClusterRole", "kelvin-extender")]
-    assert extender == {("", "pods", "get"), ("", "pods", "list"), ("", "pods/binding", "create")}
+    assert extender == {
+        ("", "pods", "get"),
+        ("", "pods", "list"),
+        ("", "pods/binding", "create"),
+        ("policy", "poddisruptionbudgets", "list"),
+    }
 
 
 def test_operator_md_lists_the_operators_cluster_role(render: Render) -> None:

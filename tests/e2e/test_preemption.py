@@ -7,6 +7,11 @@ started last (after priority, its rule is the reverse start order), and the four
 1, 4 and 5, two on each island. With kelvin's preempt verb (the chart's default), kube-scheduler evicts the pods of
 one island instead and the preemptor binds there; with the verb removed (a second kube-scheduler on the same
 extender), kube-scheduler evicts those four and the preemptor still does not fit: four evictions for nothing.
+
+Then what kelvin weighs beyond the islands, on the same full node (issue 18): island B's pods checkpointed just now,
+so that, all else equal, kelvin would evict them; a PodDisruptionBudget with no disruption left over island B's
+pods (kelvin lists it itself: kube-scheduler only counts its own victims, two on each island), or one of island B's
+pods a member of a gang whose other member runs on another node (evicting it stops both): kelvin evicts island A.
 """
 
 from __future__ import annotations
@@ -17,9 +22,12 @@ from typing import Any
 
 import pytest
 
+from scheduler_plugin.extender.pdb_lister import REFRESH_S as PDB_REFRESH_S
+from scheduler_plugin.model import annotations as ann
+from scheduler_plugin.model.times import format_time
 from tests.e2e.api import wait_for
 from tests.e2e.cluster import LoopbackCluster
-from tests.e2e.fleet import GPUS_PER_NODE, ISLANDS, ISLANDS_NODE, ISLANDS_TAINT
+from tests.e2e.fleet import GPU_NODES, GPUS_PER_NODE, ISLANDS, ISLANDS_NODE, ISLANDS_TAINT
 from tests.e2e.kelvin_scheduler import SCHEDULER_NAME, KelvinScheduler, start_count_preemption
 from tests.e2e.pods import assigned, gpu_pod
 
@@ -139,6 +147,21 @@ class Scenario:
         body = islands_pod("high", 4, HIGH, self.scheduler, {"kelvin.dev/topology": "nvlink-required"})
         self.cluster.api.create(self.path, body)
 
+    def mark(self, name: str, labels: dict[str, str] | None = None, annotations: dict[str, str] | None = None) -> None:
+        meta: dict[str, Any] = {}
+        if labels:
+            meta["labels"] = labels
+        if annotations:
+            meta["annotations"] = annotations
+        self.cluster.api.merge_patch(f"{self.path}/{name}", {"metadata": meta})
+
+    def checkpoint_island_b(self, by_gpu: dict[int, str]) -> None:
+        """Island B's pods saved a checkpoint just now: the cheaper island to evict, all else equal."""
+        now = format_time(time.time())
+        for gpu, name in by_gpu.items():
+            if island(gpu) == 1:
+                self.mark(name, annotations={ann.CHECKPOINT_DONE: now})
+
     def deleted(self, by_gpu: dict[int, str]) -> dict[int, str]:
         """GPU -> name of the fill pods that are gone or being deleted."""
         out = {}
@@ -207,3 +230,65 @@ def test_count_based_preemption_evicts_across_islands_and_the_preemptor_still_wa
         assert len(s.deleted(by_gpu)) == len(LATE_GPUS), s.deleted(by_gpu)
     finally:
         second.stop()
+
+
+#: kelvin's records of the pods (its pod listing, every ``refreshIntervalSeconds``) and its list of budgets
+#: (every ``pdb_lister.REFRESH_S``) have caught up with the labels, annotations and budgets written, with margin.
+CAUGHT_UP_S = PDB_REFRESH_S + 5 + 3
+
+
+def _preempted_island(s: Scenario, by_gpu: dict[int, str]) -> int:
+    placed = s.running("high")
+    assert placed["spec"]["nodeName"] == ISLANDS_NODE
+    gpus = assigned(placed)
+    (freed,) = {island(g) for g in gpus}
+    victims = s.deleted(by_gpu)
+    assert sorted(victims) == sorted(gpus), (victims, by_gpu)
+    return freed
+
+
+def test_a_budget_kelvin_lists_protects_the_cheaper_island(
+    cluster: LoopbackCluster, kelvin_scheduler: KelvinScheduler, namespace: str, islands_node: str
+) -> None:
+    s = Scenario(cluster, namespace, SCHEDULER_NAME, kelvin_scheduler.check_alive, kelvin_scheduler)
+    by_gpu, _late = s.fill()
+    s.checkpoint_island_b(by_gpu)
+    for gpu, name in by_gpu.items():
+        s.mark(name, labels={"app": "serving" if island(gpu) == 1 else "batch"})
+    body = {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": "serving"},
+        "spec": {"minAvailable": ISLAND_SIZE, "selector": {"matchLabels": {"app": "serving"}}},
+    }
+    path = f"/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets"
+    cluster.api.create(path, body)
+    try:
+        time.sleep(CAUGHT_UP_S)
+        s.create_preemptor()
+        # kube-scheduler's victims (the late pods) are two per island, so its count says 2 violations on the node
+        # whichever island: only kelvin's own list tells island B's pods are the protected ones
+        assert _preempted_island(s, by_gpu) == 0
+    finally:
+        cluster.api.call("DELETE", f"{path}/serving", ok=(200, 202, 404))
+
+
+def test_a_gang_member_costs_its_whole_gang(
+    cluster: LoopbackCluster, kelvin_scheduler: KelvinScheduler, namespace: str, islands_node: str
+) -> None:
+    s = Scenario(cluster, namespace, SCHEDULER_NAME, kelvin_scheduler.check_alive, kelvin_scheduler)
+    by_gpu, _late = s.fill()
+    s.checkpoint_island_b(by_gpu)
+    # the gang's other member runs on a node of the shared fleet
+    far = gpu_pod("gang-far", 1, {ann.GANG: "spot-job"})
+    far["spec"]["priorityClassName"] = LOW
+    far["spec"]["nodeSelector"] = {"kubernetes.io/hostname": GPU_NODES[0]}
+    cluster.api.create(s.path, far)
+    s.running("gang-far")
+    s.mark(by_gpu[ISLAND_SIZE], annotations={ann.GANG: "spot-job"})  # the first GPU of island B
+    time.sleep(CAUGHT_UP_S)
+    s.create_preemptor()
+    # island B would stop five pods (its four and the gang's member elsewhere), island A four
+    assert _preempted_island(s, by_gpu) == 0
+    p = s.pod("gang-far")
+    assert p is not None and not p["metadata"].get("deletionTimestamp"), p

@@ -264,3 +264,53 @@ def test_the_preemptors_filter_is_retried_until_kelvin_sees_its_victims_gone(ext
     out = client.post("/filter", content=args(hi, ["gpu-islands"])).json()
     assert out["NodeNames"] == ["gpu-islands"] and not out["Error"], out
     assert len(ext.pending_preemptions) == 0
+
+
+def test_only_the_cheapest_node_is_answered() -> None:
+    """kube-scheduler picks among the answered nodes by its own rules (here: equal priorities, equal counts), blind to
+    progress: a costlier node answered could be the one it evicts on. Node "fresh" has an island whose pods
+    checkpointed a minute ago; node "old" only pods that never did: only "fresh" is answered."""
+    old = islands("old")
+    fresh = islands("fresh")
+    fresh = replace(
+        fresh,
+        assignments=tuple(
+            replace(
+                a,
+                pod_uid=f"fresh-{a.pod_uid}",
+                eviction=replace(
+                    a.eviction or EvictionFacts(), checkpoint_at=T0 - 60 if a.gpu_indices[0] >= 4 else None
+                ),
+            )
+            for a in fresh.assignments
+        ),
+    )
+    ext = make_extender([old, fresh])[0]
+    victims = {"old": [f"uid-w{i}" for i in (0, 1, 4, 5)], "fresh": [f"fresh-uid-w{i}" for i in (0, 1, 4, 5)]}
+    with TestClient(create_app(ext)) as c:
+        out = c.post("/preempt", content=meta_args(preemptor(), victims)).json()["NodeNameToMetaVictims"]
+    assert set(out) == {"fresh"}, out
+    assert {p["UID"] for p in out["fresh"]["Pods"]} == {f"fresh-uid-w{i}" for i in ISLAND_B}
+
+
+def test_what_kube_schedulers_count_needs_freed() -> None:
+    from scheduler_plugin.extender.preempt import kube_counted
+    from scheduler_plugin.preemption import Candidate
+
+    def cand(uid: str, gpus: tuple[int, ...], pool: bool = False) -> Candidate:
+        a = GpuAssignment(pod_key=f"low/{uid}", gpu_indices=gpus, pod_uid=uid, milli=None if pool else 1000,
+                          memory_bytes=40 * 2**30 if pool else None)  # fmt: skip
+        return Candidate.of(a, T0)
+
+    singles = [cand(f"s{i}", (i,)) for i in range(4)]
+    big = cand("big", (4, 5, 6, 7))
+    pools = [cand("p0", (0,), pool=True), cand("p1", (1,), pool=True)]
+    everyone = [*singles, big, *pools]
+    # four 1-GPU victims: each was needed, so all four GPUs are
+    assert kube_counted([c.uid for c in singles], everyone, shared=False) == (4, 0)
+    # one 4-GPU victim may have been kept for a need of 1: at least 1
+    assert kube_counted(["big"], everyone, shared=False) == (1, 0)
+    assert kube_counted(["big", "s0"], everyone, shared=False) == (5, 0)  # without s0 it did not fit: 5
+    # a share preemptor: the slots its victims hold; a victim kelvin has no record of counts nothing
+    assert kube_counted(["p0", "p1", "nobody"], everyone, shared=True) == (0, 2)
+    assert kube_counted([], everyone, shared=False) == (0, 0)

@@ -57,3 +57,11 @@ def test_the_listing_carries_the_facts() -> None:
     node, a = got
     assert node == "n1" and a.gpu_indices == (0, 1)
     assert a.eviction is not None and a.eviction.gang == "g" and not a.eviction.evictable
+
+
+def test_labels_are_read_for_pod_disruption_budgets() -> None:
+    pod = {"metadata": {"labels": {"app": "train", "tier": "spot", "bad": 3}}}
+    f = eviction_facts(pod)
+    assert f.labels == (("app", "train"), ("tier", "spot"))  # sorted; a value that is not a string is left out
+    assert f.label_map == {"app": "train", "tier": "spot"}
+    assert eviction_facts({"metadata": {}}).labels == ()

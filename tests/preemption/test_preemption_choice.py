@@ -210,3 +210,27 @@ def test_many_pool_shares_bounded_search(exact_max: int) -> None:
     assert ch is not None and not ch.exact
     assert len(ch.victims) == 2 and len(gpus_of(ch)) == 1
     assert gpus_of(ch) == {0}  # GPU 0's pods started last: they lose least
+
+
+def test_the_set_frees_what_kube_schedulers_count_needs() -> None:
+    """GPU 0: two 40 GiB pools; GPU 1: a whole-GPU pod that started 10 s ago (the least progress); GPUs 2-7 taken by
+    higher-priority pods. For a 60 GiB pool, evicting the whole-GPU pod is enough for kelvin's filters, but it frees
+    no shared-GPU slot: when kube-scheduler's own victims free one (its count of kelvin.dev/shared-gpu is full), the
+    set must free one too, or the pod would not pass kube-scheduler's fit and it would preempt again."""
+    pods = [
+        pod_on("a", 0, milli=None, mem_gib=40, started_ago=600),
+        pod_on("b", 0, milli=None, mem_gib=40, started_ago=900),
+        pod_on("whole", 1, started_ago=10),
+        *(pod_on(f"w{i}", i, priority=HIGH) for i in range(2, 8)),
+    ]
+    nd = replace(islands_node(), assignments=tuple(pods))  # type: ignore[type-var]
+    cands = [Candidate.of(a, NOW) for a in pods]
+    req = high(1, memory="60Gi")
+    alone = choose_victims(framework(), fleet(nd), 0, req, cands, NOW)
+    assert alone is not None and [c.pod_key for c in alone.victims] == ["default/whole"]
+    ch = choose_victims(framework(), fleet(nd), 0, req, cands, NOW, must_free=(0, 1))
+    assert ch is not None
+    # the cheapest set freeing a slot: the whole-GPU pod and the pool with less progress (both pools cost more)
+    assert sorted(c.pod_key for c in ch.victims) == ["default/a", "default/whole"]
+    # nothing frees two whole GPUs by kube-scheduler's count here (the pools hold slots, not nvidia.com/gpu)
+    assert choose_victims(framework(), fleet(nd), 0, req, cands, NOW, must_free=(2, 0)) is None

@@ -41,3 +41,7 @@ def test_kelvin_evicts_less_and_loses_less_at_equal_placement(nodes_csv: Path) -
     assert kelvin.evictions < count.evictions
     assert kelvin.lost_gpu_hours < count.lost_gpu_hours
     assert kelvin.wasted_evictions == 0
+    # every preemption stops one pod at least: kelvin's stop no more per preemption than count-based's
+    assert kelvin.preemptions > 0 and count.preemptions > 0
+    assert 1.0 <= kelvin.evictions_per_preemption <= count.evictions_per_preemption
+    assert kelvin.spot_done_gpu_hours > 0
