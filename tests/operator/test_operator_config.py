@@ -180,7 +180,9 @@ def test_a_section_that_is_not_a_mapping_is_refused_naming_the_file(tmp_path: Pa
 
 def test_thermal_eviction_rule_from_the_file_and_its_errors(tmp_path: Path) -> None:
     assert load_operator_config(None).thermal_eviction.rule == "pays"
-    path = write(tmp_path, "operator:\n  thermalEviction: {rule: warm, restartSeconds: 300, maxRemainingSeconds: 7200}\n")
+    path = write(
+        tmp_path, "operator:\n  thermalEviction: {rule: warm, restartSeconds: 300, maxRemainingSeconds: 7200}\n"
+    )
     rule = load_operator_config(path).thermal_eviction
     assert (rule.rule, rule.restart_s, rule.max_remaining_s) == ("warm", 300.0, 7200.0)
     bad = write(tmp_path, "operator:\n  thermalEviction: {rule: sometimes, restartSeconds: -1}\n")
