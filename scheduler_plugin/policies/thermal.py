@@ -19,10 +19,7 @@ at under a pod is predicted, and the quality is the lower of the two::
     loaded = temp + trend * settle + r * (P_load - power)     # P_load: loadPowerPercentile of busy GPUs' power
     q = min(q, clip((slowdown - loaded) / loadedHeadroom, 0, 1))
 
-so a poorly cooled node scores low before it is loaded, and the scheduler does not fill it first. A GPU whose
-cooling is only the assumed prior (the worst learned for its model; ``FleetArrays.cooling_samples`` 0) keeps at least
-``assumedCoolingCredit`` of that loaded quality: it is poorly cooled only sometimes, so a GPU *known* to be poorly
-cooled scores below it (without the credit the two tie, and the tie went to the known-bad node).
+so a poorly cooled node scores low before it is loaded, and the scheduler does not fill it first.
 
 A GPU whose temperature is unknown (NaN: the source has no reading) has q = 0. Active thermal throttling sets q
 to 0; any other clock slowdown (power cap, hardware slowdown, power brake) multiplies
@@ -92,10 +89,6 @@ class ThermalArgs(CamelModel):
     (a GPU whose job just ended is still hot but is cooling towards its idle temperature)."""
     busy_above_util: float = Field(0.05, ge=0, lt=1)
     """A GPU counts as busy (for the typical power under load) above this utilisation."""
-    assumed_cooling_credit: float = Field(0.1, ge=0, le=1)
-    """The least under-load quality of a GPU whose cooling is the assumed prior (the worst learned for its model: it
-    has not run loaded yet), so that a GPU known to be poorly cooled scores below one not yet measured, which is
-    poorly cooled only sometimes; 0 treats the prior as if it had been measured."""
 
     @property
     def trend_from_headroom(self) -> float:
@@ -138,8 +131,6 @@ def gpu_quality(fleet: FleetArrays, idx: IntA, args: ThermalArgs) -> FloatA:
     q = np.clip(headroom_c(pred, slowdown) / args.comfortable_headroom_celsius, 0.0, 1.0)
     with np.errstate(invalid="ignore"):
         q_loaded = np.clip(headroom_c(loaded_temp(fleet, idx, args), slowdown) / args.loaded_headroom_celsius, 0, 1)
-    credit = args.assumed_cooling_credit
-    q_loaded = np.where(fleet.cooling_samples[idx] == 0, credit + (1.0 - credit) * q_loaded, q_loaded)
     q = np.where(np.isnan(q_loaded), q, np.minimum(q, q_loaded))
     thr = fleet.throttle[idx]
     slowed = (thr & SLOWDOWN_MASK) != 0
@@ -177,7 +168,6 @@ QUALITY_COLUMNS = (
     "gpu_present",
     "power",
     "thermal_resistance",
-    "cooling_samples",
     "util",
     "model_id",
 )

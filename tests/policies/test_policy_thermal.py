@@ -179,19 +179,3 @@ def test_explain_says_whether_the_cooling_figure_is_learned_or_assumed() -> None
     assert "(cooling 0.048 °C/W assumed (the worst learned for its model" in idle
     (busy,) = SCORE.explain(request(1), f, 1, ctx)
     assert "(cooling 0.048 °C/W learned from 2 readings under load since 60 s ago" in busy
-
-
-def test_a_gpu_known_to_be_poorly_cooled_scores_below_one_whose_cooling_is_only_assumed() -> None:
-    """Both idle and judged at 0.09 °C/W (past slowdown under load): the one that has run loaded is known to be
-    poorly cooled; the other's figure is the assumed prior (the worst learned), right only for some GPUs. Without the
-    credit both scored 0 and the tie went to the known-bad one."""
-    f = fleet(cooled("known-bad", r=0.09), cooled("assumed", r=0.09), BUSY)
-    f.cooling_samples[:, 0] = [4, 0, 4]
-    scores = SCORE.score(request(1), f, np.arange(3), CycleContext(now=NOW)).tolist()
-    credit = ThermalArgs().assumed_cooling_credit
-    assert scores[0] == 0.0 and scores[1] == pytest.approx(credit) and 0 < credit < 0.5
-    # the credit never lifts an assumed GPU to a known good one's score
-    good = fleet(cooled("good", r=0.06), cooled("assumed", r=0.09), BUSY)
-    good.cooling_samples[:, 0] = [4, 0, 4]
-    g, a, _ = SCORE.score(request(1), good, np.arange(3), CycleContext(now=NOW)).tolist()
-    assert g > a
