@@ -10,9 +10,13 @@ Policies compared:
 
 * ``default``: kube-scheduler's spreading (NodeResourcesFit + LeastAllocated), blind to temperature;
 * ``kelvin-no-thermal``: kelvin's framework with the thermal score and thermal hard limits turned off;
-* ``kelvin``: kelvin's default framework (thermal score and hard limits on).
+* ``kelvin``: kelvin's default framework (thermal score and hard limits on);
+* ``kelvin+operator``: the same with kelvin's operator (hot-node taint; evictions under its default thermal eviction
+  rule, ``pays``: :mod:`scheduler_plugin.thermal_eviction`, the code the operator's thermal strategy calls);
+* ``kelvin+operator-warm``: the same with the rule ``warm`` (every pod on a warm GPU of a hot node moves).
 
-Figures: GPU-minutes spent thermally throttled, and pods placed on a node that was at or above its slowdown
+Figures: useful work (GPU-hours at full clocks), GPU-minutes spent thermally throttled, evictions and their cost
+(progress since the last checkpoint plus the restart), and pods placed on a node that was at or above its slowdown
 temperature at placement time.
 """
 
