@@ -49,6 +49,24 @@ class CheckpointConfig(_Section):
     timeout_s: float = Field(600.0, gt=0, description="evict anyway this long after requesting a checkpoint")
 
 
+class ThermalEvictionConfig(_Section):
+    """When the thermal strategy moves a pod off a hot node's warm GPU (the node is tainted either way)."""
+
+    rule: Literal["pays", "warm"] = Field(
+        "pays",
+        description="pays: only a pod on a thermally throttling GPU whose eviction saves more GPU-time than it costs "
+        "(remaining work slowed by the clock ratio against the work since its last checkpoint plus a restart); warm: "
+        "every pod on a GPU that triggers hotness or is still warm",
+    )
+    restart_s: float = Field(120.0, ge=0, description="what an evicted pod pays to start again (image, load, resume)")
+    max_remaining_s: float = Field(
+        3600.0,
+        gt=0,
+        description="the most remaining work assumed for a pod; it is estimated as the pod's age (a job that has run "
+        "for t tends to run about t more)",
+    )
+
+
 class NoisyConfig(_Section):
     enabled: bool = True
     busy_utilization: float = Field(0.9, gt=0, le=1, description="a shared GPU this busy may have a noisy tenant")
@@ -122,6 +140,7 @@ class OperatorConfig(BaseSettings):
     max_telemetry_age_s: float = Field(120.0, gt=0, description="older node telemetry counts as missing")
     thermal_enabled: bool = True
     hotness: HotnessConfig = HotnessConfig()
+    thermal_eviction: ThermalEvictionConfig = ThermalEvictionConfig()
     gang: GangPolicy = GangPolicy()
     limits: LimitsConfig = LimitsConfig()
     protection: ProtectionConfig = ProtectionConfig()

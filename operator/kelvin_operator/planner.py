@@ -10,9 +10,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from scheduler_plugin.model import annotations as ann
-from scheduler_plugin.model.times import parse_time
 
-from .pods import PodView
+from .pods import PodView, restart_cost_s
 from .settings import ProtectionConfig
 from .strategies import REASON_ORDER, Candidate
 
@@ -46,14 +45,6 @@ def protection(pod: PodView, now: float, cfg: ProtectionConfig) -> str | None:
         age = "unknown" if born is None else f"{now - born:.0f} s"
         return f"younger than the minimum age {cfg.min_pod_age_s:g} s (age {age})"
     return None
-
-
-def restart_cost_s(pod: PodView, now: float) -> float:
-    """Seconds of work an eviction would throw away: since the last reported checkpoint, else since start."""
-    born = pod.started_at if pod.started_at is not None else (pod.created_at if pod.created_at is not None else now)
-    done = parse_time(pod.annotations.get(ann.CHECKPOINT_DONE))
-    since = max(born, done) if done is not None else born
-    return max(0.0, now - since)
 
 
 def rank_key(c: Candidate, now: float) -> tuple[int, float, float, str]:

@@ -52,6 +52,20 @@ class PodView:
         return not self.owner_kinds
 
 
+def restart_cost_s(pod: PodView, now: float) -> float:
+    """Seconds of work an eviction would throw away: since the last reported checkpoint, else since start."""
+    born = pod.started_at if pod.started_at is not None else (pod.created_at if pod.created_at is not None else now)
+    done = parse_time(pod.annotations.get(ann.CHECKPOINT_DONE))
+    since = max(born, done) if done is not None else born
+    return max(0.0, now - since)
+
+
+def age_s(pod: PodView, now: float) -> float:
+    """Seconds since the pod started (else since it was created; 0 when neither is known)."""
+    born = pod.started_at if pod.started_at is not None else pod.created_at
+    return 0.0 if born is None else max(0.0, now - born)
+
+
 def _gpu_count(pod: Mapping[str, Any]) -> int:
     """GPUs of a pod whose request cannot be parsed (what it may hold): the effective whole-GPU count over the values
     that can be read, or one GPU for a shared-GPU slot."""

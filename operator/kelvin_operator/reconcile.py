@@ -128,7 +128,7 @@ class Reconciler:
         views = active_pods(pods, name)
         candidates: list[Candidate] = []
         if new.hot and obs is not None and self.cfg.thermal_enabled:
-            candidates += thermal(gpu_node, obs, views, self.cfg.hotness.cool_celsius)
+            candidates += thermal(gpu_node, obs, views, self.cfg.hotness.cool_celsius, now, self.cfg.thermal_eviction)
         # Each strategy is isolated: an unexpected error in one (a pod's data it cannot handle) is logged with the
         # node and strategy, and the others (above all the thermal one) still act this cycle.
         try:

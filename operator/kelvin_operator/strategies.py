@@ -15,9 +15,10 @@ from scheduler_plugin.hotness import Observation
 from scheduler_plugin.model.claim import charged_milli
 from scheduler_plugin.model.gpu import MILLI_PER_GPU, GpuNode, GpuProcess
 from scheduler_plugin.model.quantity import format_gib
+from scheduler_plugin.thermal_eviction import judge
 
-from .pods import PodView
-from .settings import NoisyConfig, PoolConfig, PoolMode
+from .pods import PodView, age_s, restart_cost_s
+from .settings import NoisyConfig, PoolConfig, PoolMode, ThermalEvictionConfig
 
 
 class Reason(StrEnum):
@@ -86,18 +87,31 @@ def tenants_by_gpu(pods: Sequence[PodView], node: GpuNode) -> dict[int, list[Pod
     return out
 
 
-def thermal(node: GpuNode, obs: Observation, pods: Sequence[PodView], cool_celsius: float) -> list[Candidate]:
-    """Pods on the GPUs of a hot node that trigger hotness or are still warm (at or above ``cool_celsius``)."""
-    warm = set(obs.warm_gpus)
-    if not warm:
+def thermal(
+    node: GpuNode,
+    obs: Observation,
+    pods: Sequence[PodView],
+    cool_celsius: float,
+    now: float = 0.0,
+    rule: ThermalEvictionConfig | None = None,
+) -> list[Candidate]:
+    """Pods on the GPUs of a hot node that trigger hotness or are still warm (at or above ``cool_celsius``).
+
+    With ``rule`` ``pays`` (the default of :class:`ThermalEvictionConfig`), only those of them on a thermally
+    throttling GPU whose eviction saves more GPU-time than it costs (:func:`scheduler_plugin.thermal_eviction.judge`,
+    the rule the simulator runs too); the others stay (the node's taint keeps new pods off while it cools). ``rule``
+    ``None`` or ``warm``: all of them."""
+    if not obs.warm_gpus:
         return []
+    rule = rule or ThermalEvictionConfig(rule="warm")
     temps = {g.index: g.temperature_celsius for g in obs.gpus}
     tenants = tenants_by_gpu(pods, node)
     out: list[Candidate] = []
     for p in pods:
-        on = [i for i in pod_gpus(p, node) if i in warm]
-        if not on:
+        verdict = judge(node, obs, pod_gpus(p, node), age_s(p, now), restart_cost_s(p, now), rule)
+        if not verdict.move:
             continue
+        on, why = verdict.warm_gpus, verdict.why
         heat = sum(_share_of(p, node, i, len(tenants[i])) * max(0.0, temps[i] - cool_celsius) for i in on)
         hottest = max(on, key=lambda i: temps[i])
         out.append(
@@ -106,7 +120,7 @@ def thermal(node: GpuNode, obs: Observation, pods: Sequence[PodView], cool_celsi
                 reason=Reason.THERMAL,
                 heat=heat,
                 detail=f"on hot GPU(s) {','.join(map(str, on))} of {node.name} "
-                f"(gpu {hottest} at {temps[hottest]:.1f} °C)",
+                f"(gpu {hottest} at {temps[hottest]:.1f} °C){why}",
             )
         )
     return out

@@ -10,9 +10,13 @@ Policies compared:
 
 * ``default``: kube-scheduler's spreading (NodeResourcesFit + LeastAllocated), blind to temperature;
 * ``kelvin-no-thermal``: kelvin's framework with the thermal score and thermal hard limits turned off;
-* ``kelvin``: kelvin's default framework (thermal score and hard limits on).
+* ``kelvin``: kelvin's default framework (thermal score and hard limits on);
+* ``kelvin+operator``: the same with kelvin's operator (hot-node taint; evictions under its default thermal eviction
+  rule, ``pays``: :mod:`scheduler_plugin.thermal_eviction`, the code the operator's thermal strategy calls);
+* ``kelvin+operator-warm``: the same with the rule ``warm`` (every pod on a warm GPU of a hot node moves).
 
-Figures: GPU-minutes spent thermally throttled, and pods placed on a node that was at or above its slowdown
+Figures: useful work (GPU-hours at full clocks), GPU-minutes spent thermally throttled, evictions and their cost
+(progress since the last checkpoint plus the restart), and pods placed on a node that was at or above its slowdown
 temperature at placement time.
 """
 
@@ -25,9 +29,9 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from .. import hotness
+from .. import hotness, thermal_eviction
 from ..model import GIB, THERMAL_THROTTLE_MASK, FleetArrays, GpuAssignment, GpuNode, GpuRequest, build_arrays
-from ..operator_settings import OperatorConfig
+from ..operator_settings import OperatorConfig, ThermalEvictionConfig
 from ..policies.policy_file import FilterPolicy, PolicyConfig, ScorerConfig
 from ..telemetry.cooling import CoolingEstimator
 from .baselines import SIMULATOR
@@ -36,7 +40,7 @@ from .node_resources import LeastAllocated
 from .policies import SimPolicy, feasible, kelvin_policy, rank, single_score
 from .simulated_fleet import FleetSpec, SimulatedFleetSource
 
-THERMAL_POLICIES = ("default", "kelvin-no-thermal", "kelvin", "kelvin+operator", "kelvin+operator-pays")
+THERMAL_POLICIES = ("default", "kelvin-no-thermal", "kelvin", "kelvin+operator", "kelvin+operator-warm")
 GPU_COUNTS = (1, 2, 4, 8)
 GPU_COUNT_P = (0.6, 0.2, 0.1, 0.1)
 
@@ -160,7 +164,7 @@ def thermal_policy(name: str) -> SimPolicy:
             update={"scoring": scoring, "filters": FilterPolicy(thermal_hard_limits=False, throttle_hard_limit=False)}
         )
         return kelvin_policy(cfg, name)
-    if name in ("kelvin", "kelvin+operator", "kelvin+operator-pays"):
+    if name in ("kelvin", "kelvin+operator", "kelvin+operator-warm"):
         return kelvin_policy(PolicyConfig(), name)
     raise ValueError(f"unknown thermal policy {name!r} (known: {', '.join(THERMAL_POLICIES)})")
 
@@ -187,6 +191,8 @@ class _Job:
     queued_at: float
     done_s: float = 0.0
     saved_s: float = 0.0
+    saved_at: float = 0.0
+    """When the last checkpoint was written (what the pod's ``kelvin.dev/checkpoint-done`` would say)."""
     restart_s: float = 0.0
     row: int = -1
     gpus: tuple[int, ...] = ()
@@ -197,35 +203,24 @@ class _Job:
 @dataclass(slots=True)
 class _Operator:
     """kelvin's operator in the scenario: per node the shared hot-node state machine (:mod:`scheduler_plugin.hotness`,
-    as the operator's reconcile runs it), the thermal taint (no new pod on a hot node), and evictions with the
-    operator's protections (minimum age) and limits (per node per cycle, cluster-wide per window); the cheapest to
-    restart (least progress since the last checkpoint) goes first, as its planner ranks.
+    as the operator's reconcile runs it), the thermal taint (no new pod on a hot node), and the operator's thermal
+    eviction rule (:func:`scheduler_plugin.thermal_eviction.judge`, what its thermal strategy calls) under its
+    protections (minimum age) and limits (per node per cycle, cluster-wide per window); the cheapest to restart (least
+    work since the last checkpoint) goes first, as its planner ranks among equals.
 
-    Which pods of a hot node are evicted (``rule``):
-
-    * ``warm`` (the operator's thermal strategy): every pod on a GPU that triggers hotness or is still warm;
-    * ``pays``: only a pod whose eviction costs less work than staying: one of its GPUs is thermally throttling, and
-      the work it would lose by staying at the current clocks (its remaining work times one minus the slowest GPU's
-      clock ratio) exceeds what the eviction throws away (progress since its last checkpoint plus the restart)."""
+    The rule sees what the operator sees on a cluster: the GPUs' telemetry, the pod's age and the time since its last
+    checkpoint (``kelvin.dev/checkpoint-done``), never the pod's true remaining work."""
 
     cfg: OperatorConfig
-    rule: str = "warm"
-    restart_s: float = 0.0
     state: dict[str, hotness.NodeHotness] = field(default_factory=dict)
     recent: deque[float] = field(default_factory=deque)
 
-    def _wanted(self, j: _Job, node: GpuNode, warm: set[int], now: float) -> bool:
-        if now - j.started_at < self.cfg.protection.min_pod_age_s or not warm.intersection(j.gpus):
+    def _wanted(self, j: _Job, node: GpuNode, obs: hotness.Observation, now: float) -> bool:
+        age = now - j.started_at
+        if age < self.cfg.protection.min_pod_age_s:
             return False
-        if self.rule == "warm":
-            return True
-        mine = [g for g in node.gpus if g.index in j.gpus]
-        if not any(g.thermally_throttled for g in mine):
-            return False
-        # staying loses (1 - clock ratio) of the remaining work; leaving loses the progress since the checkpoint and
-        # the restart
-        speed = min(g.clock_ratio for g in mine)
-        return (j.pod.duration_s - j.done_s) * (1.0 - speed) > j.done_s - j.saved_s + self.restart_s
+        lost = now - max(j.started_at, j.saved_at)
+        return thermal_eviction.judge(node, obs, j.gpus, age, lost, self.cfg.thermal_eviction).move
 
     def cycle(self, nodes: list[GpuNode], running: list[_Job], names: tuple[str, ...], now: float) -> list[_Job]:
         """Advance every node's hotness; return the jobs to evict this cycle."""
@@ -243,9 +238,8 @@ class _Operator:
             self.state[node.name] = st
             if not st.hot:
                 continue
-            warm = set(obs.warm_gpus)
-            jobs = [j for j in by_row.get(row_of[node.name], []) if self._wanted(j, node, warm, now)]
-            jobs.sort(key=lambda j: (j.done_s - j.saved_s, j.pod.key))
+            jobs = [j for j in by_row.get(row_of[node.name], []) if self._wanted(j, node, obs, now)]
+            jobs.sort(key=lambda j: (now - max(j.started_at, j.saved_at), j.pod.key))
             for j in jobs[: lim.max_per_node_per_cycle]:
                 if len(self.recent) >= lim.max_total:
                     return out
@@ -273,8 +267,10 @@ def run_thermal(  # noqa: C901
     policy = thermal_policy(policy_name)
     operator = None
     if "+operator" in policy_name:
-        rule = "pays" if policy_name.endswith("-pays") else "warm"
-        operator = _Operator(OperatorConfig(), rule, sc.restart_s)
+        rule = ThermalEvictionConfig(restart_s=sc.restart_s)
+        if policy_name.endswith("-warm"):
+            rule = rule.model_copy(update={"rule": "warm"})
+        operator = _Operator(OperatorConfig(thermal_eviction=rule))
     source = SimulatedFleetSource(sc.spec(), clock=lambda: 0.0)
     pods = arrivals(sc)
     steps = int(sc.hours * 3600.0 / sc.step_s)
@@ -305,7 +301,9 @@ def run_thermal(  # noqa: C901
                 j.restart_s -= r
                 dt -= r
             j.done_s = min(j.pod.duration_s, j.done_s + dt * speed)
-            j.saved_s = max(j.saved_s, (j.done_s // checkpoint_s) * checkpoint_s)
+            saved = (j.done_s // checkpoint_s) * checkpoint_s
+            if saved > j.saved_s:
+                j.saved_s, j.saved_at = saved, t
             if j.done_s >= j.pod.duration_s:
                 source.release(j.pod.key)
                 finished.append(j)

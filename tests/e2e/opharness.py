@@ -188,6 +188,9 @@ FAST = {
     "KELVIN_OPERATOR_CHECKPOINT__TIMEOUT_S": "15",
     "KELVIN_OPERATOR_LIMITS__MAX_PER_NAMESPACE": "10",
     "KELVIN_OPERATOR_LIMITS__MAX_TOTAL": "20",
+    # the simulated GPUs heat without throttling: every pod on a hot node's warm GPU moves (the default rule, pays,
+    # moves only pods whose throttled clocks cost more than a restart)
+    "KELVIN_OPERATOR_THERMAL_EVICTION__RULE": "warm",
 }
 
 

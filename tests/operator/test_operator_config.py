@@ -176,3 +176,18 @@ def test_a_section_that_is_not_a_mapping_is_refused_naming_the_file(tmp_path: Pa
     top = write(tmp_path, "- a\n")
     with pytest.raises(ConfigError, match=r"must be a mapping at the top level"):
         load_operator_config(top)
+
+
+def test_thermal_eviction_rule_from_the_file_and_its_errors(tmp_path: Path) -> None:
+    assert load_operator_config(None).thermal_eviction.rule == "pays"
+    path = write(
+        tmp_path, "operator:\n  thermalEviction: {rule: warm, restartSeconds: 300, maxRemainingSeconds: 7200}\n"
+    )
+    rule = load_operator_config(path).thermal_eviction
+    assert (rule.rule, rule.restart_s, rule.max_remaining_s) == ("warm", 300.0, 7200.0)
+    bad = write(tmp_path, "operator:\n  thermalEviction: {rule: sometimes, restartSeconds: -1}\n")
+    with pytest.raises(ConfigError) as exc:
+        load_operator_config(bad)
+    text = str(exc.value)
+    assert "operator.thermalEviction.rule" in text and "'sometimes'" in text
+    assert "operator.thermalEviction.restartSeconds" in text

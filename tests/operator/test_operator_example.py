@@ -43,7 +43,7 @@ async def test_training_loop_answers_and_gets_evicted(
     now = time.time()
     kmock.objects[NODES, None, "n1"] = node_obj("n1")
     kmock.objects[PODS, "ml", "train"] = pod("train", gpu_indices="0", annotations={ann.CHECKPOINT: "true"}, now=now)
-    rec = Reconciler(OperatorConfig(), kube)
+    rec = Reconciler(OperatorConfig(thermal_eviction={"rule": "warm"}), kube)  # every warm pod moves
     hot = node("n1", gpu(0, 90.0, procs=(proc("train", 10),)), now=now)
 
     async def cycle(t: float) -> list[str]:

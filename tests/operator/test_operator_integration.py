@@ -19,7 +19,9 @@ from scheduler_plugin.model import annotations as ann
 from scheduler_plugin.model.gpu import GpuNode
 from scheduler_plugin.model.times import format_time
 
+# these tests exercise the evictor's mechanics: every pod on a hot node's warm GPU is a candidate (rule warm)
 CFG = OperatorConfig(
+    thermal_eviction={"rule": "warm"},
     limits={"max_per_node_per_cycle": 1, "max_per_namespace": 5, "max_total": 10, "window_s": 600},
     protection={"min_pod_age_s": 60},
 )

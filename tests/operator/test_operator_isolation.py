@@ -39,7 +39,7 @@ async def test_a_failing_pool_strategy_does_not_block_thermal_evictions(
 
     monkeypatch.setattr(reconcile, "memory_pools", broken)
     kube = RecordingKube()
-    r = Reconciler(OperatorConfig(standalone=True), kube)  # type: ignore[arg-type]
+    r = Reconciler(OperatorConfig(standalone=True, thermal_eviction={"rule": "warm"}), kube)  # type: ignore[arg-type]
     hot = node("n1", gpu(0, 90.0, procs=(proc("hot-job", 10.0),)))
     with caplog.at_level(logging.ERROR, logger="kelvin.operator"):
         res = await r.reconcile_node(node_obj("n1"), hot, [pod("hot-job")], T0)

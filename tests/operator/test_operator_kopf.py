@@ -464,7 +464,12 @@ async def test_timer_taints_and_evicts_through_the_index(kmock: km.KubernetesEmu
     kmock.objects[PODS, "ml", "hot"] = pod("hot", gpu_indices="0", now=time.time())
     kmock.objects[PODS, "ml", "cpu"] = pod("cpu", gpus=0, now=time.time())
     cfg = OperatorConfig(
-        standalone=True, metrics_port=0, interval_s=0.5, webhook={"enabled": False}, protection={"min_pod_age_s": 0}
+        standalone=True,
+        metrics_port=0,
+        interval_s=0.5,
+        webhook={"enabled": False},
+        protection={"min_pod_age_s": 0},
+        thermal_eviction={"rule": "warm"},
     )
     fleet = [node("n1", gpu(0, 91.0, procs=(proc("hot", 10),)))]
     async with running(kmock, cfg, fleet):
@@ -486,7 +491,13 @@ async def test_two_replicas_only_the_peering_leader_acts(kmock: km.KubernetesEmu
         "metadata": {"name": "kelvin"},
         "status": {},
     }
-    cfg = OperatorConfig(metrics_port=0, interval_s=0.3, webhook={"enabled": False}, protection={"min_pod_age_s": 0})
+    cfg = OperatorConfig(
+        metrics_port=0,
+        interval_s=0.3,
+        webhook={"enabled": False},
+        protection={"min_pod_age_s": 0},
+        thermal_eviction={"rule": "warm"},
+    )
     fleet = [node("n1", gpu(0, 91.0, procs=(proc("hot", 10),)))]
     async with running(kmock, cfg, fleet, priority=200, ident="leader") as leader:
         await wait_for(lambda: bool(leader) and "n1" in leader[0].reconciler.states)
@@ -658,7 +669,12 @@ async def test_timer_success_is_logged_at_debug_and_decisions_at_info(
     kmock.objects[NODES, None, "n1"] = node_obj("n1")
     kmock.objects[PODS, "ml", "hot"] = pod("hot", gpu_indices="0", now=time.time())
     cfg = OperatorConfig(
-        standalone=True, metrics_port=0, interval_s=0.2, webhook={"enabled": False}, protection={"min_pod_age_s": 0}
+        standalone=True,
+        metrics_port=0,
+        interval_s=0.2,
+        webhook={"enabled": False},
+        protection={"min_pod_age_s": 0},
+        thermal_eviction={"rule": "warm"},
     )
     fleet = [node("n1", gpu(0, 91.0, procs=(proc("hot", 10),)))]
 

@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from kelvin_operator.handshake import Step, decide
 from kelvin_operator.limits import EvictionBudget
 from kelvin_operator.planner import plan, protection, restart_cost_s
 from kelvin_operator.pods import pod_view
-from kelvin_operator.settings import LimitsConfig, NoisyConfig, PoolConfig, PoolMode, ProtectionConfig
+from kelvin_operator.settings import (
+    LimitsConfig,
+    NoisyConfig,
+    PoolConfig,
+    PoolMode,
+    ProtectionConfig,
+    ThermalEvictionConfig,
+)
 from kelvin_operator.strategies import (
     Candidate,
     Reason,
@@ -20,7 +29,9 @@ from opkit import T0, gpu, node, pod, proc
 
 from scheduler_plugin.hotness import HotnessConfig, observe
 from scheduler_plugin.model import annotations as ann
+from scheduler_plugin.model.gpu import GpuInfo
 from scheduler_plugin.model.times import format_time
+from scheduler_plugin.thermal_eviction import eviction_pays, slowdown_cost_s
 
 PROT = ProtectionConfig(min_pod_age_s=300)
 
@@ -202,3 +213,47 @@ def test_memory_pool_modes_tolerance_grace_failed_open() -> None:
     # back under the pool: dropped from the grace map
     ok = node("n1", gpu(0, procs=(proc("p", 10),)))
     assert memory_pools(ok, pods, cfg, since, T0 + 2000, False) == ([], {})
+
+
+def _slowed(g: GpuInfo, ratio: float) -> GpuInfo:
+    return replace(g, sm_clock_max_mhz=2000.0, sm_clock_mhz=2000.0 * ratio)
+
+
+def test_thermal_pays_rule_moves_only_pods_whose_throttling_costs_more_than_a_restart() -> None:
+    """Rule pays (the default): a warm GPU that does not throttle moves nobody (the taint is enough); on a throttling
+    GPU, a pod moves when its remaining work (estimated as its age) slowed by the clocks costs more than the work since
+    its last checkpoint plus a restart."""
+    nd = node(
+        "n1",
+        gpu(0, 86.0),  # hot, not throttling
+        _slowed(gpu(1, 90.0, throttled=True), 0.6),
+        _slowed(gpu(2, 90.0, throttled=True), 0.6),
+        _slowed(gpu(3, 88.0, throttled=True), 0.95),
+    )
+    ckpt = {ann.CHECKPOINT_DONE: format_time(T0 - 120)}
+    pods = [
+        pod_view(pod("warm-only", gpu_indices="0", annotations=ckpt)),
+        # 1 h old, checkpointed 2 min ago: 60 min at 60 % clocks is 40 min longer, moving costs 2 + 2 min
+        pod_view(pod("pays", gpu_indices="1", annotations=ckpt)),
+        # 1 h old, never checkpointed: moving throws away the hour, more than the 40 min it would lose
+        pod_view(pod("no-checkpoint", gpu_indices="2")),
+        # 5 % slower: 3 min lost over the hour, less than the 4 min a move costs
+        pod_view(pod("barely-slowed", gpu_indices="3", annotations=ckpt)),
+    ]
+    cfg = HotnessConfig()
+    obs = observe(nd, cfg)
+    rule = ThermalEvictionConfig()
+    assert rule.rule == "pays"
+    got = thermal(nd, obs, pods, cfg.cool_celsius, T0, rule)
+    assert [c.pod.name for c in got] == ["pays"]
+    assert "throttled to 60% clocks" in got[0].detail
+    warm = ThermalEvictionConfig(rule="warm")
+    assert {c.pod.name for c in thermal(nd, obs, pods, cfg.cool_celsius, T0, warm)} == {p.name for p in pods}
+    assert {c.pod.name for c in thermal(nd, obs, pods, cfg.cool_celsius)} == {p.name for p in pods}  # no rule: warm
+
+
+def test_eviction_pays_weighs_the_slowdown_against_the_work_lost() -> None:
+    assert not eviction_pays(3600.0, 1.0, 0.0, 0.0)  # full clocks: staying costs nothing
+    assert eviction_pays(3600.0, 0.5, 600.0, 120.0)  # an hour at half speed: an hour more, against 12 min
+    assert not eviction_pays(600.0, 0.5, 600.0, 120.0)  # 10 min more against 12 min
+    assert slowdown_cost_s(600.0, 0.5) == 600.0

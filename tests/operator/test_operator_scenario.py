@@ -116,7 +116,8 @@ class Run:
     evictions: list[tuple[float, str, str]]
 
 
-async def simulate(operator_on: bool) -> Run:
+async def simulate(operator_on: bool, rule: str = "warm") -> Run:
+    """``rule`` warm: the failed-cooling node is drained of every pod on its warm GPUs (the mechanics tested here)."""
     clock = Clock()
     spec = FleetSpec.parse(
         {
@@ -141,6 +142,7 @@ async def simulate(operator_on: bool) -> Run:
         for g in range(4):
             kube.place(f"job{8 + (n - 1) * 4 + g}", f"gpu-node-{n}", g, age_s=3600)
     cfg = OperatorConfig(
+        thermal_eviction={"rule": rule},
         limits={"max_per_node_per_cycle": 1, "max_per_namespace": 3, "max_total": 3, "window_s": 300},
         protection={"min_pod_age_s": 300},
         hotness={"hot_celsius": 84, "cool_celsius": 75, "hold_s": 300},

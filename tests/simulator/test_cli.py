@@ -79,7 +79,7 @@ def test_simulate_thermal_json() -> None:
         "kelvin-no-thermal",
         "kelvin",
         "kelvin+operator",
-        "kelvin+operator-pays",
+        "kelvin+operator-warm",
     ]
     assert all(r["seed"] == 5 and r["placements"] > 0 and r["useful_gpu_hours"] > 0 for r in rows)
 
