@@ -30,10 +30,13 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
 
 
 def aggregate(results: Sequence[RunMetrics]) -> list[dict[str, float | str | int]]:
-    """Mean over seeds per (scenario, scheduler), in the order first seen."""
+    """Mean over seeds per (scenario, scheduler), in the order first seen; the allocation while jobs wait pooled
+    over the seeds' waiting time."""
     groups: dict[tuple[bool, str], list[dict[str, float | int | str | bool]]] = {}
+    runs: dict[tuple[bool, str], list[RunMetrics]] = {}
     for r in results:
         groups.setdefault((r.thermal, r.scheduler), []).append(r.summary())
+        runs.setdefault((r.thermal, r.scheduler), []).append(r)
     out: list[dict[str, float | str | int]] = []
     for (thermal, name), rows in groups.items():
         row: dict[str, float | str | int] = {
@@ -44,6 +47,10 @@ def aggregate(results: Sequence[RunMetrics]) -> list[dict[str, float | str | int
         }
         for key, _, _ in COLUMNS:
             row[key] = mean(float(x[key]) for x in rows)
+        # pooled over the seeds' waiting time: a seed in which no job waited adds nothing (its mean would be NaN)
+        waited = sum(r.capacity_gpus * r.waiting_s for r in runs[thermal, name])
+        sat = sum(r.waiting_gpu_s for r in runs[thermal, name]) / waited if waited > 0 else float("nan")
+        row["saturated_allocation_ratio"] = sat
         row["seconds"] = mean(float(x["seconds"]) for x in rows)
         out.append(row)
     return out
