@@ -3,6 +3,7 @@ on small fleets (all or nothing, incomplete gangs, spread, stragglers)."""
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -154,6 +155,13 @@ def test_simulate_jobs_cli_writes_table_csv_and_png(tmp_path: Path) -> None:
     )
     assert res.exit_code == 0, res.output
     assert (out / "jobs.csv").stat().st_size > 0 and (out / "jobs.png").stat().st_size > 0
+
+    def strict(const: str) -> float:
+        raise AssertionError(f"{const} is not JSON")
+
+    rows = json.loads(res.stdout, parse_constant=strict)["rows"]
+    for r in rows:  # null where no job waited in the measured window
+        assert r["saturated_allocation_ratio"] is None or 0.0 <= r["saturated_allocation_ratio"] <= 1.0, r
     assert "kelvin-gang" in (out / "jobs.csv").read_text(encoding="utf-8")
 
 

@@ -117,6 +117,11 @@ def goals(rows: Sequence[dict[str, float | str | int]]) -> list[tuple[str, bool,
     return out
 
 
+def json_rows(rows: Sequence[dict[str, float | str | int]]) -> list[dict[str, float | str | int | None]]:
+    """The rows for JSON: a figure not measured (NaN, e.g. the allocation while jobs wait when none waited) is null."""
+    return [{k: None if isinstance(v, float) and math.isnan(v) else v for k, v in r.items()} for r in rows]
+
+
 def write_csv(rows: Sequence[dict[str, float | str | int]], path: Path) -> None:
     buf = io.StringIO()
     keys = ["scenario", "scheduler", "seeds", "jobs", *(k for k, _, _ in COLUMNS), "seconds"]
