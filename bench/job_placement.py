@@ -4,7 +4,8 @@ On a racked fleet (racks assumed: 16 consecutive nodes of one GPU model and size
 jobs 1-8 GPUs, a tail of 16-256-GPU jobs; offered load --load of the GPUs) is run through kube-scheduler per pod,
 kelvin per pod, a Kueue-TAS-like greedy and kelvin's gang planner, in a base scenario and one with poorly cooled
 nodes, and the issue's metrics are printed with its goals checked: GPU-hours held by incomplete gangs, queueing
-p50/p95, over-spread jobs, communication slowdown (ring all-reduce model), allocation ratio and straggler GPU-hours.
+p50/p95, over-spread jobs, communication slowdown (ring all-reduce model), allocation ratio (over the second half of
+the arrivals, and while jobs wait: the goals compare the latter, docs/jobs.md) and straggler GPU-hours.
 
 Usage::
 

@@ -4,7 +4,11 @@ A member the operator has planned carries its plan (``kelvin.dev/gang-planned-no
 answer says where it goes and whether that is the node asked about. A member not planned yet (gated) is planned
 here, over the extender's snapshot and framework, as a gang of ``size`` members that each ask what this pod asks
 (the planner's what-if; nothing is charged): the domain it would go to and each member's node and GPUs, or why it
-cannot be placed now. The domains come from the snapshot's node labels.
+cannot be placed now. The domains come from the snapshot's node labels: a simulated fleet's carry them, a
+Prometheus or scrape snapshot's do not (its nodes are named from DCGM series). Where no node of the snapshot carries a
+policy level's label, the answer says so (``levels_unknown``): at that level every node is its own domain here, a
+``required=`` gang at it is reported as not known rather than as never placeable, and the operator, which plans with
+the Node objects' labels, may decide otherwise.
 """
 
 from __future__ import annotations
@@ -13,7 +17,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..gang import GangError, GangPolicy, build_domains, read_gang
+from ..gang.levels import TopologyLevel
 from ..gang.planner import Gang, GangPlanner, Member, PlanFailure
+from ..gang.topology import Domains
 from ..model import FleetArrays, GpuRequest
 from ..model import annotations as ann
 from ..model.pod import key_of
@@ -64,6 +70,23 @@ def explain_gang(
         return out
     fleet: FleetArrays = snapshot.arrays
     domains = build_domains(fleet.names, [nd.labels for nd in snapshot.nodes], policy)
+    unknown = _unknown_levels(policy, domains)
+    if unknown:
+        out["levels_unknown"] = {
+            "levels": [lv.name for lv in unknown],
+            "labels": [lv.label for lv in unknown],
+            "why": (
+                f"no node in the extender's snapshot (source {snapshot.source!r}) carries the label of level "
+                + ", ".join(f"{lv.name} ({lv.label})" for lv in unknown)
+                + ": every node is its own domain there in this forecast; the operator plans with the Node objects' "
+                "labels and may place the gang otherwise"
+            ),
+        }
+        ask = ref.topology
+        if ask is not None and ask.required and ask.level in out["levels_unknown"]["levels"]:
+            reason = f"{ask.describe()}: not known here ({out['levels_unknown']['why']})"
+            out["plan"] = {"planned": False, "reason": reason, "unresolvable": False, "levels_known": False}
+            return out
     me = key_of(pod)
     rank = ref.index if ref.index is not None else 0
     others = [i for i in range(ref.size) if i != rank][: ref.size - 1]
@@ -86,6 +109,11 @@ def explain_gang(
     return out
 
 
+def _unknown_levels(policy: GangPolicy, domains: Domains) -> list[TopologyLevel]:
+    """The policy's levels no node of the snapshot carries the label of."""
+    return [lv for lv in policy.levels if not domains.labelled[domains.level_index(lv.name)]]
+
+
 def describe(gang: Mapping[str, Any]) -> list[str]:
     """Lines for ``kelvin explain``'s text output."""
     planned = gang.get("planned")
@@ -102,9 +130,15 @@ def describe(gang: Mapping[str, Any]) -> list[str]:
         return lines
     if "error" in gang:
         return lines
+    unknown = gang.get("levels_unknown")
+    if unknown:
+        lines.append(f"  levels unknown here: {unknown['why']}")
     plan = gang.get("plan") or {}
     if not plan.get("planned"):
-        what = "can never be placed" if plan.get("unresolvable") else "cannot be placed now"
+        if plan.get("levels_known") is False:
+            what = "cannot be forecast"
+        else:
+            what = "can never be placed" if plan.get("unresolvable") else "cannot be placed now"
         lines.append(f"  not planned yet; planned now it {what}: {plan.get('reason')}")
         return lines
     lines.append(

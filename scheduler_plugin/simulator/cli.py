@@ -18,7 +18,7 @@ from ..console import console, fail
 from ..policies.registry import PolicyConfigError
 from ..textfile import decode_problem, first_undecodable
 from .engine import RunResult, prepare, run
-from .jobs.report import aggregate, goals, table, write_csv, write_png
+from .jobs.report import aggregate, goals, json_rows, table, write_csv, write_png
 from .jobs.run import JobRun, run_all
 from .jobs.schedulers import SCHEDULERS
 from .policies import POLICIES, build_policy
@@ -112,7 +112,10 @@ def _jobs(err: Console, job_run: JobRun, out: Path, json_out: bool, progress: bo
     where = out.absolute()
     human.print(f"table: {escape(str(where / 'jobs.csv'))}  plot: {escape(str(where / 'jobs.png'))}")
     if json_out:
-        sys.stdout.write(json.dumps({"fleet": jf.describe(), "jobs": what, "rows": rows}, indent=2) + "\n")
+        sys.stdout.write(
+            json.dumps({"fleet": jf.describe(), "jobs": what, "rows": json_rows(rows)}, indent=2, allow_nan=False)
+            + "\n"
+        )
 
 
 def simulate(  # noqa: C901

@@ -138,3 +138,25 @@ async def test_explain_of_a_pod_of_no_gang_has_no_gang_part_and_bad_gang_input_i
     assert gang["planned"] == {"node": "gpu-node-1", "gpus": [0, 1], "this_node": True}
     text = "\n".join(describe(gang))
     assert "gang: invalid: " in text and "planned by the operator: this node, GPUs 0,1" in text, text
+
+
+async def test_explain_says_when_the_snapshot_has_no_labels_for_a_level(started: Any) -> None:
+    """A Prometheus or scrape snapshot has no Node labels: the forecast says which levels it cannot see, and a
+    required=rack gang is "not known here", not "can never be placed" (the operator plans with the Node labels)."""
+    ext = with_racks(await started(make_extender([gpu_node("gpu-node-1"), gpu_node("gpu-node-2")])[0]))
+    gang = ext.explain(member(0, more={ann.GANG_TOPOLOGY: "required=rack"}), "gpu-node-1")["gang"]
+    unknown = gang["levels_unknown"]
+    assert unknown["levels"] == ["rack"] and unknown["labels"] == ["kelvin.dev/rack"]
+    assert "operator plans with the Node objects' labels" in unknown["why"]
+    plan = gang["plan"]
+    assert plan["planned"] is False and plan["unresolvable"] is False and plan["levels_known"] is False
+    assert plan["reason"].startswith("required=rack: not known here"), plan
+    text = "\n".join(describe(gang))
+    assert "levels unknown here: no node in the extender's snapshot" in text and "cannot be forecast" in text, text
+    # preferred: forecast with every node its own rack, and flagged as such
+    gang = ext.explain(member(0, more={ann.GANG_TOPOLOGY: "preferred=rack"}), "gpu-node-1")["gang"]
+    assert gang["plan"]["planned"] is True and gang["levels_unknown"]["levels"] == ["rack"]
+    # labelled nodes: nothing unknown
+    racked_ext = with_racks(await started(make_extender([racked("gpu-node-1"), racked("gpu-node-2")])[0]))
+    gang = racked_ext.explain(member(0, more={ann.GANG_TOPOLOGY: "required=rack"}), "gpu-node-1")["gang"]
+    assert "levels_unknown" not in gang and gang["plan"]["planned"] is True
