@@ -257,34 +257,3 @@ def test_stranding_never_credits_using_up_a_cpu_poor_nodes_gpus() -> None:
     assert fragmentation.stranding_penalty(req, pl, w).tolist() == [0.0, 0.0]
     kelvin = FragmentationPolicy.create(FragmentationArgs())
     assert np.argmax(kelvin.score(req, fleet, rows, ctx)) == 1  # keeps the empty node whole, as dF says
-
-
-def test_the_workloads_cpu_demand_counts_its_cpu_only_pods() -> None:
-    # 3 x 8 cores + 3 x 6 cores per GPU: 7 millicores per thousandth for the GPU shapes; with 6 CPU-only pods of 16
-    # cores for every 6 GPU pods, the workload asks (42 + 96) / 6 = 23 millicores for every thousandth it fills.
-    w = workload((WHOLE, 3), (PodShape(6000, 1000, 1, None), 3), (PodShape(16_000, 0, 0, None), 6))
-    assert w.cpu_per_milli == pytest.approx(7.0)
-    assert w.cpu_demand_per_milli == pytest.approx(23.0)
-    gpu_only = workload((WHOLE, 3), (PodShape(6000, 1000, 1, None), 3))
-    assert gpu_only.cpu_demand_per_milli == pytest.approx(gpu_only.cpu_per_milli)
-    assert workload((PodShape(16_000, 0, 0, None), 1)).cpu_demand_per_milli == 0.0
-
-
-def test_cpu_the_cpu_only_pods_will_take_is_no_surplus() -> None:
-    # 64 free cores for 4 free GPUs: a surplus at the GPU shapes' 7 millicores per thousandth (28 cores), but the
-    # workload's CPU-only pods will want 92 more cores per 4 GPUs than the fleet has: the fleet is short of CPU, every
-    # node ends up stranding, and the stranding term is off (CPU-heavy variant, 2.5x the trace's CPU-only demand,
-    # 1/4 scale, seeds 42-44: 10.98 % of GPUs unallocated with the term on, fgd 10.70, 10.44 with it off here).
-    fleet = build_arrays([node("poor", [0, 0], cpu=16_000), node("rich", [0, 0], cpu=48_000)])
-    w = workload((WHOLE, 3), (PodShape(6000, 1000, 1, None), 3), (PodShape(16_000, 0, 0, None), 6))
-    assert fragmentation.cpu_surplus_factor(fleet, w, 0.5) == 0.0
-    light = workload((WHOLE, 3), (PodShape(6000, 1000, 1, None), 3), (PodShape(16_000, 0, 0, None), 1))
-    assert fragmentation.cpu_surplus_factor(fleet, light, 0.5) == 1.0  # (42 + 16) / 6 ~ 9.7: 39 of 64 cores
-    ctx = CycleContext(now=0.0, state=CycleState({WORKLOAD_KEY: w}))
-    req = GpuRequest(count=0, cpu_milli=8000)
-    rows = np.array([0, 1])
-    pl = placements(req, fleet, rows, w, ctx, memory_aware=True)
-    assert stranding_change(req, pl, w).tolist()[0] > 0  # the term alone would prefer the rich node
-    kelvin = FragmentationPolicy.create(FragmentationArgs())
-    fgd_like = FragmentationPolicy.create(FragmentationArgs(stranding_weight=0, packing_plan=False))
-    assert kelvin.score(req, fleet, rows, ctx).tolist() == fgd_like.score(req, fleet, rows, ctx).tolist()

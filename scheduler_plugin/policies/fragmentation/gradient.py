@@ -465,14 +465,12 @@ FLEET_FREE_TOTALS = IndexKey[FleetFreeTotals]("fragmentation.free_totals", ())
 
 
 def cpu_surplus_factor(fleet: FleetArrays, w: Workload, full_at: float) -> float:
-    """0..1: how much of the stranding term a pod gets. The fleet's free CPU on GPU nodes against what the workload
-    will ask of it while it fills the free GPU (``Workload.cpu_demand_per_milli``: its GPU pods' CPU and the CPU-only
-    pods that come with them): no surplus (the CPU cannot feed the GPUs anyway, so every node strands and steering
-    pods between nodes only moves the loss) gives 0, a surplus of ``full_at`` (0.5: 50 % more CPU than needed) or
-    more gives 1. Counting the GPU pods' CPU alone, a fleet that CPU-only pods would drain looked CPU-rich until
-    too late (CPU-heavy variant at 2.5x, 1/4 scale, seeds 42-44: 10.98 % of GPUs unallocated, fgd 10.70; 10.44)."""
+    """0..1: how much of the stranding term a pod gets. The fleet's free CPU on GPU nodes against what its free GPU
+    needs at the workload's ratio: no surplus (the CPU cannot feed the GPUs anyway, so every node strands and steering
+    GPU pods between nodes only moves the loss) gives 0, a surplus of ``full_at`` (0.5: 50 % more CPU than needed)
+    or more gives 1."""
     gpu_free, cpu_free = fleet.derive(FLEET_FREE_TOTALS, lambda _: FleetFreeTotals()).totals(fleet)
-    need = w.cpu_demand_per_milli * float(gpu_free)
+    need = w.cpu_per_milli * float(gpu_free)
     if need <= 0:
         return 1.0
     have = float(cpu_free)

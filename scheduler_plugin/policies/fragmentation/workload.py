@@ -71,9 +71,6 @@ class Workload:
     """No shape restricts GPU models (every node is accessible to every shape)."""
     cpu_per_milli: float = field(init=False, repr=False, compare=False)
     """Millicores the GPU shapes ask for per thousandth of GPU, weighted by frequency (0 without GPU shapes)."""
-    cpu_demand_per_milli: float = field(init=False, repr=False, compare=False)
-    """Millicores *every* shape asks for (CPU-only ones included) per thousandth of GPU the GPU shapes ask for: the
-    CPU the workload will want on GPU nodes for each thousandth of GPU it fills (0 without GPU shapes)."""
     _access: dict[tuple[str, ...], BoolA] = field(init=False, repr=False, compare=False)
     _node_access: list[tuple[tuple[str, ...], npt.NDArray[np.int32], BoolA]] = field(
         init=False, repr=False, compare=False
@@ -97,8 +94,6 @@ class Workload:
         gpu_milli = float((self.prob[gpu] * self.milli[gpu] * self.count[gpu]).sum())
         cpu = float((self.prob[gpu] * self.cpu_milli[gpu]).sum()) / gpu_milli if gpu_milli > 0 else 0.0
         object.__setattr__(self, "cpu_per_milli", cpu)
-        every = float((self.prob * self.cpu_milli).sum()) / gpu_milli if gpu_milli > 0 else 0.0
-        object.__setattr__(self, "cpu_demand_per_milli", every)
 
     @classmethod
     def from_counts(
