@@ -19,8 +19,21 @@ from collections.abc import Collection
 from dataclasses import dataclass
 
 from .hotness import Observation
-from .model.gpu import GpuNode
+from .model.gpu import GpuInfo, GpuNode
 from .operator_settings import ThermalEvictionConfig
+
+#: The clock ratio assumed for a GPU that reports thermal throttling but not its SM clocks (a dcgm-exporter without
+#: ``DCGM_FI_DEV_MAX_SM_CLOCK``, a source with no clock series): a thermally throttling GPU runs about 30-50 % slower,
+#: so 0.6. Without it such a GPU would count as full speed and no pod would ever leave it.
+UNKNOWN_CLOCKS_RATIO = 0.6
+
+
+def throttled_ratio(gpu: GpuInfo) -> float:
+    """The clock ratio of a thermally throttling ``gpu``: its SM clock over its max, or :data:`UNKNOWN_CLOCKS_RATIO`
+    when either is not reported."""
+    if gpu.sm_clock_mhz <= 0 or gpu.sm_clock_max_mhz <= 0:
+        return UNKNOWN_CLOCKS_RATIO
+    return gpu.clock_ratio
 
 
 def slowdown_cost_s(remaining_s: float, clock_ratio: float) -> float:
@@ -64,7 +77,7 @@ def judge(
     throttled = [g for g in node.gpus if g.index in on and g.thermally_throttled]
     if not throttled:
         return Verdict(False, on)
-    ratio = min(g.clock_ratio for g in throttled)
+    ratio = min(map(throttled_ratio, throttled))
     remaining = min(age_s, rule.max_remaining_s)
     if not eviction_pays(remaining, ratio, lost_s, rule.restart_s):
         return Verdict(False, on)

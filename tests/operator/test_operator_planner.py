@@ -31,7 +31,7 @@ from scheduler_plugin.hotness import HotnessConfig, observe
 from scheduler_plugin.model import annotations as ann
 from scheduler_plugin.model.gpu import GpuInfo
 from scheduler_plugin.model.times import format_time
-from scheduler_plugin.thermal_eviction import eviction_pays, slowdown_cost_s
+from scheduler_plugin.thermal_eviction import UNKNOWN_CLOCKS_RATIO, eviction_pays, slowdown_cost_s
 
 PROT = ProtectionConfig(min_pod_age_s=300)
 
@@ -250,6 +250,19 @@ def test_thermal_pays_rule_moves_only_pods_whose_throttling_costs_more_than_a_re
     warm = ThermalEvictionConfig(rule="warm")
     assert {c.pod.name for c in thermal(nd, obs, pods, cfg.cool_celsius, T0, warm)} == {p.name for p in pods}
     assert {c.pod.name for c in thermal(nd, obs, pods, cfg.cool_celsius)} == {p.name for p in pods}  # no rule: warm
+
+
+def test_a_throttling_gpu_without_clocks_counts_as_slowed() -> None:
+    """A GPU that reports thermal throttling but no SM clocks (a source without the clock series) is not taken for
+    full speed: rule pays moves a checkpointed pod off it, at the assumed ratio."""
+    nd = node("n1", gpu(0, 90.0, throttled=True))  # no clocks reported
+    assert nd.gpus[0].sm_clock_max_mhz == 0
+    ckpt = {ann.CHECKPOINT_DONE: format_time(T0 - 120)}
+    pods = [pod_view(pod("slowed", gpu_indices="0", annotations=ckpt))]
+    cfg = HotnessConfig()
+    got = thermal(nd, observe(nd, cfg), pods, cfg.cool_celsius, T0, ThermalEvictionConfig())
+    assert [c.pod.name for c in got] == ["slowed"]
+    assert f"throttled to {UNKNOWN_CLOCKS_RATIO:.0%} clocks" in got[0].detail
 
 
 def test_eviction_pays_weighs_the_slowdown_against_the_work_lost() -> None:

@@ -24,6 +24,9 @@ from scheduler_plugin.model.times import format_time
 CFG = OperatorConfig(
     limits={"max_per_node_per_cycle": 1, "max_per_namespace": 2, "max_total": 10, "window_s": 600},
     protection={"min_pod_age_s": 60},
+    # the eviction mechanics of a gang move: every pod on a hot node's warm GPU is a thermal candidate (rule pays,
+    # the default, is tested with a throttling GPU in test_a_throttling_member_moves_its_gang_under_the_default_rule)
+    thermal_eviction={"rule": "warm"},
 )
 GANG_KEY = "ml/kelvin:train"
 
@@ -165,3 +168,22 @@ def test_jobset_members_are_one_move_and_pods_of_no_gang_stay_single() -> None:
     assert [c.pod.key for c in singles] == ["ml/plain"]
     ((move,),) = [moves]
     assert move.gang == "ml/jobset:llm@0" and [m.key for m in move.members] == ["ml/llm-0", "ml/llm-1"]
+
+
+async def test_a_throttling_member_moves_its_gang_under_the_default_rule(
+    kmock: km.KubernetesEmulator, kube: OperatorKube
+) -> None:
+    """Rule pays (the default): a member on a thermally throttling GPU (clocks not reported: the assumed ratio) that
+    checkpointed a minute ago moves its whole gang; the same node warm but not throttling moves nobody."""
+    evictions_succeed(kmock)
+    done = {ann.CHECKPOINT_DONE: format_time(T0 - 60)}
+    seed(kmock, [member(0, "n1", annotations=done), member(1, "n2", annotations=done)])
+    cfg = OperatorConfig(limits=CFG.limits, protection=CFG.protection)
+    assert cfg.thermal_eviction.rule == "pays"
+    rec = Reconciler(cfg, kube)
+    res = await cycle(rec, kube, hot("n1", "train-0"), T0)  # 90 °C, not throttling: the taint is enough
+    assert res.moves == [] and res.outcomes == []
+    throttling = node("n1", gpu(0, 90.0, throttled=True, procs=(proc("train-0", 10),)), now=T0 + 10)
+    res = await cycle(rec, kube, throttling, T0 + 10)
+    assert [m.gang for m in res.moves] == [GANG_KEY]
+    assert sorted(o.pod for o in res.outcomes) == ["ml/train-0", "ml/train-1"]
