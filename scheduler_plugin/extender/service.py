@@ -55,6 +55,9 @@ log = logging.getLogger(__name__)
 UNKNOWN_NODE_REASON = "kelvin has no GPU telemetry for this node (not in the snapshot)"
 #: Appended to an outage's ``Error``: what kube-scheduler does with the pod.
 OUTAGE_RETRY = "the pod is retried with backoff"
+#: Rejections that only say kelvin lacks the node's current telemetry: when every candidate failed for one of these,
+#: the filter answers ``Error`` (:meth:`Extender.candidates_stale`).
+NO_TELEMETRY_KINDS = frozenset({RejectionKind.STALE_TELEMETRY, RejectionKind.UNKNOWN_NODE})
 
 
 @runtime_checkable
@@ -208,6 +211,20 @@ class Extender:
             )
         return None
 
+    def candidates_stale(self, counts: Counter[RejectionKind]) -> str:
+        """The ``Error`` of a filter whose candidates all failed for missing telemetry alone (``counts``: only
+        :data:`NO_TELEMETRY_KINDS`) while the snapshot as a whole is no outage: right after one, the nodes scraped
+        again first are fresh, the others not yet."""
+        parts = []
+        if n := counts[RejectionKind.STALE_TELEMETRY]:
+            parts.append(f"{n} older than maxAgeSeconds {self.policy.telemetry.max_age_seconds:g} s or never reported")
+        if n := counts[RejectionKind.UNKNOWN_NODE]:
+            parts.append(f"{n} not in the snapshot")
+        return (
+            f"kelvin's GPU telemetry is stale for every candidate node: {', '.join(parts)}; other nodes report (after "
+            f"an outage: those scraped again first); {OUTAGE_RETRY}"
+        )
+
     # -- filter ------------------------------------------------------------------------------------------------
 
     def filter(self, body: bytes | wire.ParsedArgs) -> dict[str, Any]:  # noqa: C901
@@ -271,6 +288,13 @@ class Extender:
                     counts[RejectionKind.UNKNOWN_NODE] = n_unknown
                 else:
                     passed_pos = np.sort(np.concatenate([passed_pos, unknown_pos]))
+            if len(passed_pos) == 0 and counts and counts.keys() <= NO_TELEMETRY_KINDS:
+                # Only missing telemetry keeps the pod off every candidate: transient, and its coming back is no
+                # cluster event, so a scheduling error (retried with backoff) rather than unschedulable (parked).
+                for kind, n in counts.items():
+                    self.metrics.rejections.labels(kind).inc(n)
+                self.metrics.decisions.labels("filter", "rejected").inc(len(names))
+                return wire.filter_result(args, [], {}, {}, error=self.candidates_stale(counts))
             if failed and len(passed_pos) == 0 and req.pod_uid:
                 wait = self.pending_preemptions.waiting(
                     req.pod_uid, failed, lambda node: self._listed_uids(node, now), now

@@ -13,6 +13,7 @@ from ext_helpers import Clock, StaticSource, args, capture_nodes, make_extender,
 from fastapi.testclient import TestClient
 
 from scheduler_plugin.extender.app import create_app
+from scheduler_plugin.extender.service import OUTAGE_RETRY, Extender
 from scheduler_plugin.model import GpuNode
 
 
@@ -89,9 +90,11 @@ def test_one_stale_node_among_fresh_is_failed_as_before() -> None:
         body = c.post("/filter", content=args(pod())).json()
         assert body["Error"] == "" and body["NodeNames"] == ["gpu-node-2"]
         assert "telemetry" in body["FailedAndUnresolvableNodes"]["gpu-node-1"]
-        # the stale node is the pod's only candidate: still that node's problem, not an outage
+        # the stale node is the pod's only candidate: not an outage, but nothing except telemetry keeps the pod off
+        # it, so it is retried with backoff rather than parked (test_every_candidate_still_stale_after_an_outage...)
         only = c.post("/filter", content=args(pod(), ["gpu-node-1"])).json()
-        assert only["Error"] == "" and list(only["FailedAndUnresolvableNodes"]) == ["gpu-node-1"]
+        assert only["FailedAndUnresolvableNodes"] == {} and only["NodeNames"] == []
+        assert "stale for every candidate node" in only["Error"] and only["Error"].endswith(OUTAGE_RETRY)
 
 
 def test_empty_snapshot_is_an_outage_and_unknown_nodes_otherwise_fail() -> None:
@@ -131,3 +134,91 @@ def test_allow_and_cpu_pods_never_get_the_outage_error() -> None:
         _refresh(c, ext)
         cpu = c.post("/filter", content=args(pod(gpus=0))).json()
         assert cpu["Error"] == "" and cpu["NodeNames"] == ["gpu-node-1", "gpu-node-2"]
+
+
+# -- right after an outage: some nodes fresh again, others not yet (issue 20, defect 8) -------------------------------
+#
+# A restarted Prometheus answers with its old samples until it has scraped each exporter again, and those first
+# scrapes land at different moments: for a while some nodes are fresh and others stale, so the snapshot is no outage
+# as a whole. A pod whose candidates are all among the stale ones used to get every node failed: kube-scheduler parked
+# it as unschedulable (its telemetry coming back is no cluster event) until its 5-minute flush.
+
+
+def _restarted(clock: Clock) -> tuple[PerNodeSource, Extender, TestClient]:
+    """An extender over a source whose nodes can be frozen (:func:`_outage_then_back`)."""
+    src = PerNodeSource(capture_nodes(), clock)
+    ext, _, _ = make_extender(on_stale="deny", source=src, clock=clock)
+    return src, ext, TestClient(create_app(ext))
+
+
+def _outage_then_back(c: TestClient, ext: Extender, src: PerNodeSource, clock: Clock, fresh: Sequence[str]) -> None:
+    """The source out for 45 s, then back: ``fresh`` nodes already scraped again, the others still carrying their
+    samples of before the outage."""
+    assert _refresh(c, ext) is True
+    src.fail = True
+    before = clock.t
+    clock.t += 45
+    assert _refresh(c, ext) is False
+    src.fail = False
+    src.frozen = {n.name: before for n in src.nodes if n.name not in fresh}
+    assert _refresh(c, ext) is True
+
+
+def test_every_candidate_still_stale_after_an_outage_answers_error_not_failed_nodes() -> None:
+    clock = Clock()
+    src, ext, client = _restarted(clock)
+    with client as c:
+        _outage_then_back(c, ext, src, clock, fresh=["gpu-node-2"])
+        assert ext.outage(ext.framework.context(ext.cache.snapshot.arrays, clock.t).stale, clock.t) is None
+        # gpu-node-2 is fresh but not the pod's candidate (kube-scheduler's own filters dropped it: a taint)
+        body = c.post("/filter", content=args(pod(), ["gpu-node-1"])).json()
+        assert body["FailedNodes"] == {} and body["FailedAndUnresolvableNodes"] == {} and body["NodeNames"] == []
+        assert body["Error"].startswith("kelvin's GPU telemetry is stale for every candidate node: 1 older than")
+        assert body["Error"].endswith(OUTAGE_RETRY)
+        # the fresh node passes as soon as it is a candidate; the stale one still fails beside it
+        both = c.post("/filter", content=args(pod())).json()
+        assert both["Error"] == "" and both["NodeNames"] == ["gpu-node-2"]
+        assert "stale telemetry" in both["FailedAndUnresolvableNodes"]["gpu-node-1"]
+        m = c.get("/metrics").text
+        assert 'kelvin_extender_rejections_total{reason="stale_telemetry"} 2.0' in m
+        # gpu-node-1 scraped again: the backoff retry passes
+        src.frozen.clear()
+        clock.t += 1
+        assert _refresh(c, ext) is True
+        again = c.post("/filter", content=args(pod(), ["gpu-node-1"])).json()
+        assert again["Error"] == "" and again["NodeNames"] == ["gpu-node-1"]
+
+
+def test_candidates_not_yet_in_the_snapshot_after_an_outage_answer_error() -> None:
+    """After an outage longer than Prometheus' lookback (5 min) a restarted Prometheus has no sample of a node it has
+    not scraped again yet: the node is missing from the snapshot, as transient as a stale one."""
+    clock = Clock()
+    src = StaticSource(capture_nodes()[1:], clock)  # gpu-node-1 not scraped yet
+    ext, _, _ = make_extender(on_stale="deny", source=src, clock=clock)
+    with TestClient(create_app(ext)) as c:
+        body = c.post("/filter", content=args(pod(), ["gpu-node-1"])).json()
+        assert body["FailedAndUnresolvableNodes"] == {} and body["NodeNames"] == []
+        assert "every candidate node: 1 not in the snapshot;" in body["Error"] and body["Error"].endswith(OUTAGE_RETRY)
+
+
+def test_a_fresh_node_without_room_beside_stale_ones_still_fails_every_node() -> None:
+    """Stale telemetry is not the only reason the pod is refused: a fresh node it does not fit. Failing the nodes
+    keeps preemption possible there (an ``Error`` reply skips kube-scheduler's PostFilter); the pod is parked."""
+    clock = Clock()
+    src, ext, client = _restarted(clock)
+    with client as c:
+        _outage_then_back(c, ext, src, clock, fresh=["gpu-node-1"])
+        body = c.post("/filter", content=args(pod(gpus=4))).json()  # gpu-node-1 has 2 free GPUs, gpu-node-2 stale
+        assert body["Error"] == "" and body["NodeNames"] == []
+        assert set(body["FailedNodes"]) == {"gpu-node-1"}
+        assert set(body["FailedAndUnresolvableNodes"]) == {"gpu-node-2"}
+
+
+def test_a_bad_annotation_is_never_retried_as_stale_telemetry() -> None:
+    clock = Clock()
+    src, ext, client = _restarted(clock)
+    with client as c:
+        _outage_then_back(c, ext, src, clock, fresh=["gpu-node-2"])
+        bad = pod(annotations={"kelvin.dev/gpu-memory": "lots"})
+        body = c.post("/filter", content=args(bad, ["gpu-node-1"])).json()
+        assert body["Error"] == "" and "kelvin.dev/gpu-memory" in body["FailedAndUnresolvableNodes"]["gpu-node-1"]
