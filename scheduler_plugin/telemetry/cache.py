@@ -215,6 +215,9 @@ class SnapshotCache:
         self._task: asyncio.Task[None] | None = None
         self._refresh_lock = asyncio.Lock()
         self._bad_seen: dict[str, int] = {}
+        self._recovery_ends = -math.inf
+        """Until when refreshes keep the retry interval after an outage while some node is still stale
+        (:meth:`recovering`)."""
 
     # -- refresh -----------------------------------------------------------------------------------------------
 
@@ -269,9 +272,12 @@ class SnapshotCache:
                     log.exception("warming the new snapshot failed; publishing it cold")
             # Keep the old snapshot's nodes alive past the swap and free them in slices (see _retire).
             retired = list(self.snapshot.nodes)
+            was_out = self._out_as_whole(now)
             self.snapshot = snap
             self.healthy = True
             self.last_error = None
+            if was_out and not self._out_as_whole(now):  # the outage is over: its recovery window starts
+                self._recovery_ends = now + self.settings.max_age_s
             self.refreshes += 1
             if self.ledger is not None:
                 self.ledger.reconcile(snap)
@@ -345,13 +351,21 @@ class SnapshotCache:
             await self.refresh_once()
 
     def recovering(self, now: float | None = None) -> bool:
-        """Whether the telemetry is out as a whole: the last refresh failed, or the snapshot has no node, or every
-        node of it is older than ``max_age_s`` (a restarted Prometheus answers with its old samples until it has
-        scraped again). Refreshes then come every ``retry_interval_s``, so pods refused during an outage are placed
-        within seconds of the telemetry recovering rather than a whole ``refresh_interval_s`` later."""
+        """Whether the telemetry is out as a whole (the last refresh failed, or the snapshot has no node, or every
+        node of it is older than ``max_age_s``: a restarted Prometheus answers with its old samples until it has
+        scraped again), or is coming back from that: some node is still stale, within ``max_age_s`` of the first
+        refresh that ended the outage (Prometheus scrapes the exporters again one by one; an exporter gone for good
+        does not keep the cache refreshing every second). Refreshes then come every ``retry_interval_s``, so pods
+        refused during an outage are placed within seconds of their nodes reporting again rather than a whole
+        ``refresh_interval_s`` later."""
+        now = self.clock() if now is None else now
+        if self._out_as_whole(now):
+            return True
+        return now < self._recovery_ends and bool(self.snapshot.stale_mask(now, self.settings.max_age_s).any())
+
+    def _out_as_whole(self, now: float) -> bool:
         if not self.healthy or not self.snapshot.nodes:
             return True
-        now = self.clock() if now is None else now
         return bool(self.snapshot.stale_mask(now, self.settings.max_age_s).all())
 
     def next_wait_s(self) -> float:
