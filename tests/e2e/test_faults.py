@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import time
 
+import httpx
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
+from scheduler_plugin.extender.service import OUTAGE_RETRY
 from tests.e2e.cluster import LoopbackCluster
 from tests.e2e.fleet import GPU_NODES
 from tests.e2e.kelvin_scheduler import KelvinScheduler
@@ -41,25 +44,75 @@ def test_kelvin_places_pods_after_an_api_server_restart(
     assert all(cluster.node_ready(name) for name in gpu_nodes)
 
 
+#: The extender's series that tell which reply a pod got: per-node decisions, rejections by kind, nodes by freshness.
+WATCHED_SERIES = ("kelvin_extender_decisions_total", "kelvin_extender_rejections_total", "kelvin_telemetry_nodes")
+
+
+def _extender_series(ks: KelvinScheduler) -> dict[str, float]:
+    """The extender's :data:`WATCHED_SERIES` now ({} when its metrics port does not answer)."""
+    try:
+        text = httpx.get(f"http://127.0.0.1:{ks.extender_metrics_port}/metrics", timeout=5).text
+    except httpx.HTTPError:
+        return {}
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name in WATCHED_SERIES:
+                labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
+                out[f"{sample.name}{{{labels}}}"] = sample.value
+    return out
+
+
+def _replies(cluster: LoopbackCluster, ks: KelvinScheduler, namespace: str, name: str, since: dict[str, float]) -> str:
+    """What the pod was told, for a failure: its PodScheduled condition, kube-scheduler's lines about it (an
+    ``Error`` reply is "Error selecting node", failed nodes are "no fit; waiting": parked as unschedulable) and the
+    extender's decisions and rejections since ``since``, with its nodes by freshness."""
+    pod = cluster.api.get(f"/api/v1/namespaces/{namespace}/pods/{name}")
+    conditions = [c for c in pod["status"].get("conditions", []) if c["type"] == "PodScheduled"]
+    lines = [
+        line.strip()[:600]
+        for line in (ks.logs / "kelvin-kube-scheduler.log").read_text(errors="replace").splitlines()
+        if f'pod="{namespace}/{name}"' in line
+    ]
+    now = _extender_series(ks)
+    moved = {k: v - since.get(k, 0.0) for k, v in now.items() if v != since.get(k, 0.0) or "telemetry_nodes" in k}
+    return "\n".join(
+        [f"PodScheduled: {conditions}", "kube-scheduler about the pod:", *lines[-30:], "extender since the pod:"]
+        + [f"  {k} {v:+g}" if "telemetry_nodes" not in k else f"  {k} = {v:g}" for k, v in sorted(moved.items())]
+    )
+
+
 def test_pod_refused_for_stale_telemetry_is_bound_within_15_s_of_prometheus_back(
     cluster: LoopbackCluster, kelvin_scheduler: KelvinScheduler, fresh_telemetry: Telemetry, namespace: str
 ) -> None:
     """Issue 20, defect 8: Prometheus stopped for longer than the policy's ``telemetry.maxAgeSeconds``: a GPU pod
-    created then is refused with the stale-telemetry reason in its PodScheduled condition; once Prometheus is back
-    (same port and tsdb), the pod is bound within 15 s, not at kube-scheduler's 5-minute flush."""
+    created then is refused with the outage's ``Error`` (kube-scheduler retries it with backoff, it is not parked as
+    unschedulable) in its PodScheduled condition; once Prometheus is back (same port and tsdb), the pod is bound
+    within 15 s, not at kube-scheduler's 5-minute flush, including while Prometheus has scraped some nodes again and
+    not yet the others (the filter answers ``Error`` while every candidate is stale). On failure it says which replies
+    the pod got."""
     policy = yaml.safe_load((kelvin_scheduler.workdir / "policy.yaml").read_text())
     max_age = float(policy.get("telemetry", {}).get("maxAgeSeconds", 30))
     prometheus = fresh_telemetry.prometheus
     prometheus.stop()
     down = time.monotonic()
     time.sleep(max(0.0, down + max_age + 2 - time.monotonic()))
+    since = _extender_series(kelvin_scheduler)
     cluster.api.create(f"/api/v1/namespaces/{namespace}/pods", gpu_pod("stale", 1))
     condition = unschedulable(cluster, namespace, "stale", kelvin_scheduler)
-    assert "stale" in condition["message"], condition
+    # the outage's Error, not the per-node stale reason of failed nodes (both say "stale")
+    told = _replies(cluster, kelvin_scheduler, namespace, "stale", since)
+    assert "kelvin's GPU telemetry is stale" in condition["message"], told
+    assert OUTAGE_RETRY in condition["message"], told
     prometheus.start()
     back = time.monotonic()
-    pod = bound(cluster, namespace, "stale", kelvin_scheduler)
+    try:
+        pod = bound(cluster, namespace, "stale", kelvin_scheduler)
+    except TimeoutError as exc:
+        raise AssertionError(f"{exc}\n{_replies(cluster, kelvin_scheduler, namespace, 'stale', since)}") from None
     took = time.monotonic() - back
     print(f"prometheus down {back - down:.0f} s; pod bound {took:.1f} s after prometheus was ready")
-    assert took <= 15, f"bound {took:.1f} s after prometheus was back"
+    assert took <= 15, f"bound {took:.1f} s after prometheus was back\n" + _replies(
+        cluster, kelvin_scheduler, namespace, "stale", since
+    )
     assert len(assigned(pod)) == 1
