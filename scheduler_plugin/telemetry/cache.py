@@ -215,9 +215,11 @@ class SnapshotCache:
         self._task: asyncio.Task[None] | None = None
         self._refresh_lock = asyncio.Lock()
         self._bad_seen: dict[str, int] = {}
-        self._recovery_ends = -math.inf
-        """Until when refreshes keep the retry interval after an outage while some node is still stale
-        (:meth:`recovering`)."""
+        self.outage_ended_at = -math.inf
+        """When the last outage ended (:meth:`after_outage`): the first refresh with a fresh node after refreshes that
+        failed or brought telemetry out as a whole (no node, or every node stale), or after the start."""
+        self._out = True
+        """The last refresh failed or brought telemetry out as a whole (True before the first)."""
 
     # -- refresh -----------------------------------------------------------------------------------------------
 
@@ -249,6 +251,7 @@ class SnapshotCache:
                 raise
             except Exception as exc:  # keep the last good snapshot, whatever went wrong
                 self.healthy = False
+                self._out = True
                 self.last_error = f"{type(exc).__name__}: {exc}"
                 log.warning(
                     "telemetry refresh from %s failed, keeping the snapshot of %s: %s",
@@ -272,12 +275,13 @@ class SnapshotCache:
                     log.exception("warming the new snapshot failed; publishing it cold")
             # Keep the old snapshot's nodes alive past the swap and free them in slices (see _retire).
             retired = list(self.snapshot.nodes)
-            was_out = self._out_as_whole(now)
             self.snapshot = snap
             self.healthy = True
             self.last_error = None
-            if was_out and not self._out_as_whole(now):  # the outage is over: its recovery window starts
-                self._recovery_ends = now + self.settings.max_age_s
+            out = self._out_as_whole(now)
+            if self._out and not out:
+                self.outage_ended_at = now
+            self._out = out
             self.refreshes += 1
             if self.ledger is not None:
                 self.ledger.reconcile(snap)
@@ -354,14 +358,19 @@ class SnapshotCache:
         """Whether the telemetry is out as a whole (the last refresh failed, or the snapshot has no node, or every
         node of it is older than ``max_age_s``: a restarted Prometheus answers with its old samples until it has
         scraped again), or is coming back from that: some node is still stale, within ``max_age_s`` of the first
-        refresh that ended the outage (Prometheus scrapes the exporters again one by one; an exporter gone for good
-        does not keep the cache refreshing every second). Refreshes then come every ``retry_interval_s``, so pods
-        refused during an outage are placed within seconds of their nodes reporting again rather than a whole
-        ``refresh_interval_s`` later."""
+        refresh that ended the outage (:meth:`after_outage`: Prometheus scrapes the exporters again one by one; an
+        exporter gone for good does not keep the cache refreshing every second). Refreshes then come every
+        ``retry_interval_s``, so pods refused during an outage are placed within seconds of their nodes reporting
+        again rather than a whole ``refresh_interval_s`` later."""
         now = self.clock() if now is None else now
         if self._out_as_whole(now):
             return True
-        return now < self._recovery_ends and bool(self.snapshot.stale_mask(now, self.settings.max_age_s).any())
+        return self.after_outage(now) and bool(self.snapshot.stale_mask(now, self.settings.max_age_s).any())
+
+    def after_outage(self, now: float) -> bool:
+        """Whether ``now`` is within ``max_age_s`` of the end of the last outage (:attr:`outage_ended_at`): the
+        window in which nodes not scraped again yet are still coming back, not gone."""
+        return now - self.outage_ended_at < self.settings.max_age_s
 
     def _out_as_whole(self, now: float) -> bool:
         if not self.healthy or not self.snapshot.nodes:

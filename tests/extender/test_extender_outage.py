@@ -29,8 +29,9 @@ class PerNodeSource(StaticSource):
         return [replace(n, observed_at=self.frozen.get(n.name, n.observed_at)) for n in nodes]
 
 
-def _refresh(c: TestClient, ext: object) -> bool:
-    return bool(c.portal.call(ext.cache.refresh_once))  # type: ignore[attr-defined, union-attr]
+def _refresh(c: TestClient, ext: Extender) -> bool:
+    assert c.portal is not None  # inside ``with TestClient(...)``
+    return bool(c.portal.call(ext.cache.refresh_once))
 
 
 def test_source_down_longer_than_max_age_answers_error_then_recovers() -> None:
@@ -90,11 +91,9 @@ def test_one_stale_node_among_fresh_is_failed_as_before() -> None:
         body = c.post("/filter", content=args(pod())).json()
         assert body["Error"] == "" and body["NodeNames"] == ["gpu-node-2"]
         assert "telemetry" in body["FailedAndUnresolvableNodes"]["gpu-node-1"]
-        # the stale node is the pod's only candidate: not an outage, but nothing except telemetry keeps the pod off
-        # it, so it is retried with backoff rather than parked (test_every_candidate_still_stale_after_an_outage...)
+        # the stale node is the pod's only candidate: still that node's problem, not an outage
         only = c.post("/filter", content=args(pod(), ["gpu-node-1"])).json()
-        assert only["FailedAndUnresolvableNodes"] == {} and only["NodeNames"] == []
-        assert "stale for every candidate node" in only["Error"] and only["Error"].endswith(OUTAGE_RETRY)
+        assert only["Error"] == "" and list(only["FailedAndUnresolvableNodes"]) == ["gpu-node-1"]
 
 
 def test_empty_snapshot_is_an_outage_and_unknown_nodes_otherwise_fail() -> None:
@@ -193,12 +192,35 @@ def test_candidates_not_yet_in_the_snapshot_after_an_outage_answer_error() -> No
     """After an outage longer than Prometheus' lookback (5 min) a restarted Prometheus has no sample of a node it has
     not scraped again yet: the node is missing from the snapshot, as transient as a stale one."""
     clock = Clock()
-    src = StaticSource(capture_nodes()[1:], clock)  # gpu-node-1 not scraped yet
+    src = StaticSource(capture_nodes(), clock)
     ext, _, _ = make_extender(on_stale="deny", source=src, clock=clock)
     with TestClient(create_app(ext)) as c:
+        src.fail = True
+        clock.t += 400
+        assert _refresh(c, ext) is False
+        src.fail, src.nodes = False, capture_nodes()[1:]  # back: gpu-node-1 not scraped yet
+        clock.t += 1
+        assert _refresh(c, ext) is True
         body = c.post("/filter", content=args(pod(), ["gpu-node-1"])).json()
         assert body["FailedAndUnresolvableNodes"] == {} and body["NodeNames"] == []
         assert "every candidate node: 1 not in the snapshot;" in body["Error"] and body["Error"].endswith(OUTAGE_RETRY)
+
+
+def test_a_node_still_stale_max_age_after_the_outage_fails_again() -> None:
+    """The window is bounded: a node not scraped again within ``maxAgeSeconds`` of the outage's end is gone (its
+    exporter, or the node), not coming back; a pod that only fits there is parked again, as before the outage."""
+    clock = Clock()
+    src, ext, client = _restarted(clock)
+    with client as c:
+        _outage_then_back(c, ext, src, clock, fresh=["gpu-node-2"])
+        clock.t += 29
+        assert _refresh(c, ext) is True
+        inside = c.post("/filter", content=args(pod(), ["gpu-node-1"])).json()
+        assert "back 29 s ago from an outage" in inside["Error"]
+        clock.t += 1
+        assert _refresh(c, ext) is True
+        after = c.post("/filter", content=args(pod(), ["gpu-node-1"])).json()
+        assert after["Error"] == "" and "stale telemetry" in after["FailedAndUnresolvableNodes"]["gpu-node-1"]
 
 
 def test_a_fresh_node_without_room_beside_stale_ones_still_fails_every_node() -> None:
