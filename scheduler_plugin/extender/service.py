@@ -13,7 +13,7 @@ no node of the snapshot has telemetry younger than that), a GPU pod's filter is 
 failing every node. kube-scheduler puts a pod whose nodes all failed in its unschedulable queue, retried only on a
 cluster event or its 5-minute flush, but retries a scheduling error with backoff (``podMaxBackoffSeconds``, 10 s):
 the pod is placed within seconds of the telemetry recovering. A node stale on its own while others are fresh still
-fails the filter, except within ``maxAgeSeconds`` of the end of an outage (``SnapshotCache.after_outage``: Prometheus
+fails the filter, except within ``maxAgeSeconds`` of the end of an outage (:meth:`Extender.just_back`: Prometheus
 scrapes the exporters again one by one): a pod whose candidates all failed for stale or missing telemetry alone then
 gets an ``Error`` too (:meth:`Extender.candidates_stale`), not parked while its nodes are about to report again.
 """
@@ -185,8 +185,7 @@ class Extender:
         the cycle context's per-node mask over the whole fleet: the source answers but no exporter reaches it).
         Judged on the whole snapshot, never on the candidates of one request: a pod whose only candidate is a stale
         node among fresh ones is that node's problem, not an outage (but see :meth:`candidates_stale`, right after
-        one). Only under ``onStale: deny`` (under ``allow``
-        stale nodes are judged on their last data).
+        one). Only under ``onStale: deny`` (under ``allow`` stale nodes are judged on their last data).
         """
         if not self.deny_unknown:
             return None
@@ -214,10 +213,14 @@ class Extender:
             )
         return None
 
+    def just_back(self, now: float) -> bool:
+        """Within ``maxAgeSeconds`` of the end of an outage (``SnapshotCache.after_outage``; the start counts)."""
+        return self.cache.after_outage(now, self.policy.telemetry.max_age_seconds)
+
     def candidates_stale(self, counts: Counter[RejectionKind], now: float) -> str:
-        """The ``Error`` of a filter within :meth:`~SnapshotCache.after_outage` whose candidates all failed for
-        missing telemetry alone (``counts``: only :data:`NO_TELEMETRY_KINDS`): Prometheus has scraped some nodes
-        again, not yet these."""
+        """The ``Error`` of a filter :meth:`just_back` from an outage whose candidates all failed for missing
+        telemetry alone (``counts``: only :data:`NO_TELEMETRY_KINDS`): the source has reported some nodes again,
+        not yet these."""
         parts = []
         if n := counts[RejectionKind.STALE_TELEMETRY]:
             parts.append(f"{n} older than maxAgeSeconds {self.policy.telemetry.max_age_seconds:g} s or never reported")
@@ -292,7 +295,7 @@ class Extender:
                     counts[RejectionKind.UNKNOWN_NODE] = n_unknown
                 else:
                     passed_pos = np.sort(np.concatenate([passed_pos, unknown_pos]))
-            if not len(passed_pos) and counts and counts.keys() <= NO_TELEMETRY_KINDS and self.cache.after_outage(now):
+            if not len(passed_pos) and counts and counts.keys() <= NO_TELEMETRY_KINDS and self.just_back(now):
                 # Right after an outage only telemetry not back yet keeps the pod off every candidate: a scheduling
                 # error (retried with backoff), not unschedulable (parked: its coming back is no cluster event).
                 for kind, n in counts.items():

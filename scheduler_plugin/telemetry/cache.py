@@ -367,10 +367,11 @@ class SnapshotCache:
             return True
         return self.after_outage(now) and bool(self.snapshot.stale_mask(now, self.settings.max_age_s).any())
 
-    def after_outage(self, now: float) -> bool:
-        """Whether ``now`` is within ``max_age_s`` of the end of the last outage (:attr:`outage_ended_at`): the
-        window in which nodes not scraped again yet are still coming back, not gone."""
-        return now - self.outage_ended_at < self.settings.max_age_s
+    def after_outage(self, now: float, within_s: float | None = None) -> bool:
+        """Whether ``now`` is within ``within_s`` (default ``max_age_s``) of the end of the last outage
+        (:attr:`outage_ended_at`): the window in which nodes not scraped again yet are still coming back, not
+        gone."""
+        return now - self.outage_ended_at < (self.settings.max_age_s if within_s is None else within_s)
 
     def _out_as_whole(self, now: float) -> bool:
         if not self.healthy or not self.snapshot.nodes:

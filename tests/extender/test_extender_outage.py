@@ -223,6 +223,21 @@ def test_a_node_still_stale_max_age_after_the_outage_fails_again() -> None:
         assert after["Error"] == "" and "stale telemetry" in after["FailedAndUnresolvableNodes"]["gpu-node-1"]
 
 
+def test_the_window_is_the_policys_max_age_not_the_caches() -> None:
+    """The policy's ``telemetry.maxAgeSeconds`` (30 s here) judges the nodes, so it bounds the window too, whatever
+    the cache's own ``max_telemetry_age_s`` (readiness, the refresh cadence)."""
+    clock = Clock()
+    src = PerNodeSource(capture_nodes(), clock)
+    ext, _, _ = make_extender(on_stale="deny", source=src, clock=clock, max_telemetry_age_s=90)
+    with TestClient(create_app(ext)) as c:
+        _outage_then_back(c, ext, src, clock, fresh=["gpu-node-2"])
+        clock.t += 30
+        assert _refresh(c, ext) is True
+        assert ext.cache.after_outage(clock.t)  # the cache's 90 s
+        after = c.post("/filter", content=args(pod(), ["gpu-node-1"])).json()
+        assert after["Error"] == "" and "stale telemetry" in after["FailedAndUnresolvableNodes"]["gpu-node-1"]
+
+
 def test_a_fresh_node_without_room_beside_stale_ones_still_fails_every_node() -> None:
     """Stale telemetry is not the only reason the pod is refused: a fresh node it does not fit. Failing the nodes
     keeps preemption possible there (an ``Error`` reply skips kube-scheduler's PostFilter); the pod is parked."""
