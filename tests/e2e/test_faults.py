@@ -3,13 +3,19 @@ places pods again after each, as the API server shows."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import time
+from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from scheduler_plugin.extender.service import OUTAGE_RETRY
+from tests.e2e.api import wait_for
 from tests.e2e.cluster import LoopbackCluster
 from tests.e2e.fleet import GPU_NODES
 from tests.e2e.kelvin_scheduler import KelvinScheduler
@@ -116,3 +122,64 @@ def test_pod_refused_for_stale_telemetry_is_bound_within_15_s_of_prometheus_back
         cluster, kelvin_scheduler, namespace, "stale", since
     )
     assert len(assigned(pod)) == 1
+
+
+@contextlib.contextmanager
+def _paused(telemetry: Telemetry, nodes: tuple[str, ...]) -> Iterator[None]:
+    """The exporters of ``nodes`` stopped (SIGSTOP to each one's own process group), resumed on exit: Prometheus'
+    scrapes of them time out, as of exporters it has not reached yet."""
+    groups = [telemetry.exporters[n].process.popen.pid for n in nodes]
+    try:
+        for pgid in groups:
+            os.killpg(pgid, signal.SIGSTOP)
+        yield
+    finally:
+        for pgid in groups:
+            os.killpg(pgid, signal.SIGCONT)
+
+
+def test_pod_whose_nodes_are_scraped_last_after_an_outage_is_retried_not_parked(
+    cluster: LoopbackCluster, kelvin_scheduler: KelvinScheduler, fresh_telemetry: Telemetry, namespace: str
+) -> None:
+    """Issue 20, defect 8, the window made deterministic: after the outage Prometheus has scraped another node again
+    (e2e-islands-1, which the pod does not tolerate) but not yet the pod's candidates (their exporters paused). The
+    telemetry is no outage as a whole then, and the pod's filter used to fail every candidate as stale: parked as
+    unschedulable, never bound within 60 s. It must get an ``Error`` (retried with backoff) and be bound within 15 s
+    of its nodes reporting again."""
+    policy = yaml.safe_load((kelvin_scheduler.workdir / "policy.yaml").read_text())
+    max_age = float(policy.get("telemetry", {}).get("maxAgeSeconds", 30))
+    prometheus = fresh_telemetry.prometheus
+    since = _extender_series(kelvin_scheduler)
+    with _paused(fresh_telemetry, GPU_NODES):
+        prometheus.stop()
+        time.sleep(max_age + 2)
+        cluster.api.create(f"/api/v1/namespaces/{namespace}/pods", gpu_pod("scraped-last", 1))
+        condition = unschedulable(cluster, namespace, "scraped-last", kelvin_scheduler)
+        assert "kelvin's GPU telemetry is stale" in condition["message"], condition
+        prometheus.start()
+        wait_for("e2e-islands-1 fresh in the extender's snapshot", lambda: kelvin_scheduler.telemetry_nodes(), 30)
+
+        def retried() -> dict[str, Any] | None:
+            c = unschedulable(cluster, namespace, "scraped-last", kelvin_scheduler)
+            return c if "stale for every candidate node" in c["message"] else None
+
+        try:
+            condition = wait_for("the pod's filter answered with the candidates' Error", retried, 20)
+        except TimeoutError as exc:
+            raise AssertionError(
+                f"{exc}\n{_replies(cluster, kelvin_scheduler, namespace, 'scraped-last', since)}"
+            ) from None
+        assert OUTAGE_RETRY in condition["message"], condition
+        resumed = time.monotonic()
+    try:
+        pod = bound(cluster, namespace, "scraped-last", kelvin_scheduler)
+    except TimeoutError as exc:
+        raise AssertionError(
+            f"{exc}\n{_replies(cluster, kelvin_scheduler, namespace, 'scraped-last', since)}"
+        ) from None
+    took = time.monotonic() - resumed
+    print(f"pod bound {took:.1f} s after its nodes' exporters resumed")
+    assert took <= 15, f"bound {took:.1f} s after its nodes reported again\n" + _replies(
+        cluster, kelvin_scheduler, namespace, "scraped-last", since
+    )
+    assert pod["spec"]["nodeName"] in GPU_NODES and len(assigned(pod)) == 1
