@@ -81,10 +81,16 @@ def _replies(cluster: LoopbackCluster, ks: KelvinScheduler, namespace: str, name
         if f'pod="{namespace}/{name}"' in line
     ]
     now = _extender_series(ks)
-    moved = {k: v - since.get(k, 0.0) for k, v in now.items() if v != since.get(k, 0.0) or "telemetry_nodes" in k}
+    gauges = [f"  {k} = {v:g}" for k, v in sorted(now.items()) if k.startswith("kelvin_telemetry_nodes")]
+    counts = [
+        f"  {k} {v - since.get(k, 0.0):+g}"
+        for k, v in sorted(now.items())
+        if not k.startswith("kelvin_telemetry_nodes") and v != since.get(k, 0.0)
+    ]
     return "\n".join(
         [f"PodScheduled: {conditions}", "kube-scheduler about the pod:", *lines[-30:], "extender since the pod:"]
-        + [f"  {k} {v:+g}" if "telemetry_nodes" not in k else f"  {k} = {v:g}" for k, v in sorted(moved.items())]
+        + counts
+        + gauges
     )
 
 
