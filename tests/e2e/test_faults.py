@@ -87,11 +87,8 @@ def _replies(cluster: LoopbackCluster, ks: KelvinScheduler, namespace: str, name
         for k, v in sorted(now.items())
         if not k.startswith("kelvin_telemetry_nodes") and v != since.get(k, 0.0)
     ]
-    return "\n".join(
-        [f"PodScheduled: {conditions}", "kube-scheduler about the pod:", *lines[-30:], "extender since the pod:"]
-        + counts
-        + gauges
-    )
+    head = [f"PodScheduled: {conditions}", "kube-scheduler about the pod:", *lines[-30:], "extender since the pod:"]
+    return "\n".join([*head, *counts, *gauges])
 
 
 def test_pod_refused_for_stale_telemetry_is_bound_within_15_s_of_prometheus_back(
