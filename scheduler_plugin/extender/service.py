@@ -13,7 +13,9 @@ no node of the snapshot has telemetry younger than that), a GPU pod's filter is 
 failing every node. kube-scheduler puts a pod whose nodes all failed in its unschedulable queue, retried only on a
 cluster event or its 5-minute flush, but retries a scheduling error with backoff (``podMaxBackoffSeconds``, 10 s):
 the pod is placed within seconds of the telemetry recovering. A node stale on its own while others are fresh still
-fails the filter.
+fails the filter, except within ``maxAgeSeconds`` of the end of an outage (:meth:`Extender.just_back`: Prometheus
+scrapes the exporters again one by one): a pod whose candidates all failed for stale or missing telemetry alone then
+gets an ``Error`` too (:meth:`Extender.candidates_stale`), not parked while its nodes are about to report again.
 """
 
 from __future__ import annotations
@@ -57,6 +59,9 @@ log = logging.getLogger(__name__)
 UNKNOWN_NODE_REASON = "kelvin has no GPU telemetry for this node (not in the snapshot)"
 #: Appended to an outage's ``Error``: what kube-scheduler does with the pod.
 OUTAGE_RETRY = "the pod is retried with backoff"
+#: Rejections that only say kelvin lacks the node's current telemetry: when every candidate failed for one of these
+#: right after an outage, the filter answers ``Error`` (:meth:`Extender.candidates_stale`).
+NO_TELEMETRY_KINDS = frozenset({RejectionKind.STALE_TELEMETRY, RejectionKind.UNKNOWN_NODE})
 
 
 @runtime_checkable
@@ -216,8 +221,8 @@ class Extender:
         with nothing, e.g. a restarted Prometheus before its first scrape); or every node of it is stale (``stale``,
         the cycle context's per-node mask over the whole fleet: the source answers but no exporter reaches it).
         Judged on the whole snapshot, never on the candidates of one request: a pod whose only candidate is a stale
-        node among fresh ones is that node's problem, not an outage. Only under ``onStale: deny`` (under ``allow``
-        stale nodes are judged on their last data).
+        node among fresh ones is that node's problem, not an outage (but see :meth:`candidates_stale`, right after
+        one). Only under ``onStale: deny`` (under ``allow`` stale nodes are judged on their last data).
         """
         if not self.deny_unknown:
             return None
@@ -244,6 +249,25 @@ class Extender:
                 f"than maxAgeSeconds ({max_age:g} s), though the source answers; {OUTAGE_RETRY}"
             )
         return None
+
+    def just_back(self, now: float) -> bool:
+        """Within ``maxAgeSeconds`` of the end of an outage (``SnapshotCache.after_outage``; the start counts)."""
+        return self.cache.after_outage(now, self.policy.telemetry.max_age_seconds)
+
+    def candidates_stale(self, counts: Counter[RejectionKind], now: float) -> str:
+        """The ``Error`` of a filter :meth:`just_back` from an outage whose candidates all failed for missing
+        telemetry alone (``counts``: only :data:`NO_TELEMETRY_KINDS`): the source has reported some nodes again,
+        not yet these."""
+        parts = []
+        if n := counts[RejectionKind.STALE_TELEMETRY]:
+            parts.append(f"{n} older than maxAgeSeconds {self.policy.telemetry.max_age_seconds:g} s or never reported")
+        if n := counts[RejectionKind.UNKNOWN_NODE]:
+            parts.append(f"{n} not in the snapshot")
+        ago = now - self.cache.outage_ended_at
+        return (
+            f"kelvin's GPU telemetry is stale for every candidate node: {', '.join(parts)}; back {ago:.0f} s ago "
+            f"from an outage, the source has not reported them again yet; {OUTAGE_RETRY}"
+        )
 
     # -- filter ------------------------------------------------------------------------------------------------
 
@@ -300,6 +324,13 @@ class Extender:
                     counts[RejectionKind.UNKNOWN_NODE] = n_unknown
                 else:
                     passed_pos = np.sort(np.concatenate([passed_pos, unknown_pos]))
+            if not len(passed_pos) and counts and counts.keys() <= NO_TELEMETRY_KINDS and self.just_back(now):
+                # Right after an outage only telemetry not back yet keeps the pod off every candidate: a scheduling
+                # error (retried with backoff), not unschedulable (parked: its coming back is no cluster event).
+                for kind, n in counts.items():
+                    self.metrics.rejections.labels(kind).inc(n)
+                self.metrics.decisions.labels("filter", "rejected").inc(len(names))
+                return wire.filter_result(args, [], {}, {}, error=self.candidates_stale(counts, now))
             if failed and len(passed_pos) == 0 and req.pod_uid:
                 wait = self.pending_preemptions.waiting(
                     req.pod_uid, failed, lambda node: self._listed_uids(node, now), now

@@ -215,6 +215,11 @@ class SnapshotCache:
         self._task: asyncio.Task[None] | None = None
         self._refresh_lock = asyncio.Lock()
         self._bad_seen: dict[str, int] = {}
+        self.outage_ended_at = -math.inf
+        """When the last outage ended (:meth:`after_outage`): the first refresh with a fresh node after refreshes that
+        failed or brought telemetry out as a whole (no node, or every node stale), or after the start."""
+        self._out = True
+        """The last refresh failed or brought telemetry out as a whole (True before the first)."""
 
     # -- refresh -----------------------------------------------------------------------------------------------
 
@@ -246,6 +251,7 @@ class SnapshotCache:
                 raise
             except Exception as exc:  # keep the last good snapshot, whatever went wrong
                 self.healthy = False
+                self._out = True
                 self.last_error = f"{type(exc).__name__}: {exc}"
                 log.warning(
                     "telemetry refresh from %s failed, keeping the snapshot of %s: %s",
@@ -272,6 +278,10 @@ class SnapshotCache:
             self.snapshot = snap
             self.healthy = True
             self.last_error = None
+            out = self._out_as_whole(now)
+            if self._out and not out:
+                self.outage_ended_at = now
+            self._out = out
             self.refreshes += 1
             if self.ledger is not None:
                 self.ledger.reconcile(snap)
@@ -345,13 +355,27 @@ class SnapshotCache:
             await self.refresh_once()
 
     def recovering(self, now: float | None = None) -> bool:
-        """Whether the telemetry is out as a whole: the last refresh failed, or the snapshot has no node, or every
-        node of it is older than ``max_age_s`` (a restarted Prometheus answers with its old samples until it has
-        scraped again). Refreshes then come every ``retry_interval_s``, so pods refused during an outage are placed
-        within seconds of the telemetry recovering rather than a whole ``refresh_interval_s`` later."""
+        """Whether the telemetry is out as a whole (the last refresh failed, or the snapshot has no node, or every
+        node of it is older than ``max_age_s``: a restarted Prometheus answers with its old samples until it has
+        scraped again), or is coming back from that: some node is still stale, within ``max_age_s`` of the first
+        refresh that ended the outage (:meth:`after_outage`: Prometheus scrapes the exporters again one by one; an
+        exporter gone for good does not keep the cache refreshing every second). Refreshes then come every
+        ``retry_interval_s``, so pods refused during an outage are placed within seconds of their nodes reporting
+        again rather than a whole ``refresh_interval_s`` later."""
+        now = self.clock() if now is None else now
+        if self._out_as_whole(now):
+            return True
+        return self.after_outage(now) and bool(self.snapshot.stale_mask(now, self.settings.max_age_s).any())
+
+    def after_outage(self, now: float, within_s: float | None = None) -> bool:
+        """Whether ``now`` is within ``within_s`` (default ``max_age_s``) of the end of the last outage
+        (:attr:`outage_ended_at`): the window in which nodes not scraped again yet are still coming back, not
+        gone."""
+        return now - self.outage_ended_at < (self.settings.max_age_s if within_s is None else within_s)
+
+    def _out_as_whole(self, now: float) -> bool:
         if not self.healthy or not self.snapshot.nodes:
             return True
-        now = self.clock() if now is None else now
         return bool(self.snapshot.stale_mask(now, self.settings.max_age_s).all())
 
     def next_wait_s(self) -> float:

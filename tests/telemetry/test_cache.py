@@ -305,6 +305,67 @@ async def test_refreshes_come_every_retry_interval_while_the_telemetry_is_out() 
     assert cache.recovering() and cache.next_wait_s() == 1.0
 
 
+class PartlyFrozenSource(Source):
+    """Nodes named in ``frozen`` keep the ``observed_at`` given there (not scraped again yet)."""
+
+    def __init__(self, clock: Clock) -> None:
+        super().__init__(clock)
+        self.frozen: dict[str, float] = {}
+
+    async def fetch(self) -> Sequence[GpuNode]:
+        nodes = await super().fetch()
+        return [replace(n, observed_at=self.frozen.get(n.name, n.observed_at)) for n in nodes]
+
+
+async def test_retry_interval_lasts_until_every_node_is_fresh_again_after_an_outage() -> None:
+    """Issue 20, defect 8: a restarted Prometheus scrapes the exporters again one by one. Once the first node is fresh
+    the telemetry is no longer out as a whole, but the others are still stale; refreshes keep coming every
+    ``retry_interval_s`` until every node is fresh, for at most ``max_age_s`` after the outage (a node whose exporter
+    is gone for good does not keep the cache refreshing every second)."""
+    clock = Clock()
+    src = PartlyFrozenSource(clock)
+    src.nodes = [node("a", [40]), node("b", [41]), node("c", [42])]
+    cache = SnapshotCache(src, CacheSettings(refresh_interval_s=5, max_age_s=30), clock=clock)
+    await cache.refresh_once()
+    assert not cache.recovering() and cache.next_wait_s() == 5
+    before = clock.t
+    src.fail = True
+    clock.t += 40
+    await cache.refresh_once()
+    assert cache.recovering()
+    src.fail = False
+    src.frozen = {"b": before, "c": before}  # back: "a" scraped again, "b" and "c" not yet
+    clock.t += 1
+    await cache.refresh_once()
+    assert cache.recovering() and cache.next_wait_s() == 1.0
+    del src.frozen["b"]
+    clock.t += 1
+    await cache.refresh_once()
+    assert cache.recovering() and cache.next_wait_s() == 1.0  # "c" still stale
+    clock.t += 30  # "c" never comes back: the window (max_age_s after the outage) is over
+    await cache.refresh_once()
+    assert not cache.recovering() and cache.next_wait_s() == 5
+    src.frozen.clear()
+    clock.t += 5
+    await cache.refresh_once()
+    assert not cache.recovering()
+    # a stale node outside any outage never shortens the interval
+    src.frozen = {"c": clock.t}
+    for _ in range(7):  # every refresh interval, until "c" is older than max_age_s
+        clock.t += 5
+        await cache.refresh_once()
+        assert not cache.recovering() and cache.next_wait_s() == 5
+    assert cache.snapshot.stale_nodes(clock.t, 30) == ["c"]
+    # every node fresh right after an outage: the window ends at once
+    src.fail = True
+    clock.t += 40
+    await cache.refresh_once()
+    src.fail = False
+    src.frozen.clear()
+    await cache.refresh_once()
+    assert not cache.recovering() and cache.next_wait_s() == 5
+
+
 async def test_background_refresh_recovers_within_the_retry_interval() -> None:
     clock = Clock()
     src = Source(clock)
