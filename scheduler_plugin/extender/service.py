@@ -324,28 +324,36 @@ class Extender:
                     counts[RejectionKind.UNKNOWN_NODE] = n_unknown
                 else:
                     passed_pos = np.sort(np.concatenate([passed_pos, unknown_pos]))
-            if not len(passed_pos) and counts and counts.keys() <= NO_TELEMETRY_KINDS and self.just_back(now):
-                # Right after an outage only telemetry not back yet keeps the pod off every candidate: a scheduling
-                # error (retried with backoff), not unschedulable (parked: its coming back is no cluster event).
-                for kind, n in counts.items():
-                    self.metrics.rejections.labels(kind).inc(n)
-                self.metrics.decisions.labels("filter", "rejected").inc(len(names))
-                return wire.filter_result(args, [], {}, {}, error=self.candidates_stale(counts, now))
-            if failed and len(passed_pos) == 0 and req.pod_uid:
-                wait = self.pending_preemptions.waiting(
-                    req.pod_uid, failed, lambda node: self._listed_uids(node, now), now
-                )
-                if wait is not None:  # a scheduling error: retried with backoff, not parked as unschedulable
-                    self.metrics.rejections.labels(RejectionKind.PREEMPTION_PENDING).inc(len(names))
+            if not len(passed_pos):
+                error = self._retry_error(req, failed, counts, now, len(names))
+                if error is not None:  # a scheduling error: retried with backoff, not parked as unschedulable
                     self.metrics.decisions.labels("filter", "rejected").inc(len(names))
-                    return wire.filter_result(args, [], {}, {}, error=wait)
-            elif len(passed_pos) > 0 and req.pod_uid:
+                    return wire.filter_result(args, [], {}, {}, error=error)
+            elif req.pod_uid:
                 self.pending_preemptions.forget(req.pod_uid)
             for kind, n in counts.items():
                 self.metrics.rejections.labels(kind).inc(n)
         self.metrics.decisions.labels("filter", "passed").inc(len(passed_pos))
         self.metrics.decisions.labels("filter", "rejected").inc(len(failed) + len(unresolvable))
         return wire.filter_result(args, passed_pos, failed, unresolvable, names=self.names)
+
+    def _retry_error(
+        self, req: GpuRequest, failed: dict[str, str], counts: Counter[RejectionKind], now: float, n_names: int
+    ) -> str | None:
+        """When no candidate passed, the ``Error`` text that has kube-scheduler retry the pod with backoff instead of
+        parking it as unschedulable (its reason going away is no cluster event), or None: right after an outage, when
+        only telemetry not back yet keeps the pod off every candidate; or while the victims kelvin chose for it are
+        still being deleted. Counts its rejections."""
+        if counts and counts.keys() <= NO_TELEMETRY_KINDS and self.just_back(now):
+            for kind, n in counts.items():
+                self.metrics.rejections.labels(kind).inc(n)
+            return self.candidates_stale(counts, now)
+        if failed and req.pod_uid:
+            wait = self.pending_preemptions.waiting(req.pod_uid, failed, lambda node: self._listed_uids(node, now), now)
+            if wait is not None:
+                self.metrics.rejections.labels(RejectionKind.PREEMPTION_PENDING).inc(n_names)
+                return wait
+        return None
 
     # -- prioritize --------------------------------------------------------------------------------------------
 
