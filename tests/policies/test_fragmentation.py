@@ -293,13 +293,14 @@ def test_fleet_memo_recomputes_only_the_rows_written_and_matches_a_recount(monke
     memo = gradient.FleetFreeStats()
     rows = np.arange(0, 40, 3, dtype=np.int64)
     acc = w.node_access(fleet)[rows]
+    mass = gradient._node_mass(w, fleet)[rows]  # what the memo takes: the rows' shape-group probabilities
 
     def fresh() -> np.ndarray:
         mem = fleet.mem_free_host[rows]
         return node_fragmentation(fleet.free_milli[rows], fleet.cpu_free[rows], acc, w, mem)
 
     for _ in range(2):  # the first call computes the candidate rows; the second keeps every row's F
-        _, got = memo.before(fleet, rows, w, acc, True)
+        _, got = memo.before(fleet, rows, w, mass, True)
         assert np.array_equal(got, fresh())
     assert memo.holds(w, True)
     counted: list[int] = []
@@ -311,12 +312,12 @@ def test_fleet_memo_recomputes_only_the_rows_written_and_matches_a_recount(monke
 
     monkeypatch.setattr(gradient, "free_stats", counting)
     apply_placement(fleet, GpuRequest(count=1, milli=250, cpu_milli=3000, host_memory_bytes=GIB), 9, (0,))
-    _, got = memo.before(fleet, rows, w, acc, True)
+    _, got = memo.before(fleet, rows, w, mass, True)
     assert counted == [1]  # node 9 alone, not the fleet
     assert np.array_equal(got, fresh())
     counted.clear()
     fleet.cpu_free[12] -= 50_000  # CPU only: no GPU stats to recount, node 12's F still moves
-    _, got = memo.before(fleet, rows, w, acc, True)
+    _, got = memo.before(fleet, rows, w, mass, True)
     assert counted == []
     assert np.array_equal(got, fresh())
 

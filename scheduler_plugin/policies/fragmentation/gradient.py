@@ -16,6 +16,7 @@ from ...model.snapshot import IndexKey
 from .. import eligibility
 from ..base import BoolA, CycleContext, FloatA, IntA
 from ..eligibility import cycle_demand, cycle_eligible, few_rows
+from .shape_groups import shape_groups
 from .workload import DEFAULT_LEVELS, Workload
 
 I32A = npt.NDArray[np.int32]
@@ -42,6 +43,12 @@ def _accessible(w: Workload, fleet: FleetArrays, rows: IntA) -> BoolA | None:
     if w.unrestricted:
         return None
     return w.node_access(fleet)[rows]
+
+
+def _node_mass(w: Workload, fleet: FleetArrays) -> FloatA | None:
+    """(N, G) per node the probability of each shape group's members that admit it (:class:`.ShapeGroups`);
+    ``None`` when every shape admits every model."""
+    return None if w.unrestricted else shape_groups(w).node_mass(w, fleet)
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +107,7 @@ class _FragMemo:
 
     workload: Workload
     mem_aware: bool
-    acc: BoolA | None
+    mass: FloatA | None
     free: I32A
     cpu: IntA
     mem: IntA
@@ -108,17 +115,17 @@ class _FragMemo:
 
     @classmethod
     def of(cls, fleet: FleetArrays, st: FreeStats, w: Workload, mem_aware: bool) -> _FragMemo:
-        acc = None if w.unrestricted else w.node_access(fleet)
+        mass = _node_mass(w, fleet)
         cpu, mem = fleet.cpu_free.copy(), fleet.mem_free_host.copy()
-        frag = _frag(st, cpu, acc, w, mem if mem_aware else None)
-        return cls(w, mem_aware, acc, fleet.free_milli.copy(), cpu, mem, frag)
+        frag = _frag(st, cpu, mass, w, mem if mem_aware else None)
+        return cls(w, mem_aware, mass, fleet.free_milli.copy(), cpu, mem, frag)
 
     def fits(self, fleet: FleetArrays, w: Workload, mem_aware: bool) -> bool:
         return (
             self.workload is w
             and self.mem_aware == mem_aware
             and self.free.shape == fleet.free_milli.shape
-            and (w.unrestricted or self.acc is w.node_access(fleet))
+            and (w.unrestricted or self.mass is _node_mass(w, fleet))
         )
 
     def updated(self, fleet: FleetArrays, st: FreeStats) -> _FragMemo:
@@ -127,8 +134,8 @@ class _FragMemo:
         changed = changed_rows((self.free, free), (self.cpu, cpu), (self.mem, mem))
         if not len(changed):
             return self
-        acc = None if self.acc is None else self.acc[changed]
-        sub = _frag(_take(st, changed), cpu[changed], acc, self.workload, mem[changed] if self.mem_aware else None)
+        mass = _at(self.mass, changed)
+        sub = _frag(_take(st, changed), cpu[changed], mass, self.workload, mem[changed] if self.mem_aware else None)
         new_free, new_cpu, new_mem, frag = self.free.copy(), self.cpu.copy(), self.mem.copy(), self.frag.copy()
         new_free[changed], new_cpu[changed], new_mem[changed], frag[changed] = (
             free[changed],
@@ -136,7 +143,7 @@ class _FragMemo:
             mem[changed],
             sub,
         )
-        return _FragMemo(self.workload, self.mem_aware, self.acc, new_free, new_cpu, new_mem, frag)
+        return _FragMemo(self.workload, self.mem_aware, self.mass, new_free, new_cpu, new_mem, frag)
 
 
 class FleetFreeStats:
@@ -188,9 +195,9 @@ class FleetFreeStats:
         return memo is not None and memo.workload is w and memo.mem_aware == mem_aware
 
     def before(
-        self, fleet: FleetArrays, rows: IntA, w: Workload, acc: BoolA | None, mem_aware: bool
+        self, fleet: FleetArrays, rows: IntA, w: Workload, mass: FloatA | None, mem_aware: bool
     ) -> tuple[FreeStats, FloatA]:
-        """(stats, F_n(M)) of ``rows`` now; ``acc`` is :func:`_accessible` of ``rows``."""
+        """(stats, F_n(M)) of ``rows`` now; ``mass`` is :func:`_node_mass` of ``rows``."""
         st = self._all(fleet, w)
         sub = _take(st, rows)
         memo, last = self._memo, self._last
@@ -198,7 +205,7 @@ class FleetFreeStats:
         if memo is None or not memo.fits(fleet, w, mem_aware):
             if last is None or last[0] is not w or last[1] != mem_aware:
                 mem = fleet.mem_free_host[rows] if mem_aware else None
-                return sub, _frag(sub, fleet.cpu_free[rows], acc, w, mem)
+                return sub, _frag(sub, fleet.cpu_free[rows], mass, w, mem)
             memo = _FragMemo.of(fleet, st, w, mem_aware)
         else:
             memo = memo.updated(fleet, st)
@@ -224,16 +231,11 @@ def _changed(st: FreeStats, pos: IntA, old: IntA, new: IntA, w: Workload) -> Fre
     return FreeStats(st.total[pos] - (old - new), at_least, free_at_least)
 
 
-def _frag(st: FreeStats, cpu: IntA, acc: BoolA | None, w: Workload, mem: IntA | None) -> FloatA:
-    ok = cpu[:, None] >= w.cpu_milli[None, :]
-    ok &= st.gpus_at_least[:, w.share_index] >= w.count[None, :]
-    ok &= w.gpu_shapes[None, :]
-    if acc is not None:
-        ok &= acc
-    if mem is not None and w.host_memory is not None:
-        ok &= mem[:, None] >= w.host_memory[None, :]
+def _frag(st: FreeStats, cpu: IntA, mass: FloatA | None, w: Workload, mem: IntA | None) -> FloatA:
+    """F_n(M) of rows with stats ``st``, free CPU ``cpu``, their :func:`_node_mass` ``mass`` (``None``:
+    unrestricted) and free host memory ``mem`` (``None``: not checked)."""
     # F = sum_m p_m (total - [m fits] * free_at_least_t(m)), grouped by threshold.
-    usable = (ok.astype(np.float64) @ w.by_threshold) * st.free_at_least
+    usable = shape_groups(w).fit_mass(st.gpus_at_least, cpu, mass, mem) * st.free_at_least
     return np.asarray(st.total * float(w.prob.sum()) - usable.sum(axis=1), dtype=np.float64)
 
 
@@ -244,7 +246,8 @@ def node_fragmentation(free: I32A, cpu: IntA, acc: BoolA | None, w: Workload, me
     extension; the paper checks CPU only)."""
     if not w.gpu_shapes.any():
         return np.asarray(free.sum(axis=1, dtype=np.int64) * float(w.prob.sum()), dtype=np.float64)
-    return _frag(free_stats(free, w), cpu, acc, w, mem)
+    mass = None if acc is None else shape_groups(w).mass(acc, w)
+    return _frag(free_stats(free, w), cpu, mass, w, mem)
 
 
 @dataclass(frozen=True, slots=True)
@@ -320,7 +323,7 @@ def placements(
     k = len(rows)
     free = fleet.free_milli[rows]
     cpu = fleet.cpu_free[rows]
-    acc = _accessible(w, fleet, rows)
+    mass = _at(_node_mass(w, fleet), rows)
     mem = fleet.mem_free_host[rows] if memory_aware else None
     new_mem = mem - req.host_memory_bytes if mem is not None else None
     total_before = free.sum(axis=1, dtype=np.int64)
@@ -329,14 +332,15 @@ def placements(
         memo = fleet_free_stats(fleet)
         if few_rows(k, fleet) and not memo.holds(w, memory_aware):
             st_before = free_stats(free, w)
-            before = _frag(st_before, cpu, acc, w, mem)
+            before = _frag(st_before, cpu, mass, w, mem)
         else:
-            st_before, before = memo.before(fleet, rows, w, acc, memory_aware)
+            st_before, before = memo.before(fleet, rows, w, mass, memory_aware)
     else:
         before = total_before * float(w.prob.sum())
     new_cpu_all = cpu - req.cpu_milli
     if not req.wants_gpu:
-        after = node_fragmentation(free, new_cpu_all, acc, w, new_mem)
+        # the GPUs stay as they are: only the CPU (and host memory) the shapes can still find changes
+        after = _frag(st_before, new_cpu_all, mass, w, new_mem) if w.gpu_shapes.any() else before
         return Placements(
             np.arange(k),
             np.zeros(free.shape, dtype=np.bool_),
@@ -354,7 +358,7 @@ def placements(
         old = free[pos, col].astype(np.int64)
         if w.gpu_shapes.any():  # one GPU changes: update the per-threshold stats instead of recounting the node
             st_after = _changed(st_before, pos, old, old - d, w)
-            after = _frag(st_after, new_cpu_all[pos], _at(acc, pos), w, _at(new_mem, pos))
+            after = _frag(st_after, new_cpu_all[pos], _at(mass, pos), w, _at(new_mem, pos))
         else:
             after = (total_before[pos] - d) * float(w.prob.sum())
         taken = np.zeros((p, g), dtype=np.bool_)
@@ -376,7 +380,7 @@ def placements(
         st_after = FreeStats(
             st_before.total[pos] - used, st_before.gpus_at_least[pos] - c, st_before.free_at_least[pos] - used[:, None]
         )
-        after = _frag(st_after, new_cpu_all[pos], _at(acc, pos), w, _at(new_mem, pos))
+        after = _frag(st_after, new_cpu_all[pos], _at(mass, pos), w, _at(new_mem, pos))
     else:
         after = (total_before[pos] - used) * float(w.prob.sum())
     return Placements(
