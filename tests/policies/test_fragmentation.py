@@ -322,6 +322,102 @@ def test_fleet_memo_recomputes_only_the_rows_written_and_matches_a_recount(monke
     assert np.array_equal(got, fresh())
 
 
+def _pinned_workload(rng: np.random.Generator, shapes: int) -> Workload:
+    """Many shapes of few shares, a third pinned to a model (as the model-constrained trace variant has)."""
+    counts: dict[PodShape, float] = {}
+    for i in range(shapes):
+        models = (None, frozenset({"A100"}), frozenset({"A100", "V100"}))[i % 3]
+        share = (1000, 500, 250)[i % 7 % 3]
+        counts[PodShape(500 * (1 + i % 5), share, 1 + (i % 4 == 0) if share == 1000 else 1, models)] = float(
+            rng.random() + 0.01
+        )
+    return wl(*counts.items())
+
+
+def test_fragmentation_of_a_row_does_not_depend_on_the_rows_computed_with_it() -> None:
+    """F of a node is the same computed alone or with every other node (a BLAS product's rounding used to depend on
+    the number of rows: the memo's one-row updates and the score's many rows disagreed in the last bits)."""
+    rng = np.random.default_rng(5)
+    nodes = [
+        node(
+            f"n{i}",
+            [int(x) for x in rng.integers(0, 5, size=8) * 125],
+            cpu=int(rng.integers(1, 9)) * 1000,
+            model=("A100", "V100", "T4")[i % 3],
+        )
+        for i in range(300)
+    ]
+    fleet = build_arrays(nodes)
+    w = _pinned_workload(rng, 60)
+    acc = w.node_access(fleet)
+    together = node_fragmentation(fleet.free_milli, fleet.cpu_free, acc, w, fleet.mem_free_host)
+    alone = [
+        node_fragmentation(
+            fleet.free_milli[r : r + 1], fleet.cpu_free[r : r + 1], acc[r : r + 1], w, fleet.mem_free_host[r : r + 1]
+        )[0]
+        for r in range(len(nodes))
+    ]
+    assert together.tolist() == alone
+
+
+@pytest.mark.parametrize(
+    "req",
+    [
+        GpuRequest(count=1, milli=250, cpu_milli=1000, host_memory_bytes=GIB),
+        GpuRequest(count=2, cpu_milli=2000),
+        GpuRequest(count=0, cpu_milli=3000),
+    ],
+)
+def test_placements_from_the_after_memo_match_placements_computed_afresh(req: GpuRequest) -> None:
+    """Once F is memoised for a workload, F after each placement is kept per request shape and node and recomputed
+    only for the nodes written since; the placements equal those of a fleet without any memo, after every write."""
+    from scheduler_plugin.policies.fragmentation.gradient import _FragMemo, fleet_free_stats
+    from scheduler_plugin.simulator.fleet import apply_placement
+
+    rng = np.random.default_rng(8)
+    nodes = [
+        node(f"n{i}", [int(x) for x in rng.integers(0, 5, size=8) * 125], cpu=64_000, model=("A100", "V100")[i % 2])
+        for i in range(60)
+    ]
+    fleet = build_arrays(nodes)
+    w = _pinned_workload(rng, 30)
+    rows = np.arange(60, dtype=np.int64)
+    computed: list[int] = []
+    real = _FragMemo.after
+
+    def counting(self: _FragMemo, key: Any, r: Any, cols: Any, placed: Any, compute: Any) -> np.ndarray:
+        return real(self, key, r, cols, placed, lambda sel: (computed.append(len(sel)), compute(sel))[1])
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(_FragMemo, "after", counting)
+    try:
+        for _ in range(3):
+            got = placements(req, fleet, rows, w, memory_aware=True)
+        assert fleet_free_stats(fleet).holds(w, True)
+        assert len(computed) == 1  # the second call computed every row's, the third took them all from the memo
+        for step in range(4):
+            row = int(got.pos[step * 7 % len(got.pos)])
+            apply_placement(fleet, GpuRequest(count=1, milli=125, cpu_milli=500, host_memory_bytes=GIB), row, (step,))
+            computed.clear()
+            got = placements(req, fleet, rows, w, memory_aware=True)
+            assert sum(computed) <= 8  # node ``row`` alone (one placement per distinct GPU on it at most)
+            want = placements(req, _unmemoised(fleet), rows, w, memory_aware=True)
+            for f in ("pos", "taken", "gpu_left", "slot_left", "cpu_left"):
+                assert np.array_equal(getattr(got, f), getattr(want, f)), f
+            assert got.delta.tolist() == want.delta.tolist()
+    finally:
+        mp.undo()
+
+
+def _unmemoised(fleet: Any) -> Any:
+    """A copy of ``fleet`` with a snapshot index of its own (no memo carried over)."""
+    from scheduler_plugin.model.snapshot import SnapshotIndex
+
+    out = fleet.copy()
+    out.derived = SnapshotIndex(out.names)
+    return out
+
+
 def test_changed_rows_finds_every_row_any_column_moved_in() -> None:
     from scheduler_plugin.policies.fragmentation.gradient import changed_rows
 

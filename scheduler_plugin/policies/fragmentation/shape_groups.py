@@ -24,6 +24,7 @@ from ..base import BoolA, FloatA, IntA
 from .workload import Workload
 
 _CACHE_SIZE = 16
+_FLEETS = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,14 +83,15 @@ class ShapeGroups:
 
     def node_mass(self, w: Workload, fleet: FleetArrays) -> FloatA:
         """(N, G) :meth:`mass` per node of ``fleet`` (computed per GPU model, gathered by the node's first GPU's
-        model). Cached for the last fleet's models (``model_id`` is never written in place, as in
-        :meth:`Workload.node_access`)."""
-        hit = self._node_mass
-        if hit and hit[0][0] == fleet.models and hit[0][1] is fleet.model_id:
-            return hit[0][2]
+        model). Cached for the last few fleets' models (``model_id`` is never written in place, as in
+        :meth:`Workload.node_access`; a snapshot and the copies made from it alternate)."""
+        cached = self._node_mass
+        for models, model_id, per_node in cached:
+            if model_id is fleet.model_id and models == fleet.models:
+                return per_node
         table = self.mass(w.access_table(fleet.models), w)
         per_node = np.asarray(table[fleet.model_id[:, 0]], dtype=np.float64)  # model id -1 (no GPU) -> the last row
-        hit[:] = [(fleet.models, fleet.model_id, per_node)]
+        cached[:] = [(fleet.models, fleet.model_id, per_node), *cached[: _FLEETS - 1]]
         return per_node
 
     def fit_mass(self, gpus_at_least: IntA, cpu: IntA, mass: FloatA | None, mem: IntA | None) -> FloatA:
