@@ -293,7 +293,9 @@ def test_fleet_memo_recomputes_only_the_rows_written_and_matches_a_recount(monke
     memo = gradient.FleetFreeStats()
     rows = np.arange(0, 40, 3, dtype=np.int64)
     acc = w.node_access(fleet)[rows]
-    mass = gradient._node_mass(w, fleet)[rows]  # what the memo takes: the rows' shape-group probabilities
+    node_mass = gradient._node_mass(w, fleet)  # what the memo takes: the rows' shape-group probabilities
+    assert node_mass is not None
+    mass = node_mass[rows]
 
     def fresh() -> np.ndarray:
         mem = fleet.mem_free_host[rows]
@@ -386,7 +388,11 @@ def test_placements_from_the_after_memo_match_placements_computed_afresh(req: Gp
     real = _FragMemo.after
 
     def counting(self: _FragMemo, key: Any, r: Any, cols: Any, placed: Any, compute: Any) -> np.ndarray:
-        return real(self, key, r, cols, placed, lambda sel: (computed.append(len(sel)), compute(sel))[1])
+        def counted(sel: np.ndarray) -> np.ndarray:
+            computed.append(len(sel))
+            return np.asarray(compute(sel))
+
+        return real(self, key, r, cols, placed, counted)
 
     mp = pytest.MonkeyPatch()
     mp.setattr(_FragMemo, "after", counting)
