@@ -608,7 +608,7 @@ def cpu_surplus_factor(fleet: FleetArrays, w: Workload, full_at: float) -> float
     if need <= 0:
         return 1.0
     have = float(cpu_free)
-    return float(np.clip((have / need - 1.0) / full_at, 0.0, 1.0)) if full_at > 0 else float(have >= need)
+    return min(max((have / need - 1.0) / full_at, 0.0), 1.0) if full_at > 0 else float(have >= need)
 
 
 def _at(a: npt.NDArray[Any] | None, pos: IntA) -> npt.NDArray[Any] | None:
@@ -644,7 +644,8 @@ def best_per_row(values: FloatA, pos: IntA, k: int) -> tuple[FloatA, IntA]:
 
 def quantised(delta: FloatA, levels: int = DEFAULT_LEVELS) -> FloatA:
     """int(levels * sigmoid(-dF / 1000)), truncated: the FGD paper's score of a placement when ``levels`` is 100."""
-    return np.floor(levels / (1.0 + np.exp(np.clip(delta, -50_000, 50_000) / 1000.0)))
+    # np.minimum/np.maximum: what np.clip gives, without its Python-level dispatch (a few microseconds a call)
+    return np.floor(levels / (1.0 + np.exp(np.minimum(np.maximum(delta, -50_000), 50_000) / 1000.0)))
 
 
 def fgd_value(delta: FloatA) -> FloatA:

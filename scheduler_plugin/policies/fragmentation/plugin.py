@@ -309,4 +309,4 @@ class FgdPolicy(FragmentationBase):
         return fgd_value(pl.delta)
 
     def normalize(self, raw: FloatA) -> FloatA:
-        return np.asarray(np.clip(np.nan_to_num(raw, neginf=0.0), 0, 100) / 100 * MAX_EXTENDER_PRIORITY)
+        return np.asarray(np.minimum(np.maximum(np.nan_to_num(raw, neginf=0.0), 0), 100) / 100 * MAX_EXTENDER_PRIORITY)
