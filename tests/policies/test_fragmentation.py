@@ -477,6 +477,39 @@ def test_pick_after_score_reuses_the_scored_placements(
         monkeypatch.undo()
 
 
+def test_the_cycles_pick_reuses_the_scores_cpu_surplus_factor(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stranding term's fleet-wide surplus factor is computed once per cycle (score, then pick) and again in the
+    next cycle; the picks are those of a cycle that computes it afresh."""
+    from scheduler_plugin.policies.fragmentation import plugin as frag_plugin
+
+    rng = np.random.default_rng(4)
+    nodes = [node(f"n{i}", [int(x) for x in rng.integers(0, 5, size=8) * 125], cpu=64_000) for i in range(20)]
+    fleet = build_arrays(nodes)
+    w = wl((WHOLE, 3), (HALF, 2), (PodShape(1000, 250, 1, None), 1))
+    rows = np.arange(20, dtype=np.int64)
+    req = GpuRequest(count=1, milli=250, cpu_milli=1000)
+    policy = FragmentationPolicy.create(fragmentation.FragmentationArgs())
+    want = []
+    for row in range(20):
+        ctx = CycleContext(now=0.0)
+        ctx.state.write(WORKLOAD_KEY, w)
+        want.append(policy.pick(req, fleet, row, ctx))
+    calls: list[int] = []
+    real = frag_plugin.cpu_surplus_factor
+
+    def counted(*a: Any) -> float:
+        calls.append(1)
+        return real(*a)
+
+    monkeypatch.setattr(frag_plugin, "cpu_surplus_factor", counted)
+    for _ in range(2):
+        ctx = CycleContext(now=0.0)
+        ctx.state.write(WORKLOAD_KEY, w)
+        policy.score(req, fleet, rows, ctx)
+        assert [policy.pick(req, fleet, row, ctx) for row in range(20)] == want
+    assert calls == [1, 1]
+
+
 def test_placements_with_and_without_a_cycle_context_agree() -> None:
     """The cycle's caches (eligibility, demand, the fleet's stats) change nothing in the placements."""
     from scheduler_plugin.policies.eligibility import LIMITS_KEY, GpuLimits
