@@ -480,8 +480,6 @@ def test_pick_after_score_reuses_the_scored_placements(
 def test_the_cycles_pick_reuses_the_scores_cpu_surplus_factor(monkeypatch: pytest.MonkeyPatch) -> None:
     """The stranding term's fleet-wide surplus factor is computed once per cycle (score, then pick) and again in the
     next cycle; the picks are those of a cycle that computes it afresh."""
-    from scheduler_plugin.policies.fragmentation import plugin as frag_plugin
-
     rng = np.random.default_rng(4)
     nodes = [node(f"n{i}", [int(x) for x in rng.integers(0, 5, size=8) * 125], cpu=64_000) for i in range(20)]
     fleet = build_arrays(nodes)
@@ -495,13 +493,13 @@ def test_the_cycles_pick_reuses_the_scores_cpu_surplus_factor(monkeypatch: pytes
         ctx.state.write(WORKLOAD_KEY, w)
         want.append(policy.pick(req, fleet, row, ctx))
     calls: list[int] = []
-    real = frag_plugin.cpu_surplus_factor
+    real = fragmentation.cpu_surplus_factor
 
     def counted(*a: Any) -> float:
         calls.append(1)
         return real(*a)
 
-    monkeypatch.setattr(frag_plugin, "cpu_surplus_factor", counted)
+    monkeypatch.setattr("scheduler_plugin.policies.fragmentation.plugin.cpu_surplus_factor", counted)
     for _ in range(2):
         ctx = CycleContext(now=0.0)
         ctx.state.write(WORKLOAD_KEY, w)
