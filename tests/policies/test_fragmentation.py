@@ -293,13 +293,16 @@ def test_fleet_memo_recomputes_only_the_rows_written_and_matches_a_recount(monke
     memo = gradient.FleetFreeStats()
     rows = np.arange(0, 40, 3, dtype=np.int64)
     acc = w.node_access(fleet)[rows]
+    node_mass = gradient._node_mass(w, fleet)  # what the memo takes: the rows' shape-group probabilities
+    assert node_mass is not None
+    mass = node_mass[rows]
 
     def fresh() -> np.ndarray:
         mem = fleet.mem_free_host[rows]
         return node_fragmentation(fleet.free_milli[rows], fleet.cpu_free[rows], acc, w, mem)
 
     for _ in range(2):  # the first call computes the candidate rows; the second keeps every row's F
-        _, got = memo.before(fleet, rows, w, acc, True)
+        _, got = memo.before(fleet, rows, w, mass, True)
         assert np.array_equal(got, fresh())
     assert memo.holds(w, True)
     counted: list[int] = []
@@ -311,14 +314,114 @@ def test_fleet_memo_recomputes_only_the_rows_written_and_matches_a_recount(monke
 
     monkeypatch.setattr(gradient, "free_stats", counting)
     apply_placement(fleet, GpuRequest(count=1, milli=250, cpu_milli=3000, host_memory_bytes=GIB), 9, (0,))
-    _, got = memo.before(fleet, rows, w, acc, True)
+    _, got = memo.before(fleet, rows, w, mass, True)
     assert counted == [1]  # node 9 alone, not the fleet
     assert np.array_equal(got, fresh())
     counted.clear()
     fleet.cpu_free[12] -= 50_000  # CPU only: no GPU stats to recount, node 12's F still moves
-    _, got = memo.before(fleet, rows, w, acc, True)
+    _, got = memo.before(fleet, rows, w, mass, True)
     assert counted == []
     assert np.array_equal(got, fresh())
+
+
+def _pinned_workload(rng: np.random.Generator, shapes: int) -> Workload:
+    """Many shapes of few shares, a third pinned to a model (as the model-constrained trace variant has)."""
+    counts: dict[PodShape, float] = {}
+    for i in range(shapes):
+        models = (None, frozenset({"A100"}), frozenset({"A100", "V100"}))[i % 3]
+        share = (1000, 500, 250)[i % 7 % 3]
+        counts[PodShape(500 * (1 + i % 5), share, 1 + (i % 4 == 0) if share == 1000 else 1, models)] = float(
+            rng.random() + 0.01
+        )
+    return wl(*counts.items())
+
+
+def test_fragmentation_of_a_row_does_not_depend_on_the_rows_computed_with_it() -> None:
+    """F of a node is the same computed alone or with every other node (a BLAS product's rounding used to depend on
+    the number of rows: the memo's one-row updates and the score's many rows disagreed in the last bits)."""
+    rng = np.random.default_rng(5)
+    nodes = [
+        node(
+            f"n{i}",
+            [int(x) for x in rng.integers(0, 5, size=8) * 125],
+            cpu=int(rng.integers(1, 9)) * 1000,
+            model=("A100", "V100", "T4")[i % 3],
+        )
+        for i in range(300)
+    ]
+    fleet = build_arrays(nodes)
+    w = _pinned_workload(rng, 60)
+    acc = w.node_access(fleet)
+    together = node_fragmentation(fleet.free_milli, fleet.cpu_free, acc, w, fleet.mem_free_host)
+    alone = [
+        node_fragmentation(
+            fleet.free_milli[r : r + 1], fleet.cpu_free[r : r + 1], acc[r : r + 1], w, fleet.mem_free_host[r : r + 1]
+        )[0]
+        for r in range(len(nodes))
+    ]
+    assert together.tolist() == alone
+
+
+@pytest.mark.parametrize(
+    "req",
+    [
+        GpuRequest(count=1, milli=250, cpu_milli=1000, host_memory_bytes=GIB),
+        GpuRequest(count=2, cpu_milli=2000),
+        GpuRequest(count=0, cpu_milli=3000),
+    ],
+)
+def test_placements_from_the_after_memo_match_placements_computed_afresh(req: GpuRequest) -> None:
+    """Once F is memoised for a workload, F after each placement is kept per request shape and node and recomputed
+    only for the nodes written since; the placements equal those of a fleet without any memo, after every write."""
+    from scheduler_plugin.policies.fragmentation.gradient import _FragMemo, fleet_free_stats
+    from scheduler_plugin.simulator.fleet import apply_placement
+
+    rng = np.random.default_rng(8)
+    nodes = [
+        node(f"n{i}", [int(x) for x in rng.integers(0, 5, size=8) * 125], cpu=64_000, model=("A100", "V100")[i % 2])
+        for i in range(60)
+    ]
+    fleet = build_arrays(nodes)
+    w = _pinned_workload(rng, 30)
+    rows = np.arange(60, dtype=np.int64)
+    computed: list[int] = []
+    real = _FragMemo.after
+
+    def counting(self: _FragMemo, key: Any, r: Any, cols: Any, placed: Any, compute: Any) -> np.ndarray:
+        def counted(sel: np.ndarray) -> np.ndarray:
+            computed.append(len(sel))
+            return np.asarray(compute(sel))
+
+        return real(self, key, r, cols, placed, counted)
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(_FragMemo, "after", counting)
+    try:
+        for _ in range(3):
+            got = placements(req, fleet, rows, w, memory_aware=True)
+        assert fleet_free_stats(fleet).holds(w, True)
+        assert len(computed) == 1  # the second call computed every row's, the third took them all from the memo
+        for step in range(4):
+            row = int(got.pos[step * 7 % len(got.pos)])
+            apply_placement(fleet, GpuRequest(count=1, milli=125, cpu_milli=500, host_memory_bytes=GIB), row, (step,))
+            computed.clear()
+            got = placements(req, fleet, rows, w, memory_aware=True)
+            assert sum(computed) <= 8  # node ``row`` alone (one placement per distinct GPU on it at most)
+            want = placements(req, _unmemoised(fleet), rows, w, memory_aware=True)
+            for f in ("pos", "taken", "gpu_left", "slot_left", "cpu_left"):
+                assert np.array_equal(getattr(got, f), getattr(want, f)), f
+            assert got.delta.tolist() == want.delta.tolist()
+    finally:
+        mp.undo()
+
+
+def _unmemoised(fleet: Any) -> Any:
+    """A copy of ``fleet`` with a snapshot index of its own (no memo carried over)."""
+    from scheduler_plugin.model.snapshot import SnapshotIndex
+
+    out = fleet.copy()
+    out.derived = SnapshotIndex(out.names)
+    return out
 
 
 def test_changed_rows_finds_every_row_any_column_moved_in() -> None:
@@ -372,6 +475,37 @@ def test_pick_after_score_reuses_the_scored_placements(
         policy.pick(other, fleet, 0, ctx)
         assert calls == [1]
         monkeypatch.undo()
+
+
+def test_the_cycles_pick_reuses_the_scores_cpu_surplus_factor(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stranding term's fleet-wide surplus factor is computed once per cycle (score, then pick) and again in the
+    next cycle; the picks are those of a cycle that computes it afresh."""
+    rng = np.random.default_rng(4)
+    nodes = [node(f"n{i}", [int(x) for x in rng.integers(0, 5, size=8) * 125], cpu=64_000) for i in range(20)]
+    fleet = build_arrays(nodes)
+    w = wl((WHOLE, 3), (HALF, 2), (PodShape(1000, 250, 1, None), 1))
+    rows = np.arange(20, dtype=np.int64)
+    req = GpuRequest(count=1, milli=250, cpu_milli=1000)
+    policy = FragmentationPolicy.create(fragmentation.FragmentationArgs())
+    want = []
+    for row in range(20):
+        ctx = CycleContext(now=0.0)
+        ctx.state.write(WORKLOAD_KEY, w)
+        want.append(policy.pick(req, fleet, row, ctx))
+    calls: list[int] = []
+    real = fragmentation.cpu_surplus_factor
+
+    def counted(*a: Any) -> float:
+        calls.append(1)
+        return real(*a)
+
+    monkeypatch.setattr("scheduler_plugin.policies.fragmentation.plugin.cpu_surplus_factor", counted)
+    for _ in range(2):
+        ctx = CycleContext(now=0.0)
+        ctx.state.write(WORKLOAD_KEY, w)
+        policy.score(req, fleet, rows, ctx)
+        assert [policy.pick(req, fleet, row, ctx) for row in range(20)] == want
+    assert calls == [1, 1]
 
 
 def test_placements_with_and_without_a_cycle_context_agree() -> None:

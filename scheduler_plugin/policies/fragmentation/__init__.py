@@ -58,6 +58,7 @@ from .gradient import (
 )
 from .plugin import (
     SCORED_KEY,
+    SURPLUS_KEY,
     WORKLOAD_KEY,
     FgdPolicy,
     FragmentationArgs,
@@ -96,6 +97,7 @@ __all__ = [
     "MAX_SHAPE_CPU_MILLI",
     "MAX_SHAPE_HOST_MEMORY",
     "SCORED_KEY",
+    "SURPLUS_KEY",
     "WORKLOAD_KEY",
     "FgdPolicy",
     "FragmentationArgs",

@@ -49,6 +49,11 @@ from them instead of computing them again: placements depend on nothing else, an
 between score and pick (its eligibility cache assumes it too)."""
 
 
+SURPLUS_KEY: StateKey[tuple[FleetArrays, Workload, float, float]] = StateKey("fragmentation.cpu_surplus")
+"""Cycle state: (fleet, workload, ``strandingFullSurplus``, :func:`cpu_surplus_factor`) of the cycle's first
+stranding term, which the pick of the same cycle reuses."""
+
+
 class FragmentationArgs(CamelModel):
     """Arguments of the ``fragmentation`` (kelvin) and ``fgd`` (paper) policies."""
 
@@ -134,19 +139,21 @@ class FragmentationBase:
         Only reads the estimator (it learns in :meth:`observe`)."""
         return ctx.state.compute(WORKLOAD_KEY, self.estimator.workload)
 
-    def _values(self, req: GpuRequest, fleet: FleetArrays, pl: Placements, w: Workload) -> FloatA:
+    def _values(self, req: GpuRequest, fleet: FleetArrays, pl: Placements, w: Workload, ctx: CycleContext) -> FloatA:
         """Per placement: the value nodes are ranked by (a node scores its best placement's)."""
         raise NotImplementedError
 
-    def _pick_values(self, req: GpuRequest, fleet: FleetArrays, pl: Placements, w: Workload) -> FloatA:
+    def _pick_values(
+        self, req: GpuRequest, fleet: FleetArrays, pl: Placements, w: Workload, ctx: CycleContext
+    ) -> FloatA:
         """Per placement: the value the GPUs inside the chosen node are picked by (default: :meth:`_values`)."""
-        return self._values(req, fleet, pl, w)
+        return self._values(req, fleet, pl, w, ctx)
 
     def score(self, req: GpuRequest, fleet: FleetArrays, idx: IntA, ctx: CycleContext) -> FloatA:
         w = self.workload(ctx)
         pl = placements(req, fleet, idx, w, ctx, memory_aware=self.memory_aware)
         ctx.state.write(SCORED_KEY, (req, fleet, w, self.memory_aware, idx, pl))
-        best, _ = best_per_row(self._values(req, fleet, pl, w), pl.pos, len(idx))
+        best, _ = best_per_row(self._values(req, fleet, pl, w, ctx), pl.pos, len(idx))
         return best
 
     def _row_placements(self, req: GpuRequest, fleet: FleetArrays, row: int, ctx: CycleContext) -> Placements:
@@ -166,7 +173,7 @@ class FragmentationBase:
     def pick(self, req: GpuRequest, fleet: FleetArrays, row: int, ctx: CycleContext) -> tuple[int, ...] | None:
         w = self.workload(ctx)
         pl = self._row_placements(req, fleet, row, ctx)
-        _, which = best_per_row(self._pick_values(req, fleet, pl, w), pl.pos, 1)
+        _, which = best_per_row(self._pick_values(req, fleet, pl, w, ctx), pl.pos, 1)
         if which[0] < 0:
             return None
         return tuple(int(fleet.gpu_index[row, c]) for c in pl.slots(int(which[0])))
@@ -181,7 +188,7 @@ class FragmentationBase:
         lines = [f"fragmentation now {before / MILLI_PER_GPU:.2f} GPU (against {len(w)} typical pod shapes)"]
         if len(pl.pos) == 0:
             return [*lines, "the pod does not fit on any GPU of this node"]
-        _, which = best_per_row(self._pick_values(req, fleet, pl, w), pl.pos, 1)
+        _, which = best_per_row(self._pick_values(req, fleet, pl, w, ctx), pl.pos, 1)
         i = int(which[0])
         gpus = ", ".join(str(int(fleet.gpu_index[row, c])) for c in pl.slots(i)) or "none"
         lines.append(f"best placement (GPU {gpus}) changes it by {pl.delta[i] / MILLI_PER_GPU:+.3f} GPU")
@@ -214,21 +221,34 @@ class FragmentationPolicy(FragmentationBase):
     placements the plan finds equally good.
     """
 
-    def _values(self, req: GpuRequest, fleet: FleetArrays, pl: Placements, w: Workload) -> FloatA:
-        weight = self.args.stranding_weight * cpu_surplus_factor(fleet, w, self.args.stranding_full_surplus)
+    def _values(self, req: GpuRequest, fleet: FleetArrays, pl: Placements, w: Workload, ctx: CycleContext) -> FloatA:
+        weight = self.args.stranding_weight * self._surplus(fleet, w, ctx)
         primary = quantised(pl.delta + weight * stranding_penalty(req, pl, w), self.args.levels)
         penalty = self.plan_penalty(req, pl, w)
         if penalty is not None:
             primary = primary - (self.args.levels + 1) * penalty
         return primary
 
-    def _pick_values(self, req: GpuRequest, fleet: FleetArrays, pl: Placements, w: Workload) -> FloatA:
+    def _pick_values(
+        self, req: GpuRequest, fleet: FleetArrays, pl: Placements, w: Workload, ctx: CycleContext
+    ) -> FloatA:
         """:meth:`_values`, ties broken by the smaller raw dF, then the tightest GPU."""
-        primary = self._values(req, fleet, pl, w)
+        primary = self._values(req, fleet, pl, w, ctx)
         return np.asarray(
             primary - 1e-3 * np.tanh(pl.delta / MILLI_PER_GPU) + 1e-4 * (1.0 - pl.slot_left / MILLI_PER_GPU),
             dtype=np.float64,
         )
+
+    def _surplus(self, fleet: FleetArrays, w: Workload, ctx: CycleContext) -> float:
+        """:func:`cpu_surplus_factor` of ``fleet``, once per cycle (the score and the pick of a cycle read the same
+        fleet)."""
+        full_at = self.args.stranding_full_surplus
+        hit = ctx.state.find(SURPLUS_KEY)
+        if hit is not None and hit[0] is fleet and hit[1] is w and hit[2] == full_at:
+            return hit[3]
+        factor = cpu_surplus_factor(fleet, w, full_at)
+        ctx.state.write(SURPLUS_KEY, (fleet, w, full_at, factor))
+        return factor
 
     def _explain_extras(self, req: GpuRequest, fleet: FleetArrays, pl: Placements, w: Workload, i: int) -> list[str]:
         out = []
@@ -285,8 +305,8 @@ class FgdPolicy(FragmentationBase):
     def memory_aware(self) -> bool:
         return False
 
-    def _values(self, req: GpuRequest, fleet: FleetArrays, pl: Placements, w: Workload) -> FloatA:
+    def _values(self, req: GpuRequest, fleet: FleetArrays, pl: Placements, w: Workload, ctx: CycleContext) -> FloatA:
         return fgd_value(pl.delta)
 
     def normalize(self, raw: FloatA) -> FloatA:
-        return np.asarray(np.clip(np.nan_to_num(raw, neginf=0.0), 0, 100) / 100 * MAX_EXTENDER_PRIORITY)
+        return np.asarray(np.minimum(np.maximum(np.nan_to_num(raw, neginf=0.0), 0), 100) / 100 * MAX_EXTENDER_PRIORITY)

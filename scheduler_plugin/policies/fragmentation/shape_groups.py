@@ -1,0 +1,140 @@
+"""The workload's GPU shapes as the measure F needs them: grouped by what their fit test reads, ordered by threshold.
+
+F_n(M) sums, per threshold t (a distinct per-GPU share), the probabilities of the shapes of share t that fit the node,
+and multiplies each sum by the node's free thousandths on GPUs with at least t free. Shapes that differ only in their
+model list (a pinned pod's shape is a shape of its own) fit alike apart from the node's GPU model, so they are tested
+once, as a *group*: the group's probability on a node is the summed probability of its members that admit the node's
+model (a per-model table, gathered per node). An unrestricted workload's groups are its shapes, one each.
+
+The sums are plain additions in shape order (``np.add.reduce`` over the leading axis, which accumulates one group
+after another): every row's F is computed from that row alone, so it does not depend on how many rows are computed
+together (a BLAS matrix product's rounding did: a one-row product took another path than a many-row one, whose sums
+these equal bit for bit), and no BLAS threads are involved.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from ...model import FleetArrays
+from ..base import BoolA, FloatA, IntA
+from .workload import Workload
+
+_CACHE_SIZE = 16
+_FLEETS = 4
+
+
+@dataclass(frozen=True, slots=True)
+class ShapeGroups:
+    """One workload's GPU shapes in groups (members: equal share, CPU, GPU count and host memory), ordered by
+    threshold, then by first member. Arrays of length G, per group."""
+
+    members: tuple[IntA, ...]
+    """Per group: its shapes (indices into the workload, ascending)."""
+    bounds: IntA
+    """(T + 1,) the groups of threshold t are ``bounds[t]:bounds[t + 1]``."""
+    threshold: IntA
+    """Each group's index in ``Workload.thresholds``."""
+    cpu_milli: IntA
+    count: IntA
+    host_memory: IntA
+    prob: FloatA
+    """(G, 1) the group's probability when every member admits every node (unrestricted workloads)."""
+    restricted: bool
+    """Some shape restricts GPU models: the probability is per node (:meth:`node_mass`)."""
+    _node_mass: list[tuple[tuple[str, ...], npt.NDArray[np.int32], FloatA]] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, w: Workload) -> ShapeGroups:
+        assert w.host_memory is not None  # set by Workload.__post_init__
+        keys: dict[tuple[int, int, int, int], list[int]] = {}
+        for m in np.flatnonzero(w.gpu_shapes).tolist():
+            key = (int(w.share_index[m]), int(w.cpu_milli[m]), int(w.count[m]), int(w.host_memory[m]))
+            keys.setdefault(key, []).append(m)
+        ordered = sorted(keys.items(), key=lambda kv: (kv[0][0], kv[1][0]))  # by threshold, then first member
+        members = tuple(np.array(ms, dtype=np.int64) for _, ms in ordered)
+        first = np.array([ms[0] for _, ms in ordered], dtype=np.int64)
+        threshold = np.array([k[0] for k, _ in ordered], dtype=np.int64)
+        bounds = np.searchsorted(threshold, np.arange(len(w.thresholds) + 1), side="left").astype(np.int64)
+        prob = np.array([float(w.prob[ms[0]]) if len(ms) == 1 else _summed(w, ms) for _, ms in ordered])
+        return cls(
+            members,
+            bounds,
+            threshold,
+            w.cpu_milli[first],
+            w.count[first],
+            np.asarray(w.host_memory, dtype=np.int64)[first],
+            prob.reshape(-1, 1),
+            not w.unrestricted,
+        )
+
+    def mass(self, acc: BoolA, w: Workload) -> FloatA:
+        """(P, G) per row of ``acc`` ((P, M): shape m admits the row's node) each group's summed probability over its
+        admitting members, added in member order."""
+        out = np.zeros((len(acc), len(self.members)), dtype=np.float64)
+        for g, ms in enumerate(self.members):
+            col = out[:, g]
+            for m in ms.tolist():
+                col += np.where(acc[:, m], w.prob[m], 0.0)
+        return out
+
+    def node_mass(self, w: Workload, fleet: FleetArrays) -> FloatA:
+        """(N, G) :meth:`mass` per node of ``fleet`` (computed per GPU model, gathered by the node's first GPU's
+        model). Cached for the last few fleets' models (``model_id`` is never written in place, as in
+        :meth:`Workload.node_access`; a snapshot and the copies made from it alternate)."""
+        cached = self._node_mass
+        for models, model_id, per_node in cached:
+            if model_id is fleet.model_id and models == fleet.models:
+                return per_node
+        table = self.mass(w.access_table(fleet.models), w)
+        per_node = np.asarray(table[fleet.model_id[:, 0]], dtype=np.float64)  # model id -1 (no GPU) -> the last row
+        cached[:] = [(fleet.models, fleet.model_id, per_node), *cached[: _FLEETS - 1]]
+        return per_node
+
+    def fit_mass(self, gpus_at_least: IntA, cpu: IntA, mass: FloatA | None, mem: IntA | None) -> FloatA:
+        """(P, T) per row: the summed probability of the fitting shapes of each threshold. ``gpus_at_least``: (P, T)
+        GPUs with at least each threshold free; ``cpu``: (P,) free millicores; ``mass``: (P, G) :meth:`mass` of the
+        rows, ``None`` when unrestricted; ``mem``: (P,) free host memory, ``None`` when not checked."""
+        ok = cpu[None, :] >= self.cpu_milli[:, None]
+        ok &= gpus_at_least.T[self.threshold] >= self.count[:, None]
+        if mem is not None:
+            ok &= mem[None, :] >= self.host_memory[:, None]
+        vals = np.where(ok, self.prob if mass is None else mass.T, 0.0)
+        out = np.empty((len(cpu), len(self.bounds) - 1), dtype=np.float64)
+        for t in range(len(self.bounds) - 1):
+            out[:, t] = _in_order(vals[self.bounds[t] : self.bounds[t + 1]])
+        return out
+
+
+def _in_order(block: FloatA) -> FloatA:
+    """The column sums of ``block`` added row after row. ``np.add.reduce`` over the leading axis does that for two
+    columns or more; for one column numpy reduces along the contiguous axis pairwise, so that case accumulates."""
+    if block.shape[1] > 1 or len(block) == 0:
+        return np.asarray(np.add.reduce(block, axis=0), dtype=np.float64)
+    return np.asarray(np.add.accumulate(block, axis=0)[-1], dtype=np.float64)
+
+
+def _summed(w: Workload, ms: list[int]) -> float:
+    total = 0.0
+    for m in ms:
+        total += float(w.prob[m])
+    return total
+
+
+_GROUPS: dict[int, tuple[Workload, ShapeGroups]] = {}
+
+
+def shape_groups(w: Workload) -> ShapeGroups:
+    """:meth:`ShapeGroups.of` ``w``, cached per workload object (the last few; an entry holds its workload, so the id
+    is not reused while it is cached)."""
+    hit = _GROUPS.get(id(w))
+    if hit is not None and hit[0] is w:
+        return hit[1]
+    groups = ShapeGroups.of(w)
+    if len(_GROUPS) >= _CACHE_SIZE:
+        _GROUPS.clear()
+    _GROUPS[id(w)] = (w, groups)
+    return groups
