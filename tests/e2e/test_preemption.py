@@ -12,6 +12,11 @@ Then what kelvin weighs beyond the islands, on the same full node (issue 18): is
 so that, all else equal, kelvin would evict them; a PodDisruptionBudget with no disruption left over island B's
 pods (kelvin lists it itself: kube-scheduler only counts its own victims, two on each island), or one of island B's
 pods a member of a gang whose other member runs on another node (evicting it stops both): kelvin evicts island A.
+
+Memory pools on the same node (its fake kubelet advertises ``kelvin.dev/shared-gpu`` slots,
+``fleet.ISLANDS_SHARED_SLOTS``): two 30 GiB pools a GPU taking the node's CPUs, a high-priority 60 GiB pool that needs
+two pools' CPUs. kube-scheduler's count evicts the two pools started last, on two GPUs (neither then has 60 GiB free);
+kelvin evicts the two pools of one GPU and the preemptor binds there.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from scheduler_plugin.model import annotations as ann
 from scheduler_plugin.model.times import format_time
 from tests.e2e.api import wait_for
 from tests.e2e.cluster import LoopbackCluster
-from tests.e2e.fleet import GPU_NODES, GPUS_PER_NODE, ISLANDS, ISLANDS_NODE, ISLANDS_TAINT
+from tests.e2e.fleet import GPU_NODES, GPUS_PER_NODE, ISLANDS, ISLANDS_NODE, ISLANDS_SHARED_SLOTS, ISLANDS_TAINT
 from tests.e2e.kelvin_scheduler import SCHEDULER_NAME, KelvinScheduler, start_count_preemption
 from tests.e2e.pods import assigned, gpu_pod
 
@@ -366,6 +371,11 @@ def test_preempt_verb_frees_one_gpu_for_a_memory_pool(
 ) -> None:
     """kube-scheduler's count would evict the two pools started last, on two GPUs; kelvin evicts the two pools of one
     GPU and the 60 GiB pool binds there."""
+    # the islands node alone advertises slots (the shared nodes as before: no kelvin.dev/shared-gpu)
+    for name in (ISLANDS_NODE, *GPU_NODES):
+        allocatable = cluster.api.get(f"/api/v1/nodes/{name}")["status"]["allocatable"]
+        expected = str(ISLANDS_SHARED_SLOTS) if name == ISLANDS_NODE else None
+        assert allocatable.get(ann.SHARED_GPU_RESOURCE) == expected, (name, allocatable)
     s = PoolScenario(cluster, namespace, SCHEDULER_NAME, kelvin_scheduler.check_alive, kelvin_scheduler)
     by_pod, late = s.fill_pools()
     s.create_pool_preemptor()
