@@ -1,6 +1,7 @@
 """Fake GPU nodes: the API side of a kubelet, for many nodes, without containers.
 
-For each node: the Node object with capacity (``nvidia.com/gpu``, cpu, memory, pods) and a Ready condition, and a
+For each node: the Node object with capacity (``nvidia.com/gpu``, cpu, memory, pods; ``kelvin.dev/shared-gpu`` slots
+on the nodes given ``--shared-gpu-slots``, as kelvin's device plugin advertises them) and a Ready condition, and a
 Lease in ``kube-node-lease`` renewed every few seconds (kube-controller-manager's node lifecycle controller marks a
 node unreachable and taints it when the lease lapses, as for a real node). For each pod bound to one of them: the
 status a kubelet reports once its containers run (phase Running, Ready, container states). A pod being deleted
@@ -11,7 +12,7 @@ on a real cluster.
 Run as its own process (one per cluster):
 
     python -m tests.e2e.fakenodes --server https://127.0.0.1:PORT --ca ca.crt --cert admin.crt --key admin.key \
-        --nodes e2e-nvs-1,e2e-nvs-2,e2e-pcie-1 --gpus 8
+        --nodes e2e-nvs-1,e2e-nvs-2,e2e-pcie-1 --gpus 8 [--shared-gpu-slots e2e-nvs-2=128]
 
 It prints ``ready`` on stdout once every Node and Lease exists and every node is Ready. Pods get the node's address
 (127.0.0.1, a loopback node) as their IP: nothing can reach them, and the endpoint controllers leave them out of
@@ -36,6 +37,7 @@ import orjson
 LEASE_DURATION_S = 40
 RENEW_INTERVAL_S = 10.0
 NODE_ADDRESS = "127.0.0.1"
+SHARED_GPU_RESOURCE = "kelvin.dev/shared-gpu"
 
 
 def now_rfc3339(micro: bool = False) -> str:
@@ -63,9 +65,13 @@ def node_object(
     }
 
 
-def node_status(gpus: int, version: str) -> dict[str, Any]:
+def node_status(gpus: int, version: str, shared_slots: int = 0) -> dict[str, Any]:
+    """``shared_slots``: ``kelvin.dev/shared-gpu`` devices of the node (``kelvin device-plugin`` advertises GPUs x
+    ``--shared-slots-per-gpu``); 0: none, the resource absent as on a node without kelvin's device plugin."""
     now = now_rfc3339()
     resources = {"cpu": "128", "memory": "2Ti", "pods": "110", "ephemeral-storage": "1Ti", "nvidia.com/gpu": str(gpus)}
+    if shared_slots:
+        resources[SHARED_GPU_RESOURCE] = str(shared_slots)
 
     def condition(kind: str, status: str, reason: str, message: str) -> dict[str, str]:
         return {
@@ -155,8 +161,10 @@ class Agent:
         gpus: int,
         version: str,
         taints: dict[str, list[dict[str, str]]] | None = None,
+        shared_slots: dict[str, int] | None = None,
     ) -> None:
         self.taints = taints or {}
+        self.shared_slots = shared_slots or {}
         self.client = client
         self.names = names
         self.node_set = set(names)
@@ -170,7 +178,7 @@ class Agent:
             # with its status, as a kubelet registers: the node lifecycle controller sees it Ready at once
             body = {
                 **node_object(name, self.gpus, {}, self.taints.get(name)),
-                "status": node_status(self.gpus, self.version),
+                "status": node_status(self.gpus, self.version, self.shared_slots.get(name, 0)),
             }
             r = self.client.post("/api/v1/nodes", json=body)
             if r.status_code not in (201, 409):
@@ -181,7 +189,7 @@ class Agent:
     def patch_node_status(self, name: str) -> None:
         r = self.client.patch(
             f"/api/v1/nodes/{name}/status",
-            json={"status": node_status(self.gpus, self.version)},
+            json={"status": node_status(self.gpus, self.version, self.shared_slots.get(name, 0))},
             headers={"Content-Type": "application/merge-patch+json"},
         )
         r.raise_for_status()
@@ -286,6 +294,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--taint", action="append", default=[], metavar="NODE:KEY=VALUE:EFFECT", help="a taint of one node (repeatable)"
     )
+    parser.add_argument(
+        "--shared-gpu-slots",
+        action="append",
+        default=[],
+        metavar="NODE=N",
+        help="kelvin.dev/shared-gpu slots one node advertises, 1..2048 (repeatable; other nodes advertise none)",
+    )
     args = parser.parse_args(argv)
     taints: dict[str, list[dict[str, str]]] = {}
     for text in args.taint:
@@ -301,10 +316,18 @@ def main(argv: list[str] | None = None) -> int:
     names = [n for n in args.nodes.split(",") if n]
     if not names or not 1 <= args.gpus <= 16:
         parser.error("--nodes must name at least one node and --gpus be 1..16")
+    shared_slots: dict[str, int] = {}
+    for text in args.shared_gpu_slots:
+        node, _, count = text.partition("=")
+        if node not in names:
+            parser.error(f"--shared-gpu-slots {text!r}: {node!r} is not one of --nodes")
+        if not count.isascii() or not count.isdigit() or not 1 <= int(count) <= 2048:
+            parser.error(f"--shared-gpu-slots {text!r}: N must be an integer 1..2048")
+        shared_slots[node] = int(count)
     context = ssl.create_default_context(cafile=args.ca)
     context.load_cert_chain(args.cert, args.key)
     client = httpx.Client(base_url=args.server, verify=context, timeout=30)
-    agent = Agent(client, names, args.gpus, args.kubelet_version, taints)
+    agent = Agent(client, names, args.gpus, args.kubelet_version, taints, shared_slots)
     signal.signal(signal.SIGTERM, lambda *_: agent.stopping.set())
     agent.register()
     threads = [

@@ -18,6 +18,10 @@ PCIE_MODEL = "H100-PCIE-80GB"
 ISLANDS_NODE = "e2e-islands-1"
 ISLANDS = 2
 ISLANDS_TAINT = {"key": "kelvin.dev/e2e-preemption", "value": "true", "effect": "NoSchedule"}
+#: ``kelvin.dev/shared-gpu`` slots the islands node advertises (its fake node's ``--shared-gpu-slots``): 16 a GPU, as
+#: ``kelvin device-plugin --shared-slots-per-gpu 16`` on the real kubelet node (tests/e2e/test_kubelet_node.py); the
+#: nodes of :data:`GPU_NODES` advertise none
+ISLANDS_SHARED_SLOTS = 16 * GPUS_PER_NODE
 #: Every fake node (Node objects, exporters): the shared ones and the preemption scenario's own.
 ALL_NODES = (*GPU_NODES, ISLANDS_NODE)
 #: node -> the model its fake exporter reports (``kelvin exporter --fake-model``)

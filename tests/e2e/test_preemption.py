@@ -12,6 +12,11 @@ Then what kelvin weighs beyond the islands, on the same full node (issue 18): is
 so that, all else equal, kelvin would evict them; a PodDisruptionBudget with no disruption left over island B's
 pods (kelvin lists it itself: kube-scheduler only counts its own victims, two on each island), or one of island B's
 pods a member of a gang whose other member runs on another node (evicting it stops both): kelvin evicts island A.
+
+Memory pools on the same node (its fake kubelet advertises ``kelvin.dev/shared-gpu`` slots,
+``fleet.ISLANDS_SHARED_SLOTS``): two 30 GiB pools a GPU taking the node's CPUs, a high-priority 60 GiB pool that needs
+two pools' CPUs. kube-scheduler's count evicts the two pools started last, on two GPUs (neither then has 60 GiB free);
+kelvin evicts the two pools of one GPU and the preemptor binds there.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from scheduler_plugin.model import annotations as ann
 from scheduler_plugin.model.times import format_time
 from tests.e2e.api import wait_for
 from tests.e2e.cluster import LoopbackCluster
-from tests.e2e.fleet import GPU_NODES, GPUS_PER_NODE, ISLANDS, ISLANDS_NODE, ISLANDS_TAINT
+from tests.e2e.fleet import GPU_NODES, GPUS_PER_NODE, ISLANDS, ISLANDS_NODE, ISLANDS_SHARED_SLOTS, ISLANDS_TAINT
 from tests.e2e.kelvin_scheduler import SCHEDULER_NAME, KelvinScheduler, start_count_preemption
 from tests.e2e.pods import assigned, gpu_pod
 
@@ -292,3 +297,129 @@ def test_a_gang_member_costs_its_whole_gang(
     assert _preempted_island(s, by_gpu) == 0
     p = s.pod("gang-far")
     assert p is not None and not p["metadata"].get("deletionTimestamp"), p
+
+
+# ---- memory-pool shares (issue 18): the preemptor needs one GPU's memory, kube-scheduler counts pods ----------------
+
+#: the fill: two 30 GiB pools on each GPU (80 GB boards: a third does not fit), 8 CPUs each, so that the sixteen pods
+#: take the node's 128 CPUs (the fake node's capacity) and kube-scheduler's count must free CPUs for the preemptor
+POOL_GI, POOL_CPU = 30, 8
+POOLS_PER_GPU = 2
+#: the preemptor: a 60 GiB pool (more than one GPU keeps free beside a 30 GiB pool) asking 16 CPUs, two fill pods' worth
+PREEMPTOR_GI, PREEMPTOR_CPU = 60, 2 * POOL_CPU
+#: the GPUs of the two pools started last: kube-scheduler's count-based victims, one pool on each of two GPUs
+LATE_POOL_GPUS = (0, ISLAND_SIZE)
+
+
+def pool_pod(name: str, memory_gi: int, cpu: int, priority_class: str, scheduler: str) -> dict[str, Any]:
+    """A memory-pool pod as a pool asks (docs/annotations.md): one ``kelvin.dev/shared-gpu`` slot, its pool in
+    ``kelvin.dev/gpu-memory``; and CPUs."""
+    pod = islands_pod(name, 1, priority_class, scheduler, {ann.GPU_MEMORY: f"{memory_gi}Gi"})
+    pod["spec"]["containers"][0]["resources"] = {"limits": {ann.SHARED_GPU_RESOURCE: "1", "cpu": str(cpu)}}
+    return pod
+
+
+class PoolScenario(Scenario):
+    def kelvin_fits_pool(self, memory_gi: int) -> None:
+        """Until kelvin's snapshot has a GPU with ``memory_gi`` free on the node."""
+        probe = pool_pod("probe", memory_gi, POOL_CPU, LOW, self.scheduler)
+        wait_for(f"kelvin: a {memory_gi} GiB pool fits on {ISLANDS_NODE}",
+                 lambda: self.ks.explain(probe, ISLANDS_NODE)["fits"] or None, 60, 0.5)  # fmt: skip
+
+    def create_pool(self, name: str) -> int:
+        self.kelvin_fits_pool(POOL_GI)
+        self.cluster.api.create(self.path, pool_pod(name, POOL_GI, POOL_CPU, LOW, self.scheduler))
+        (gpu,) = assigned(self.running(name))
+        return gpu
+
+    def fill_pools(self) -> tuple[dict[str, int], set[str]]:
+        """Two 30 GiB pools on each GPU, the two on :data:`LATE_POOL_GPUS` (one each) started last. Returns pod name ->
+        GPU and the late pods' names."""
+        first = {f"pool-{i}": self.create_pool(f"pool-{i}") for i in range(POOLS_PER_GPU * GPUS_PER_NODE)}
+        assert sorted(first.values()) == sorted(list(range(GPUS_PER_NODE)) * POOLS_PER_GPU), first
+        gone = [min(n for n, g in first.items() if g == gpu) for gpu in LATE_POOL_GPUS]
+        for name in gone:
+            self.cluster.api.delete(f"{self.path}/{name}")
+            del first[name]
+        wait_for("replaced pools gone", lambda: all(self.pod(n) is None for n in gone) or None, 60, 0.5)
+        time.sleep(1.1)  # start times have a resolution of one second: the late pods start strictly later
+        late = {f"late-{j}": self.create_pool(f"late-{j}") for j in range(len(LATE_POOL_GPUS))}
+        # the only room left was one pool on each of those GPUs
+        assert sorted(late.values()) == sorted(LATE_POOL_GPUS), late
+        by_pod = {**first, **late}
+        started = {n: self.running(n)["status"]["startTime"] for n in by_pod}
+        assert min(started[n] for n in late) > max(t for n, t in started.items() if n not in late), started
+        return by_pod, set(late)
+
+    def create_pool_preemptor(self) -> dict[str, Any]:
+        body = pool_pod("high", PREEMPTOR_GI, PREEMPTOR_CPU, HIGH, self.scheduler)
+        self.cluster.api.create(self.path, body)
+        return body
+
+    def deleted_pods(self, by_pod: dict[str, int]) -> dict[str, int]:
+        """Name -> GPU of the fill pods that are gone or being deleted."""
+        out = {}
+        for name, gpu in by_pod.items():
+            p = self.pod(name)
+            if p is None or p["metadata"].get("deletionTimestamp"):
+                out[name] = gpu
+        return out
+
+
+def test_preempt_verb_frees_one_gpu_for_a_memory_pool(
+    cluster: LoopbackCluster, kelvin_scheduler: KelvinScheduler, namespace: str, islands_node: str
+) -> None:
+    """kube-scheduler's count would evict the two pools started last, on two GPUs; kelvin evicts the two pools of one
+    GPU and the 60 GiB pool binds there."""
+    # the islands node alone advertises slots (the shared nodes as before: no kelvin.dev/shared-gpu)
+    for name in (ISLANDS_NODE, *GPU_NODES):
+        allocatable = cluster.api.get(f"/api/v1/nodes/{name}")["status"]["allocatable"]
+        expected = str(ISLANDS_SHARED_SLOTS) if name == ISLANDS_NODE else None
+        assert allocatable.get(ann.SHARED_GPU_RESOURCE) == expected, (name, allocatable)
+    s = PoolScenario(cluster, namespace, SCHEDULER_NAME, kelvin_scheduler.check_alive, kelvin_scheduler)
+    by_pod, late = s.fill_pools()
+    s.create_pool_preemptor()
+    placed = s.running("high")
+    assert placed["spec"]["nodeName"] == ISLANDS_NODE
+    (gpu,) = assigned(placed)
+    victims = s.deleted_pods(by_pod)
+    # exactly the pools of the GPU the preemptor got (kube-scheduler's own choice, the late pools, spans two GPUs)
+    assert sorted(victims) == sorted(n for n, g in by_pod.items() if g == gpu), (gpu, victims, by_pod)
+    assert set(victims) != late
+    for name in set(by_pod) - set(victims):
+        p = s.pod(name)
+        assert p is not None and not p["metadata"].get("deletionTimestamp"), name
+
+
+def test_count_based_preemption_evicts_pools_on_two_gpus_and_the_pool_still_waits(
+    cluster: LoopbackCluster, kelvin_scheduler: KelvinScheduler, namespace: str, islands_node: str
+) -> None:
+    """The comparison run, as for the islands: kube-scheduler without ``preemptVerb`` frees the CPUs by evicting the
+    two pools that started last, one on each of two GPUs: neither GPU has 60 GiB free afterwards."""
+    second = start_count_preemption(cluster, kelvin_scheduler, COUNT_SCHEDULER)
+    try:
+
+        def alive() -> None:
+            kelvin_scheduler.check_alive()
+            second.check_alive()
+
+        s = PoolScenario(cluster, namespace, COUNT_SCHEDULER, alive, kelvin_scheduler)
+        by_pod, late = s.fill_pools()
+        body = s.create_pool_preemptor()
+        wait_for("two victims", lambda: len(s.deleted_pods(by_pod)) >= len(late) or None, 90, 0.5)
+        victims = s.deleted_pods(by_pod)
+        assert set(victims) == late and sorted(victims.values()) == sorted(LATE_POOL_GPUS), victims
+        # a 30 GiB pool free on each of two GPUs, 60 GiB on none: kelvin's filter refuses the node, and kube-scheduler
+        # finds no further victims (its count of CPUs and slots fits without any): two evictions for nothing
+        s.kelvin_fits_pool(POOL_GI)
+        verdict = kelvin_scheduler.explain(body, ISLANDS_NODE)
+        assert verdict["fits"] is False, verdict
+        time.sleep(15)  # kube-scheduler retried the pod on the deletions meanwhile
+        alive()
+        high = s.pod("high")
+        assert high is not None and not high["spec"].get("nodeName"), high
+        scheduled = [c for c in high["status"].get("conditions", []) if c["type"] == "PodScheduled"]
+        assert scheduled and scheduled[0]["status"] == "False", scheduled
+        assert s.deleted_pods(by_pod) == victims, s.deleted_pods(by_pod)
+    finally:
+        second.stop()
