@@ -200,7 +200,7 @@ def test_gang_of_four_is_bound_in_one_rack_on_its_planned_gpus(
         assert gang["gang"] == f"{namespace}/kelvin:train" and (gang["size"], gang["rank"]) == (4, 2), gang
         assert gang["planned"]["node"] == nodes[2] and gang["planned"]["this_node"] is True, gang
         assert sorted(gang["planned"]["gpus"]) == sorted(assigned(placed[2])), gang
-        (planned,) = _events(cluster, namespace, "GangPlanned")  # planned once, not once per node's timer
+        planned = _one_event(cluster, namespace, "GangPlanned")  # planned once, not once per node's timer
         assert f"gang {namespace}/kelvin:train: 4 members planned in rack" in planned["message"], planned
     finally:
         released(cluster, namespace)
@@ -208,6 +208,14 @@ def test_gang_of_four_is_bound_in_one_rack_on_its_planned_gpus(
 
 def _events(cluster: LoopbackCluster, namespace: str, reason: str) -> list[dict[str, Any]]:
     return list(cluster.api.get(f"/api/v1/namespaces/{namespace}/events", fieldSelector=f"reason={reason}")["items"])
+
+
+def _one_event(cluster: LoopbackCluster, namespace: str, reason: str) -> dict[str, Any]:
+    """The one Event of ``reason`` in ``namespace``. The operator posts it after it writes the plan's patches, so a
+    test that saw the patches waits for it (bounded) rather than reading at once; then exactly one must exist."""
+    wait_for(f"a {reason} Event", lambda: _events(cluster, namespace, reason), 30)
+    (event,) = _events(cluster, namespace, reason)
+    return event
 
 
 def test_gang_that_cannot_fit_holds_nothing_and_gets_a_warning(
@@ -265,7 +273,7 @@ def test_leaderworkerset_group_is_placed_together_in_one_rack(
         for p in placed:
             assert p["metadata"]["annotations"][PLANNED_NODE] == p["spec"]["nodeName"]
             assert sorted(assigned(p)) == list(range(8))
-        (planned,) = _events(cluster, namespace, "GangPlanned")
+        planned = _one_event(cluster, namespace, "GangPlanned")
         assert f"gang {namespace}/leaderworkerset:vllm-0: 2 members planned in rack" in planned["message"], planned
     finally:
         released(cluster, namespace)
@@ -338,7 +346,7 @@ def test_a_planned_node_turning_hot_before_binding_is_replanned_never_half_bound
 
             second = wait_for("the gang re-planned off the hot node", replanned, 60)
             assert {RACK_OF[n] for n in second.values()} == {next(r for r in RACKS if r != old_rack)}, second
-            (event,) = _events(cluster, namespace, "GangReplanned")
+            event = _one_event(cluster, namespace, "GangReplanned")
             assert f"its planned node {hot} is hot" in event["message"], event
             assert f"gang {namespace}/kelvin:replan re-planned" in event["message"], event
             for n in names:  # release the test's gate: the members bind on the new plan
@@ -398,11 +406,14 @@ def test_a_running_gang_with_a_member_on_a_node_turning_hot_is_checkpointed_and_
 
             events = wait_for("every member evicted", evicted, 90)
             assert all("gang's checkpoint handshake" in e["message"] for e in events), events
-            (gang_event,) = _events(cluster, namespace, "GangEvicted")
+            gang_event = _one_event(cluster, namespace, "GangEvicted")
             assert f"gang {namespace}/kelvin:strag moved as a whole (2 members)" in gang_event["message"], gang_event
             assert "2 of 2 members evicted" in gang_event["message"], gang_event
-            asks = {e["involvedObject"]["name"] for e in _events(cluster, namespace, "CheckpointRequested")}
-            assert asks == set(names), asks
+
+            def asks() -> set[str]:
+                return {e["involvedObject"]["name"] for e in _events(cluster, namespace, "CheckpointRequested")}
+
+            wait_for("a CheckpointRequested Event per member", lambda: asks() == set(names), 30)
 
             def gone() -> bool:
                 left = _pods(cluster, namespace)

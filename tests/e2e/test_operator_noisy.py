@@ -55,6 +55,9 @@ def test_noisy_neighbour_evicted_victim_kept(
             return not _alive(cluster, ns, noisy)
 
         wait_for("the noisy neighbour evicted", evicted, 60, 0.5)
+        # the operator posts its Event after the eviction: wait for it, then exactly one
+        wait_for("Event KelvinEvicted", lambda: events(cluster, namespace=ns, name=noisy["metadata"]["name"],
+                                                       reason="KelvinEvicted"), 30)  # fmt: skip
         (event,) = events(cluster, namespace=ns, name=noisy["metadata"]["name"], reason="KelvinEvicted")
         assert event["message"].startswith("evicted (noisy_neighbor): uses 50.0 GiB of GPU 0 on "), event
         assert "over its pool of 20.0 GiB, next to 1 co-tenant(s)" in event["message"], event
