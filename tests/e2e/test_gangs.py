@@ -338,13 +338,16 @@ def test_a_planned_node_turning_hot_before_binding_is_replanned_never_half_bound
         hot = first[names[0]]
         with heated(cluster, telemetry, hot):
 
-            def replanned() -> dict[str, str] | None:
+            def replanned() -> list[dict[str, Any]]:
                 if not gang_operator.alive():
                     pytest.fail(f"kelvin operator exited:\n{gang_operator.tail()}")
-                now = _planned(_pods(cluster, namespace), names)
-                return now if now is not None and hot not in now.values() else None
+                return _events(cluster, namespace, "GangReplanned")
 
-            second = wait_for("the gang re-planned off the hot node", replanned, 60)
+            # the operator patches the members one after the other and posts GangReplanned once all are written:
+            # the plans are read after the Event, never halfway through the rewrite
+            wait_for("a GangReplanned Event", replanned, 60)
+            second = _planned(_pods(cluster, namespace), names)
+            assert second is not None and hot not in second.values(), (first, second)
             assert {RACK_OF[n] for n in second.values()} == {next(r for r in RACKS if r != old_rack)}, second
             event = _one_event(cluster, namespace, "GangReplanned")
             assert f"its planned node {hot} is hot" in event["message"], event
