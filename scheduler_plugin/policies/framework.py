@@ -169,6 +169,8 @@ class Framework:
         self._overlay_fleet: FleetArrays | None = None
         """The fleet :attr:`_overlay` overlays, with the (node, pod key) of every assumed pod it charges."""
         self._overlay_pairs: frozenset[tuple[str, str]] = frozenset()
+        self._overlay_version = -1
+        """The ledger's ``version`` :attr:`_overlay` was built at (or checked against)."""
 
     @classmethod
     def from_config(
@@ -229,12 +231,18 @@ class Framework:
         Between two snapshots the ledger mostly grows, one bind at a time: when every pod of the cached overlay is
         still assumed on the same node, only the new ones are charged, onto a copy of that overlay's capacity
         columns (charges only add up, and one clamp after the sum is the per-claim clamps: the same arrays as a full
-        rebuild). Any pod gone from the ledger (expired, forgotten, shown by the snapshot) rebuilds it whole."""
+        rebuild). Any pod gone from the ledger (expired, forgotten, shown by the snapshot) rebuilds it whole. While
+        the ledger has not changed since (its ``version``: filter, prioritize and bind of one pod), the overlay is
+        returned as it is, without reading the entries again."""
         if self.ledger is None or fleet is self._overlay:
             return fleet
-        entries = self.ledger.entries(ctx.now)
+        entries = self.ledger.entries(ctx.now)  # expires what reached the TTL first (a change of version)
         if not entries:
             return fleet
+        version = self.ledger.version
+        if self._overlay is not None and self._overlay_fleet is fleet and version == self._overlay_version:
+            return self._overlay
+        self._overlay_version = version
         pairs = frozenset((n, a.pod_key) for n, lst in entries.items() for a in lst)
         if self._overlay is not None and self._overlay_fleet is fleet:
             if pairs == self._overlay_pairs:

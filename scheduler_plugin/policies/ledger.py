@@ -11,13 +11,21 @@ that GPU's size (:func:`~scheduler_plugin.model.claim.charged_milli`), as the sn
 An entry leaves the ledger when telemetry shows the pod (:meth:`reconcile`), when the pod is forgotten (deleted, bind
 failed) or after the TTL, whichever comes first. The placement history used for burst scoring is kept for the TTL
 even after reconcile: the burst policy cares about recent decisions, visible or not. Thread-safe.
+
+Every verb reads the ledger (the overlay and the burst policy's placements), one bind at a time changes it: what the
+readers get is kept until the ledger changes (:attr:`AssumedLedger.version`) or an entry reaches its TTL, so that a
+verb pays for the ledger's size only after a change, not on every read.
 """
 
 from __future__ import annotations
 
+import bisect
+import math
+import operator
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from ..model import GpuAssignment, Snapshot
 
@@ -44,6 +52,23 @@ class AssumedLedger:
         self._lock = threading.Lock()
         self._assumed: dict[str, _Entry] = {}  # pod_key -> entry (a pod is bound once)
         self._history: list[_Entry] = []  # placements in time order, pruned after the TTL
+        self._history_at: list[float] = []  # their times, for bisecting a window (while in order)
+        self._in_order = True  # whether ``_history`` is in time order (a clock that stepped back breaks it)
+        self._oldest = math.inf  # no assumed entry is older than this: none expires before it reaches the TTL
+        self._version = 0
+        self._entries: tuple[int, Mapping[str, list[GpuAssignment]]] | None = None
+        self._placements: tuple[tuple[int, float, int], Mapping[str, list[float]]] | None = None
+
+    @property
+    def version(self) -> int:
+        """Counts the changes of the assumed entries and of the history (a bind, a forget, a reconcile, an expiry):
+        while it stays the same, so does what :meth:`entries` returns."""
+        return self._version
+
+    def _changed(self) -> None:
+        self._version += 1
+        self._history_at = [h.at for h in self._history]
+        self._in_order = all(map(operator.le, self._history_at, self._history_at[1:]))
 
     def assume(self, node: str, assignment: GpuAssignment, now: float) -> None:
         """Record that ``assignment`` was bound to ``node`` at ``now``. Re-assuming a pod replaces its entry."""
@@ -52,34 +77,58 @@ class AssumedLedger:
             self._assumed[assignment.pod_key] = e
             self._history = [h for h in self._history if h.assignment.pod_key != assignment.pod_key]
             self._history.append(e)
+            self._oldest = min(self._oldest, e.at)
+            self._changed()
 
     def _expire(self, now: float) -> None:
         cutoff = now - self.ttl_s
-        dead = [k for k, e in self._assumed.items() if e.at <= cutoff]
-        for k in dead:
-            del self._assumed[k]
+        changed = False
+        if self._oldest <= cutoff:  # else no entry is old enough: nothing to scan
+            dead = [k for k, e in self._assumed.items() if e.at <= cutoff]
+            for k in dead:
+                del self._assumed[k]
+            self._oldest = min((e.at for e in self._assumed.values()), default=math.inf)
+            changed = bool(dead)
         if self._history and self._history[0].at <= cutoff:
             self._history = [h for h in self._history if h.at > cutoff]
+            changed = True
+        if changed:
+            self._changed()
 
     def entries(self, now: float) -> Mapping[str, list[GpuAssignment]]:
-        """Live assumed assignments per node (entries older than the TTL are dropped)."""
+        """Live assumed assignments per node (entries older than the TTL are dropped), in the order assumed.
+        The same object until the ledger changes (:attr:`version`): read it, never change it."""
         with self._lock:
             self._expire(now)
+            if self._entries is not None and self._entries[0] == self._version:
+                return self._entries[1]
             out: dict[str, list[GpuAssignment]] = {}
             for e in self._assumed.values():
                 out.setdefault(e.node, []).append(e.assignment)
-            return out
+            view = MappingProxyType(out)
+            self._entries = (self._version, view)
+            return view
 
-    def placements(self, now: float, window_s: float) -> dict[str, list[float]]:
-        """Node -> times of the placements made in the last ``window_s`` seconds (at most the TTL)."""
+    def placements(self, now: float, window_s: float) -> Mapping[str, list[float]]:
+        """Node -> times of the placements made in the last ``window_s`` seconds (at most the TTL), in time order.
+        Kept while the ledger is unchanged and the window starts after the same placements: read it, never change it."""
         with self._lock:
             self._expire(now)
             cutoff = now - window_s
+            # The history is in time order (unless the clock stepped back): the window is the placements after the
+            # first ``start``, and its answer the same while ``start`` is.
+            start = bisect.bisect_right(self._history_at, cutoff) if self._in_order else -1
+            key = (self._version, window_s, start)
+            if start >= 0 and self._placements is not None and self._placements[0] == key:
+                return self._placements[1]
             out: dict[str, list[float]] = {}
             for h in self._history:
                 if h.at > cutoff:
                     out.setdefault(h.node, []).append(h.at)
-            return out
+            view = MappingProxyType(out)
+            if start >= 0:
+                self._placements = (key, view)
+            return view
 
     def forget(self, pod_key: str, assignment: GpuAssignment | None = None) -> bool:
         """Drop a pod (deleted, or its bind failed). True if it was known.
@@ -93,7 +142,10 @@ class AssumedLedger:
             known = self._assumed.pop(pod_key, None) is not None
             before = len(self._history)
             self._history = [h for h in self._history if h.assignment.pod_key != pod_key]
-            return known or len(self._history) != before
+            dropped = known or len(self._history) != before
+            if dropped:
+                self._changed()
+            return dropped
 
     def reconcile(self, snapshot: Snapshot) -> int:
         """Drop entries the snapshot already shows: the pod's assignment is in ``node.assignments`` (by pod key or
@@ -111,6 +163,8 @@ class AssumedLedger:
                     seen.append(key)
             for key in seen:
                 del self._assumed[key]
+            if seen:
+                self._changed()
             return len(seen)
 
     def __len__(self) -> int:
