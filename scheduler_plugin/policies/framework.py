@@ -13,7 +13,7 @@ protocol carries.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
@@ -118,6 +118,26 @@ def _distinct(plugins: tuple[object, ...]) -> tuple[object, ...]:
     return tuple(out.values())
 
 
+def _added(
+    before: Mapping[str, Sequence[GpuAssignment]], now: Mapping[str, Sequence[GpuAssignment]]
+) -> dict[str, list[GpuAssignment]] | None:
+    """The assignments of ``now`` whose (node, pod key) ``before`` lacks, per node; None when a pod of ``before`` is
+    no longer on its node in ``now``. A node whose list is the same object in both is skipped unread."""
+    if before.keys() - now.keys():
+        return None
+    added: dict[str, list[GpuAssignment]] = {}
+    for node, lst in now.items():
+        old = before.get(node, ())
+        if lst is old:
+            continue
+        old_keys = {a.pod_key for a in old}
+        if not old_keys <= {a.pod_key for a in lst}:
+            return None
+        if new := [a for a in lst if a.pod_key not in old_keys]:
+            added[node] = new
+    return added
+
+
 def _finite(x: float) -> float | None:
     return x if math.isfinite(x) else None
 
@@ -167,8 +187,11 @@ class Framework:
         )
         self._overlay: FleetArrays | None = None
         self._overlay_fleet: FleetArrays | None = None
-        """The fleet :attr:`_overlay` overlays, with the (node, pod key) of every assumed pod it charges."""
-        self._overlay_pairs: frozenset[tuple[str, str]] = frozenset()
+        """The fleet :attr:`_overlay` overlays."""
+        self._overlay_entries: Mapping[str, Sequence[GpuAssignment]] = {}
+        """The ledger's entries :attr:`_overlay` charges (by node and pod key), at its ``version``
+        :attr:`_overlay_version`."""
+        self._overlay_version = -1
 
     @classmethod
     def from_config(
@@ -229,28 +252,28 @@ class Framework:
         Between two snapshots the ledger mostly grows, one bind at a time: when every pod of the cached overlay is
         still assumed on the same node, only the new ones are charged, onto a copy of that overlay's capacity
         columns (charges only add up, and one clamp after the sum is the per-claim clamps: the same arrays as a full
-        rebuild). Any pod gone from the ledger (expired, forgotten, shown by the snapshot) rebuilds it whole."""
+        rebuild). Any pod gone from the ledger (expired, forgotten, shown by the snapshot) rebuilds it whole. While
+        the ledger has not changed since (its ``version``: filter, prioritize and bind of one pod), the overlay is
+        returned as it is; after a change only the nodes whose lists changed are compared (the ledger replaces a
+        node's list when it changes: :func:`_added`)."""
         if self.ledger is None or fleet is self._overlay:
             return fleet
-        entries = self.ledger.entries(ctx.now)
+        entries = self.ledger.entries(ctx.now)  # expires what reached the TTL first (a change of version)
         if not entries:
             return fleet
-        pairs = frozenset((n, a.pod_key) for n, lst in entries.items() for a in lst)
+        version = self.ledger.version
         if self._overlay is not None and self._overlay_fleet is fleet:
-            if pairs == self._overlay_pairs:
+            if version == self._overlay_version:
                 return self._overlay
-            if self._overlay_pairs <= pairs:
-                added = {
-                    n: new
-                    for n, lst in entries.items()
-                    if (new := [a for a in lst if (n, a.pod_key) not in self._overlay_pairs])
-                }
-                self._overlay = self._overlay.with_assumed(added)
-                self._overlay_pairs = pairs
+            added = _added(self._overlay_entries, entries)
+            if added is not None:
+                self._overlay_version, self._overlay_entries = version, entries
+                if added:
+                    self._overlay = self._overlay.with_assumed(added)
                 return self._overlay
         self._overlay = fleet.with_assumed(entries)
         self._overlay_fleet = fleet
-        self._overlay_pairs = pairs
+        self._overlay_version, self._overlay_entries = version, entries
         return self._overlay
 
     # --- learning -------------------------------------------------------------------------------------------------

@@ -32,6 +32,68 @@ def test_entries_expire_after_ttl() -> None:
     assert len(led) == 0
 
 
+def test_reads_are_kept_until_the_ledger_changes() -> None:
+    """A read while nothing changed is the same object (no walk over every entry); a bind, a forget, a reconcile,
+    an expiry and a window that moved past a placement each give a new, correct answer."""
+    led = AssumedLedger(ttl_s=10)
+    led.assume("n1", a("p1", 0), NOW)
+    led.assume("n2", a("p2", 1), NOW + 4)
+    first = led.entries(NOW + 5)
+    assert led.entries(NOW + 6) is first
+    win = led.placements(NOW + 5, 10)
+    assert win == {"n1": [NOW], "n2": [NOW + 4]}
+    assert led.placements(NOW + 6, 10) is win
+    assert led.placements(NOW + 5, 3) == {"n2": [NOW + 4]}  # a shorter window: not the cached answer
+    assert led.placements(NOW + 8, 3) == {}  # the window moved past the last placement
+    version = led.version
+    led.assume("n1", a("p3", 2), NOW + 7)
+    assert first == {"n1": [a("p1", 0)], "n2": [a("p2", 1)]}  # what a reader holds is never changed
+    assert led.version > version
+    assert {k: [x.pod_key for x in v] for k, v in led.entries(NOW + 7).items()} == {
+        "n1": ["default/p1", "default/p3"],
+        "n2": ["default/p2"],
+    }
+    assert led.placements(NOW + 7, 10) == {"n1": [NOW, NOW + 7], "n2": [NOW + 4]}
+    assert {k: [x.pod_key for x in v] for k, v in led.entries(NOW + 10).items()} == {  # p1 reached the TTL
+        "n1": ["default/p3"],
+        "n2": ["default/p2"],
+    }
+    assert led.placements(NOW + 10, 10) == {"n1": [NOW + 7], "n2": [NOW + 4]}
+    led.forget("default/p2")
+    assert {k: len(v) for k, v in led.entries(NOW + 10).items()} == {"n1": 1}
+    assert led.placements(NOW + 10, 10) == {"n1": [NOW + 7]}
+    assert led.reconcile(Snapshot((dgx("n1", assignments=[a("p3", 2)]),), NOW)) == 1
+    assert led.entries(NOW + 10) == {}
+
+
+def test_reassume_elsewhere_keeps_the_order_assumed() -> None:
+    """A pod assumed again on another node takes its first place among that node's entries, as before; the views
+    handed out before stay as they were."""
+    led = AssumedLedger(ttl_s=30)
+    led.assume("n1", a("p1", 0), NOW)
+    led.assume("n2", a("p2", 0), NOW + 1)
+    before = led.entries(NOW + 2)
+    led.assume("n2", a("p1", 1), NOW + 2)
+    assert {k: [x.pod_key for x in v] for k, v in led.entries(NOW + 2).items()} == {"n2": ["default/p1", "default/p2"]}
+    assert led.placements(NOW + 2, 30) == {"n2": [NOW + 1, NOW + 2]}
+    assert {k: [x.pod_key for x in v] for k, v in before.items()} == {"n1": ["default/p1"], "n2": ["default/p2"]}
+    led.assume("n2", a("p2", 3), NOW + 3)  # again on the same node: same place, new GPUs
+    assert [x.gpu_indices for x in led.entries(NOW + 3)["n2"]] == [(1,), (3,)]
+
+
+def test_placements_after_the_clock_stepped_back() -> None:
+    """Placements out of time order (the clock stepped back) are still windowed by their own times."""
+    led = AssumedLedger(ttl_s=30)
+    led.assume("n1", a("p1", 0), NOW + 5)
+    led.assume("n2", a("p2", 0), NOW)
+    led.assume("n3", a("p3", 0), NOW + 6)
+    assert led.placements(NOW + 8, 4) == {"n1": [NOW + 5], "n3": [NOW + 6]}
+    assert led.placements(NOW + 9, 4) == {"n3": [NOW + 6]}
+    assert led.placements(NOW + 9, 10) == {"n1": [NOW + 5], "n2": [NOW], "n3": [NOW + 6]}
+    # the TTL window: p2's placement is older than the TTL though the first one of the history is not
+    assert led.placements(NOW + 31, 30) == {"n1": [NOW + 5], "n3": [NOW + 6]}
+
+
 def test_reassume_replaces_and_forget_drops() -> None:
     led = AssumedLedger(ttl_s=30)
     led.assume("n1", a("p1", 0), NOW)
