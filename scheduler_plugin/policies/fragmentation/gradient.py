@@ -412,8 +412,10 @@ def placements(
     ctx: CycleContext | None = None,
     *,
     memory_aware: bool = False,
+    gpus: tuple[BoolA, IntA] | None = None,
 ) -> Placements:
-    """Every distinct way of placing ``req`` on each of ``rows`` and its change in fragmentation.
+    """Every distinct way of placing ``req`` on each of ``rows`` and its change in fragmentation (``gpus``: what
+    :func:`eligible_gpus` gives for ``rows`` when the caller has it).
 
     Shared pods: one placement per GPU that fits, GPUs with the same free share on a node counted once (the lowest
     slot). Whole-GPU pods: the first ``count`` eligible GPUs (all eligible GPUs are fully free, so which ones does not
@@ -428,15 +430,20 @@ def placements(
     total_before = free.sum(axis=1, dtype=np.int64)
     new_cpu_all = cpu - req.cpu_milli
     if not w.gpu_shapes.any():  # F is every free share: a placement lowers it by what it takes
-        return _placements_by_total(req, fleet, rows, ctx, free, total_before, new_cpu_all, float(w.prob.sum()))
-    # Many candidates: the whole fleet's stats and F, kept while the nodes' content is unchanged.
-    memo = fleet_free_stats(fleet)
+
+        def eligible() -> tuple[BoolA, IntA]:
+            return gpus if gpus is not None else eligible_gpus(req, fleet, rows, ctx)
+
+        return _placements_by_total(req, rows, eligible, free, total_before, new_cpu_all, float(w.prob.sum()))
+    # Many candidates: the whole fleet's stats and F, kept while the nodes' content is unchanged. A few (the rows the
+    # score memo finds written since the shape was last scored, or a picked row): computed for those rows alone,
+    # which costs less than bringing the fleet-wide memo up to date (the same values: F is computed row by row).
     fm: _FragMemo | None = None
-    if few_rows(k, fleet) and not memo.holds(w, memory_aware):
+    if few_rows(k, fleet):
         st_before = free_stats(free, w)
         before = _frag(st_before, cpu, mass, w, mem)
     else:
-        st_before, before, fm = memo.before_memo(fleet, rows, w, mass, memory_aware)
+        st_before, before, fm = fleet_free_stats(fleet).before_memo(fleet, rows, w, mass, memory_aware)
     # What F after a placement depends on besides the node's content and the demand placed: the memo's key.
     key = (req.wants_gpu, req.shared, req.count, req.cpu_milli, req.host_memory_bytes if memory_aware else 0)
     new_mem = mem - req.host_memory_bytes if mem is not None else None
@@ -445,7 +452,7 @@ def placements(
         every, none = np.arange(k), np.zeros(k, dtype=np.int64)
         after = af.frag(every, none, none, lambda sel: _take(st_before, sel))
         return Placements(every, np.zeros(free.shape, dtype=np.bool_), after - before, total_before, none, new_cpu_all)
-    elig, demand = eligible_gpus(req, fleet, rows, ctx)
+    elig, demand = gpus if gpus is not None else eligible_gpus(req, fleet, rows, ctx)
     if req.shared:
         pos, col = np.nonzero(_first_of_kind(free.astype(np.int64) * 4096 + demand, elig))
         d = demand[pos, col]
@@ -497,15 +504,15 @@ def _whole(pos: IntA, take: BoolA, delta: FloatA, total_before: IntA, new_cpu: I
 
 def _placements_by_total(
     req: GpuRequest,
-    fleet: FleetArrays,
     rows: IntA,
-    ctx: CycleContext | None,
+    eligible: Callable[[], tuple[BoolA, IntA]],
     free: I32A,
     total_before: IntA,
     new_cpu: IntA,
     prob: float,
 ) -> Placements:
-    """:func:`placements` for a workload without GPU shapes: F is every free share (times the probabilities)."""
+    """:func:`placements` for a workload without GPU shapes: F is every free share (times the probabilities);
+    ``eligible()``: :func:`eligible_gpus` of ``rows``."""
     k = len(rows)
     before = total_before * prob
     if not req.wants_gpu:
@@ -513,7 +520,7 @@ def _placements_by_total(
         return Placements(
             np.arange(k), np.zeros(free.shape, dtype=np.bool_), before - before, total_before, none, new_cpu
         )
-    elig, demand = eligible_gpus(req, fleet, rows, ctx)
+    elig, demand = eligible()
     if req.shared:
         pos, col = np.nonzero(_first_of_kind(free.astype(np.int64) * 4096 + demand, elig))
         d = demand[pos, col]
