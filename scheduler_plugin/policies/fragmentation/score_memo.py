@@ -5,7 +5,7 @@ A node's score (its best placement's value) depends on the node alone: its capac
 (eligibility, GPU sizes, model), the request shape and the workload, plus a few values shared by every node of the
 cycle (the plugin passes them as ``extra``: the stranding term's surplus factor, the packing plan). The simulator
 writes one node per arrival, so most nodes' scores are the ones computed for that shape before: the memo keeps them
-per shape and node with the node's content stamp (:class:`RowStamps`), and asks the plugin to compute only the others.
+per shape and node with the node's content stamp (:mod:`.row_stamps`), and asks the plugin to compute only the others.
 Every value is computed from its own node's data alone (the sums of F row by row, element-wise functions after), so
 a score computed with other nodes or alone has the same bits.
 
@@ -15,81 +15,22 @@ workload changes with every pod, and then each call computes every candidate as 
 
 from __future__ import annotations
 
-import itertools
 import threading
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
 from ...model import FleetArrays, GpuRequest
-from ...model.snapshot import IndexKey
 from ..base import FloatA, IntA
+from .row_stamps import row_stamps
 from .workload import Workload
-
-_STAMPS = itertools.count(1)
-"""Stamps of row content versions, unique across every :class:`RowStamps` (``next`` is atomic under the GIL)."""
-
-CAPACITY = ("free_milli", "free_mem", "cpu_free", "mem_free_host")
-"""The columns written in place (the simulator's placements, a ledger overlay's charges) that a score reads."""
 
 STATIC = ("names", "models", "gpu_present", "model_id", "mem_total", "temp", "slowdown", "throttle")
 """The columns a score reads that are never written in place (a new snapshot brings new arrays)."""
 
 _CELLS = 4_000_000
 """(shape, node) scores a memo keeps, 16 bytes each (then it starts afresh): 3,300 shapes on 1,213 nodes."""
-
-
-class RowStamps:
-    """Per row of a fleet, a stamp of the content of its :data:`CAPACITY` columns: a new stamp (unique across all
-    holders) whenever a row's content changes. Content-checked like the F memo (``FleetFreeStats``): kept in the
-    snapshot index, shared by the snapshot, its overlays and its copies. Updates build new arrays and replace them in
-    one assignment (copy on write)."""
-
-    __slots__ = ("_lock", "_state")
-
-    def __init__(self) -> None:
-        self._state: tuple[tuple[npt.NDArray[Any], ...], IntA] | None = None
-        self._lock = threading.Lock()
-
-    def stamps(self, fleet: FleetArrays) -> IntA:
-        """(N,) the stamp of each row's content now (read only)."""
-        now = tuple(getattr(fleet, c) for c in CAPACITY)
-        with self._lock:
-            state = self._state
-            if state is None or any(a.shape != b.shape for a, b in zip(state[0], now, strict=True)):
-                stamps = np.full(len(now[0]), next(_STAMPS), dtype=np.int64)
-                self._state = (tuple(a.copy() for a in now), stamps)
-                return stamps
-            old, stamps = state
-            changed = np.zeros(len(stamps), dtype=np.bool_)
-            for a, b in zip(old, now, strict=True):
-                if a.ndim == 2:
-                    changed[np.flatnonzero(a.ravel() != b.ravel()) // a.shape[1]] = True
-                else:
-                    changed |= a != b
-            rows = np.flatnonzero(changed)
-            if not len(rows):
-                return stamps
-            kept = []
-            for a, b in zip(old, now, strict=True):
-                c = a.copy()
-                c[rows] = b[rows]
-                kept.append(c)
-            stamps = stamps.copy()
-            stamps[rows] = next(_STAMPS)
-            self._state = (tuple(kept), stamps)
-            return stamps
-
-
-ROW_STAMPS = IndexKey[RowStamps]("fragmentation.row_stamps", ())
-"""Snapshot index: the :class:`RowStamps` holder of a fleet (content-checked: no column identity)."""
-
-
-def row_stamps(fleet: FleetArrays) -> IntA:
-    return fleet.derive(ROW_STAMPS, lambda _: RowStamps()).stamps(fleet)
 
 
 def shape_key(req: GpuRequest) -> GpuRequest:
