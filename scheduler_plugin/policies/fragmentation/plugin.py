@@ -195,7 +195,16 @@ class FragmentationBase:
         return minmax(raw)
 
     def pick(self, req: GpuRequest, fleet: FleetArrays, row: int, ctx: CycleContext) -> tuple[int, ...] | None:
+        """The GPUs of the best placement on ``row`` by :meth:`_pick_values` (kept in the score memo per request
+        shape and node while the node's content and the cycle-wide values are the same)."""
         w = self.workload(ctx)
+        key = (shape_key(req), limits_of(ctx), self.memory_aware)
+        extra = self._memo_extra(req, fleet, w, ctx)
+        return self.memo.pick(key, fleet, row, w, extra, lambda: self._pick(req, fleet, row, w, ctx))
+
+    def _pick(
+        self, req: GpuRequest, fleet: FleetArrays, row: int, w: Workload, ctx: CycleContext
+    ) -> tuple[int, ...] | None:
         pl = self._row_placements(req, fleet, row, ctx)
         _, which = best_per_row(self._pick_values(req, fleet, pl, w, ctx), pl.pos, 1)
         if which[0] < 0:

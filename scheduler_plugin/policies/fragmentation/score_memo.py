@@ -26,7 +26,7 @@ from ..base import FloatA, IntA
 from .row_stamps import row_stamps
 from .workload import Workload
 
-STATIC = ("names", "models", "gpu_present", "model_id", "mem_total", "temp", "slowdown", "throttle")
+STATIC = ("names", "models", "gpu_present", "gpu_index", "model_id", "mem_total", "temp", "slowdown", "throttle")
 """The columns a score reads that are never written in place (a new snapshot brings new arrays)."""
 
 _CELLS = 4_000_000
@@ -43,6 +43,8 @@ class _Entry:
     extra: tuple[Hashable, ...]
     stamp: IntA
     value: FloatA
+    picks: dict[int, tuple[int, tuple[int, ...] | None]] = field(default_factory=dict)
+    """Row -> (its stamp, the GPUs picked there)."""
 
 
 @dataclass(slots=True)
@@ -88,6 +90,31 @@ class ScoreMemo:
                 hit.value[at] = compute(stale)
                 hit.stamp[at] = now[stale]
             return hit.value[rows]
+
+    def pick(
+        self,
+        key: Hashable,
+        fleet: FleetArrays,
+        row: int,
+        w: Workload,
+        extra: tuple[Hashable, ...],
+        compute: Callable[[], tuple[int, ...] | None],
+    ) -> tuple[int, ...] | None:
+        """The GPUs picked on ``row`` for the shape ``key`` (``compute()``), kept while the row's content, the
+        workload, the telemetry columns and ``extra`` are the ones they were picked for. Only for shapes whose scores
+        are kept (:meth:`scores` decides when a workload is memoised)."""
+        static = tuple(getattr(fleet, c) for c in STATIC)
+        with self._lock:
+            hit = self._entries.get(key)
+            if hit is None or self._workload is not w or not _same(self._static, static) or not _same(hit.extra, extra):
+                return compute()
+            stamp = int(row_stamps(fleet)[row])
+            got = hit.picks.get(row)
+            if got is not None and got[0] == stamp:
+                return got[1]
+            gpus = compute()
+            hit.picks[row] = (stamp, gpus)
+            return gpus
 
 
 def _same(a: tuple[object, ...], b: tuple[object, ...]) -> bool:
