@@ -623,12 +623,12 @@ def test_kept_scores_and_picks_equal_a_plugin_without_memo_and_only_written_node
     computed: list[int] = []
     real = ScoreMemo.scores
 
-    def counting(self: ScoreMemo, key: Any, f: Any, r: Any, w_: Any, extra: Any, compute: Any) -> np.ndarray:
+    def counting(self: ScoreMemo, key: Any, f: Any, r: Any, w_: Any, extra: Any, compute: Any, *a: Any) -> np.ndarray:
         def counted(sel: np.ndarray) -> np.ndarray:
             computed.append(len(sel))
             return np.asarray(compute(sel))
 
-        return real(self, key, f, r, w_, extra, counted)
+        return real(self, key, f, r, w_, extra, counted, *a)
 
     mp = pytest.MonkeyPatch()
     mp.setattr(ScoreMemo, "scores", counting)
@@ -653,7 +653,7 @@ def test_kept_scores_and_picks_equal_a_plugin_without_memo_and_only_written_node
             assert got.tolist() == want.tolist()
             for row in (written, int(np.argmax(want)), (written + 1) % fleet.n_nodes):
                 picked = memoised.pick(req, fleet, row, _memo_ctx(w))
-                assert memoised.pick(req, fleet, row, _memo_ctx(w)) == picked  # the kept pick
+                assert memoised.pick(req, fleet, row, _memo_ctx(w)) == picked  # the same GPUs again
                 assert picked == cls.create(fragmentation.FragmentationArgs()).pick(req, fleet, row, _memo_ctx(w))
     finally:
         mp.undo()

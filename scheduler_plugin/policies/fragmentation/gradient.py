@@ -545,9 +545,10 @@ class FleetFreeTotals:
     def __init__(self) -> None:
         self._memo: tuple[IntA, IntA, IntA, int, int] | None = None
 
-    def totals(self, fleet: FleetArrays) -> tuple[int, int]:
+    def totals(self, fleet: FleetArrays, stamps: IntA | None = None) -> tuple[int, int]:
+        """(free GPU thousandths, free CPU on GPU nodes); ``stamps``: :func:`.row_stamps` of ``fleet`` if known."""
         free, cpu = fleet.free_milli, fleet.cpu_free
-        stamps = row_stamps(fleet)
+        stamps = row_stamps(fleet) if stamps is None else stamps
         memo = self._memo
         changed = moved(None if memo is None else memo[0], stamps)
         if memo is None or changed is None:
@@ -574,12 +575,12 @@ FLEET_FREE_TOTALS = IndexKey[FleetFreeTotals]("fragmentation.free_totals", ())
 """Snapshot index: the :class:`FleetFreeTotals` holder of a fleet (content-checked: no column identity)."""
 
 
-def cpu_surplus_factor(fleet: FleetArrays, w: Workload, full_at: float) -> float:
+def cpu_surplus_factor(fleet: FleetArrays, w: Workload, full_at: float, stamps: IntA | None = None) -> float:
     """0..1: how much of the stranding term a pod gets. The fleet's free CPU on GPU nodes against what its free GPU
     needs at the workload's ratio: no surplus (the CPU cannot feed the GPUs anyway, so every node strands and steering
     GPU pods between nodes only moves the loss) gives 0, a surplus of ``full_at`` (0.5: 50 % more CPU than needed)
-    or more gives 1."""
-    gpu_free, cpu_free = fleet.derive(FLEET_FREE_TOTALS, lambda _: FleetFreeTotals()).totals(fleet)
+    or more gives 1. ``stamps``: :func:`.row_stamps` of ``fleet`` when the caller has them."""
+    gpu_free, cpu_free = fleet.derive(FLEET_FREE_TOTALS, lambda _: FleetFreeTotals()).totals(fleet, stamps)
     need = w.cpu_per_milli * float(gpu_free)
     if need <= 0:
         return 1.0

@@ -28,6 +28,7 @@ from .gradient import (
     stranding_change,
     stranding_penalty,
 )
+from .row_stamps import cycle_row_stamps
 from .score_memo import ScoreMemo, shape_key
 from .workload import (
     DEFAULT_COVERAGE,
@@ -178,7 +179,8 @@ class FragmentationBase:
             return best
 
         key = (shape_key(req), limits_of(ctx), self.memory_aware)
-        return self.memo.scores(key, fleet, idx, w, self._memo_extra(req, fleet, w, ctx), compute)
+        extra = self._memo_extra(req, fleet, w, ctx)
+        return self.memo.scores(key, fleet, idx, w, extra, compute, lambda: cycle_row_stamps(fleet, ctx))
 
     def _row_placements(self, req: GpuRequest, fleet: FleetArrays, row: int, ctx: CycleContext) -> Placements:
         """The placements of ``req`` on ``row``: from this cycle's :meth:`score` when it scored that row."""
@@ -195,16 +197,7 @@ class FragmentationBase:
         return minmax(raw)
 
     def pick(self, req: GpuRequest, fleet: FleetArrays, row: int, ctx: CycleContext) -> tuple[int, ...] | None:
-        """The GPUs of the best placement on ``row`` by :meth:`_pick_values` (kept in the score memo per request
-        shape and node while the node's content and the cycle-wide values are the same)."""
         w = self.workload(ctx)
-        key = (shape_key(req), limits_of(ctx), self.memory_aware)
-        extra = self._memo_extra(req, fleet, w, ctx)
-        return self.memo.pick(key, fleet, row, w, extra, lambda: self._pick(req, fleet, row, w, ctx))
-
-    def _pick(
-        self, req: GpuRequest, fleet: FleetArrays, row: int, w: Workload, ctx: CycleContext
-    ) -> tuple[int, ...] | None:
         pl = self._row_placements(req, fleet, row, ctx)
         _, which = best_per_row(self._pick_values(req, fleet, pl, w, ctx), pl.pos, 1)
         if which[0] < 0:
@@ -282,7 +275,7 @@ class FragmentationPolicy(FragmentationBase):
         hit = ctx.state.find(SURPLUS_KEY)
         if hit is not None and hit[0] is fleet and hit[1] is w and hit[2] == full_at:
             return hit[3]
-        factor = cpu_surplus_factor(fleet, w, full_at)
+        factor = cpu_surplus_factor(fleet, w, full_at, cycle_row_stamps(fleet, ctx))
         ctx.state.write(SURPLUS_KEY, (fleet, w, full_at, factor))
         return factor
 

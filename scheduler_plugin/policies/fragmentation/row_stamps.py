@@ -18,7 +18,7 @@ import numpy.typing as npt
 
 from ...model import FleetArrays
 from ...model.snapshot import IndexKey
-from ..base import IntA
+from ..base import CycleContext, IntA, StateKey
 
 _STAMPS = itertools.count(1)
 """Stamps of row content versions, unique across every holder (``next`` is atomic under the GIL)."""
@@ -87,6 +87,21 @@ ROW_STAMPS = IndexKey[RowStamps]("fragmentation.row_stamps", ())
 def row_stamps(fleet: FleetArrays) -> IntA:
     """:meth:`RowStamps.stamps` of ``fleet``."""
     return fleet.derive(ROW_STAMPS, lambda _: RowStamps()).stamps(fleet)
+
+
+ROW_STAMPS_KEY: StateKey[tuple[FleetArrays, IntA]] = StateKey("fragmentation.row_stamps")
+"""Cycle state: (fleet, :func:`row_stamps` of it) of the cycle (a cycle does not write its fleet)."""
+
+
+def cycle_row_stamps(fleet: FleetArrays, ctx: CycleContext) -> IntA:
+    """:func:`row_stamps` of ``fleet``, once per cycle: the score, the stranding term's totals and the pick of a cycle
+    read the same fleet."""
+    hit = ctx.state.find(ROW_STAMPS_KEY)
+    if hit is not None and hit[0] is fleet:
+        return hit[1]
+    stamps = row_stamps(fleet)
+    ctx.state.write(ROW_STAMPS_KEY, (fleet, stamps))
+    return stamps
 
 
 def moved(old: IntA | None, new: IntA) -> IntA | None:

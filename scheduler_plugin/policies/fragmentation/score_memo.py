@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -26,16 +26,25 @@ from ..base import FloatA, IntA
 from .row_stamps import row_stamps
 from .workload import Workload
 
-STATIC = ("names", "models", "gpu_present", "gpu_index", "model_id", "mem_total", "temp", "slowdown", "throttle")
+STATIC = ("names", "models", "gpu_present", "model_id", "mem_total", "temp", "slowdown", "throttle")
 """The columns a score reads that are never written in place (a new snapshot brings new arrays)."""
 
 _CELLS = 4_000_000
 """(shape, node) scores a memo keeps, 16 bytes each (then it starts afresh): 3,300 shapes on 1,213 nodes."""
 
 
-def shape_key(req: GpuRequest) -> GpuRequest:
-    """The request without the pod's identity (name, UID, priority): what its score depends on."""
-    return replace(req, pod_key="", pod_uid="", priority=0)
+def shape_key(req: GpuRequest) -> Hashable:
+    """The request's fields but the pod's identity (name, UID, priority): what its score depends on."""
+    return (
+        req.count,
+        req.milli,
+        req.memory_bytes,
+        req.models,
+        req.topology,
+        req.max_temperature,
+        req.cpu_milli,
+        req.host_memory_bytes,
+    )
 
 
 @dataclass(slots=True)
@@ -43,8 +52,6 @@ class _Entry:
     extra: tuple[Hashable, ...]
     stamp: IntA
     value: FloatA
-    picks: dict[int, tuple[int, tuple[int, ...] | None]] = field(default_factory=dict)
-    """Row -> (its stamp, the GPUs picked there)."""
 
 
 @dataclass(slots=True)
@@ -65,10 +72,12 @@ class ScoreMemo:
         w: Workload,
         extra: tuple[Hashable, ...],
         compute: Callable[[IntA], FloatA],
+        stamps: Callable[[], IntA] | None = None,
     ) -> FloatA:
         """The score of each of ``rows`` for the shape ``key`` with the cycle's shared values ``extra``:
         kept values where the row's content is the one they were computed for, ``compute(sel)`` (positions into
-        ``rows``, ascending) for the others. ``extra`` is compared with ``is`` or ``==`` element by element."""
+        ``rows``, ascending) for the others. ``extra`` is compared with ``is`` or ``==`` element by element;
+        ``stamps()``: :func:`.row_stamps` of ``fleet`` when the caller has them (the cycle's)."""
         static = tuple(getattr(fleet, c) for c in STATIC)
         with self._lock:
             if self._workload is not w or not _same(self._static, static):
@@ -76,45 +85,20 @@ class ScoreMemo:
                 self._workload, self._static = w, static
                 self._entries.clear()
                 return compute(np.arange(len(rows), dtype=np.int64))
-            stamps = row_stamps(fleet)
-            n = len(stamps)
+            now_all = row_stamps(fleet) if stamps is None else stamps()
+            n = len(now_all)
             hit = self._entries.get(key)
             if hit is None or not _same(hit.extra, extra):
                 if hit is None and len(self._entries) >= max(8, _CELLS // max(n, 1)):
                     self._entries.clear()
                 hit = self._entries[key] = _Entry(extra, np.zeros(n, dtype=np.int64), np.zeros(n))
-            now = stamps[rows]
+            now = now_all[rows]
             stale = np.flatnonzero(hit.stamp[rows] != now)
             if len(stale):
                 at = rows[stale]
                 hit.value[at] = compute(stale)
                 hit.stamp[at] = now[stale]
             return hit.value[rows]
-
-    def pick(
-        self,
-        key: Hashable,
-        fleet: FleetArrays,
-        row: int,
-        w: Workload,
-        extra: tuple[Hashable, ...],
-        compute: Callable[[], tuple[int, ...] | None],
-    ) -> tuple[int, ...] | None:
-        """The GPUs picked on ``row`` for the shape ``key`` (``compute()``), kept while the row's content, the
-        workload, the telemetry columns and ``extra`` are the ones they were picked for. Only for shapes whose scores
-        are kept (:meth:`scores` decides when a workload is memoised)."""
-        static = tuple(getattr(fleet, c) for c in STATIC)
-        with self._lock:
-            hit = self._entries.get(key)
-            if hit is None or self._workload is not w or not _same(self._static, static) or not _same(hit.extra, extra):
-                return compute()
-            stamp = int(row_stamps(fleet)[row])
-            got = hit.picks.get(row)
-            if got is not None and got[0] == stamp:
-                return got[1]
-            gpus = compute()
-            hit.picks[row] = (stamp, gpus)
-            return gpus
 
 
 def _same(a: tuple[object, ...], b: tuple[object, ...]) -> bool:
