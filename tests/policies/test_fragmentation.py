@@ -24,8 +24,11 @@ from scheduler_plugin.policies.fragmentation import (
     placements,
     shape_of,
 )
+from scheduler_plugin.policies.fragmentation.row_stamps import row_stamps
+from scheduler_plugin.policies.fragmentation.score_memo import ScoreMemo
 from scheduler_plugin.policies.plugins import PRODUCTION
 from scheduler_plugin.policies.registry import PolicyConfigError
+from scheduler_plugin.simulator.fleet import apply_placement
 
 
 def node(name: str, used: list[int], cpu: int = 32_000, model: str = "A100") -> GpuNode:
@@ -318,9 +321,9 @@ def test_fleet_memo_recomputes_only_the_rows_written_and_matches_a_recount(monke
     assert counted == [1]  # node 9 alone, not the fleet
     assert np.array_equal(got, fresh())
     counted.clear()
-    fleet.cpu_free[12] -= 50_000  # CPU only: no GPU stats to recount, node 12's F still moves
+    fleet.cpu_free[12] -= 50_000  # CPU only: node 12's F moves (its stats are recounted: its content stamp moved)
     _, got = memo.before(fleet, rows, w, mass, True)
-    assert counted == []
+    assert counted == [1]
     assert np.array_equal(got, fresh())
 
 
@@ -425,7 +428,7 @@ def _unmemoised(fleet: Any) -> Any:
 
 
 def test_changed_rows_finds_every_row_any_column_moved_in() -> None:
-    from scheduler_plugin.policies.fragmentation.gradient import changed_rows
+    from scheduler_plugin.policies.fragmentation.row_stamps import changed_rows
 
     a = np.zeros((6, 4), dtype=np.int32)
     b, c = a.copy(), np.arange(6)
@@ -587,3 +590,103 @@ def test_a_clamped_request_still_fits_nowhere() -> None:
     est.observe(GpuRequest(count=1, cpu_milli=2**70, pod_key="ns/huge"))
     big = [s for s, _ in est.workload().shapes() if s.cpu_milli > 10**12]
     assert big and all(s.cpu_milli > 64 * 10**9 for s in big)
+
+
+# --- the per-node score memo (score_memo.py, row_stamps.py) ---------------------------------------------------
+
+MEMO_REQUESTS = [
+    GpuRequest(count=1, milli=250, cpu_milli=1000, host_memory_bytes=GIB, pod_key="ns/a"),
+    GpuRequest(count=2, cpu_milli=2000, pod_key="ns/b"),
+    GpuRequest(count=0, cpu_milli=3000, pod_key="ns/c"),
+]
+
+
+def _memo_fleet(seed: int) -> Any:
+    rng = np.random.default_rng(seed)
+    nodes = [
+        node(f"n{i}", [int(x) for x in rng.integers(0, 5, size=8) * 125], cpu=64_000, model=("A100", "V100")[i % 2])
+        for i in range(48)
+    ]
+    return build_arrays(nodes)
+
+
+def _memo_ctx(w: Any) -> CycleContext:
+    return CycleContext(now=0.0, state=CycleState({WORKLOAD_KEY: w}))
+
+
+@pytest.mark.parametrize("cls", [FragmentationPolicy, FgdPolicy])
+def test_kept_scores_and_picks_equal_a_plugin_without_memo_and_only_written_nodes_are_rescored(cls: Any) -> None:
+    fleet = _memo_fleet(3)
+    w = _pinned_workload(np.random.default_rng(4), 24)
+    rows = np.arange(fleet.n_nodes, dtype=np.int64)
+    memoised = cls.create(fragmentation.FragmentationArgs())
+    computed: list[int] = []
+    real = ScoreMemo.scores
+
+    def counting(self: ScoreMemo, key: Any, f: Any, r: Any, w_: Any, extra: Any, compute: Any, *a: Any) -> np.ndarray:
+        def counted(sel: np.ndarray) -> np.ndarray:
+            computed.append(len(sel))
+            return np.asarray(compute(sel))
+
+        return real(self, key, f, r, w_, extra, counted, *a)
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(ScoreMemo, "scores", counting)
+    try:
+        for req in MEMO_REQUESTS:  # twice: the first call computes afresh, the second keeps every node's score
+            memoised.score(req, fleet, rows, _memo_ctx(w))
+            memoised.score(req, fleet, rows, _memo_ctx(w))
+        unscored: dict[int, set[int]] = {i: set() for i in range(len(MEMO_REQUESTS))}  # written since last scored
+        for step in range(6):
+            req = MEMO_REQUESTS[step % len(MEMO_REQUESTS)]
+            written = (step * 11) % fleet.n_nodes
+            apply_placement(fleet, GpuRequest(count=1, milli=125, cpu_milli=500, host_memory_bytes=GIB), written, (1,))
+            for nodes in unscored.values():
+                nodes.add(written)
+            computed.clear()
+            got = memoised.score(req, fleet, rows, _memo_ctx(w))
+            # the nodes written since this shape was last scored alone (the others' content is unchanged)
+            assert computed == [len(unscored[step % len(MEMO_REQUESTS)])]
+            unscored[step % len(MEMO_REQUESTS)].clear()
+            fresh = cls.create(fragmentation.FragmentationArgs())  # no memo: everything computed now
+            want = fresh.score(req, fleet, rows, _memo_ctx(w))
+            assert got.tolist() == want.tolist()
+            for row in (written, int(np.argmax(want)), (written + 1) % fleet.n_nodes):
+                picked = memoised.pick(req, fleet, row, _memo_ctx(w))
+                assert memoised.pick(req, fleet, row, _memo_ctx(w)) == picked  # the same GPUs again
+                assert picked == cls.create(fragmentation.FragmentationArgs()).pick(req, fleet, row, _memo_ctx(w))
+    finally:
+        mp.undo()
+
+
+def test_a_new_workload_or_cycle_wide_value_recomputes_every_node() -> None:
+    fleet = _memo_fleet(5)
+    rows = np.arange(10, dtype=np.int64)
+    memo = ScoreMemo()
+    calls: list[int] = []
+
+    def compute(sel: np.ndarray) -> np.ndarray:
+        calls.append(len(sel))
+        return np.asarray(sel, dtype=np.float64) + len(calls)
+
+    w1, w2 = _pinned_workload(np.random.default_rng(1), 6), _pinned_workload(np.random.default_rng(2), 6)
+    memo.scores("k", fleet, rows, w1, (1.0,), compute)
+    memo.scores("k", fleet, rows, w1, (1.0,), compute)
+    kept = memo.scores("k", fleet, rows, w1, (1.0,), compute)
+    assert calls == [10, 10]  # once afresh, once kept, then every score from the memo
+    assert kept.tolist() == (np.arange(10) + 2.0).tolist()
+    memo.scores("k", fleet, rows, w1, (0.5,), compute)  # the surplus factor moved: every node again
+    assert calls == [10, 10, 10]
+    memo.scores("k", fleet, rows, w2, (0.5,), compute)  # another workload: afresh
+    assert calls == [10, 10, 10, 10]
+
+
+def test_row_stamps_move_for_written_rows_only_and_stay_the_same_array_while_nothing_changes() -> None:
+    fleet = _memo_fleet(6)
+    first = row_stamps(fleet)
+    assert row_stamps(fleet) is first
+    apply_placement(fleet, GpuRequest(count=1, milli=125, cpu_milli=500), 7, (2,))
+    fleet.mem_free_host[9] -= GIB
+    fleet.free_mem[30, 1] -= GIB
+    now = row_stamps(fleet)
+    assert np.flatnonzero(now != first).tolist() == [7, 9, 30]

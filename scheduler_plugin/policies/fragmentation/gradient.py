@@ -5,7 +5,6 @@ CPU-stranding term; see the package docstring for the definitions."""
 
 from __future__ import annotations
 
-import itertools
 import threading
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
@@ -19,6 +18,7 @@ from ...model.snapshot import IndexKey
 from .. import eligibility
 from ..base import BoolA, CycleContext, FloatA, IntA
 from ..eligibility import cycle_demand, cycle_eligible, few_rows
+from .row_stamps import moved, row_stamps
 from .shape_groups import shape_groups
 from .workload import DEFAULT_LEVELS, Workload
 
@@ -80,19 +80,6 @@ def free_stats(free: I32A, w: Workload) -> FreeStats:
     return FreeStats(total, at_least, free_at_least)
 
 
-def changed_rows(*pairs: tuple[npt.NDArray[Any], npt.NDArray[Any]]) -> IntA:
-    """The rows (ascending) where any ``(old, new)`` pair of same-shaped columns differ. Compares the flat arrays
-    (an element-wise test and one ``flatnonzero``: a few microseconds for 40,000 slots, where a per-row reduction
-    costs ten times that)."""
-    rows = np.zeros(len(pairs[0][0]), dtype=np.bool_)
-    for old, new in pairs:
-        if old.ndim == 2:
-            rows[np.flatnonzero(old.ravel() != new.ravel()) // old.shape[1]] = True
-        else:
-            rows |= old != new
-    return np.flatnonzero(rows)
-
-
 def _take(st: FreeStats, rows: IntA) -> FreeStats:
     return FreeStats(st.total[rows], st.gpus_at_least[rows], st.free_at_least[rows])
 
@@ -103,9 +90,6 @@ def _with_rows(st: FreeStats, rows: IntA, sub: FreeStats) -> FreeStats:
     total[rows], at_least[rows], free_at_least[rows] = sub.total, sub.gpus_at_least, sub.free_at_least
     return FreeStats(total, at_least, free_at_least)
 
-
-_STAMPS = itertools.count(1)
-"""Stamps of node content versions, unique across every memo (``next`` is atomic under the GIL)."""
 
 _AFTER_CELLS = 2_000_000
 """(node, GPU slot) cells of after-placement F a memo keeps over all request shapes, 24 bytes each (then it starts
@@ -137,27 +121,25 @@ class _AfterMemo:
 
 @dataclass(frozen=True, slots=True)
 class _FragMemo:
-    """F_n(M) of every node for one workload, the capacity it was computed from, and the after-placement F of the
-    request shapes seen (valid for the nodes whose stamp is unchanged)."""
+    """F_n(M) of every node for one workload, the node content stamps (:mod:`.row_stamps`) it was computed for, and
+    the after-placement F of the request shapes seen (valid for the nodes whose stamp is unchanged)."""
 
     workload: Workload
     mem_aware: bool
     mass: FloatA | None
-    free: I32A
-    cpu: IntA
-    mem: IntA
+    shape: tuple[int, int]
+    """(N, G) of the fleet's GPU slots."""
     frag: FloatA
     stamps: IntA
-    """(N,) the version of each node's content (a new stamp whenever it changes)."""
+    """(N,) the version of each node's content (:func:`.row_stamps`: a new stamp whenever it changes)."""
     after_memo: _AfterMemo
 
     @classmethod
     def of(cls, fleet: FleetArrays, st: FreeStats, w: Workload, mem_aware: bool) -> _FragMemo:
         mass = _node_mass(w, fleet)
-        cpu, mem = fleet.cpu_free.copy(), fleet.mem_free_host.copy()
-        frag = _frag(st, cpu, mass, w, mem if mem_aware else None)
-        stamps = np.full(len(cpu), next(_STAMPS), dtype=np.int64)
-        return cls(w, mem_aware, mass, fleet.free_milli.copy(), cpu, mem, frag, stamps, _AfterMemo())
+        stamps = row_stamps(fleet)
+        frag = _frag(st, fleet.cpu_free, mass, w, fleet.mem_free_host if mem_aware else None)
+        return cls(w, mem_aware, mass, fleet.free_milli.shape, frag, stamps, _AfterMemo())
 
     def after(self, key: Hashable, rows: IntA, cols: IntA, demand: IntA, compute: Callable[[IntA], FloatA]) -> FloatA:
         """F_n(M) after placing the request shape ``key`` names (one that decides F after together with the node's
@@ -168,9 +150,9 @@ class _FragMemo:
         with memo.lock:
             hit = memo.entries.get(key)
             if hit is None:
-                if len(memo.entries) >= max(8, _AFTER_CELLS // self.free.size):
+                if len(memo.entries) >= max(8, _AFTER_CELLS // max(self.shape[0] * self.shape[1], 1)):
                     memo.entries.clear()
-                hit = memo.entries[key] = _After.empty(self.free.shape)
+                hit = memo.entries[key] = _After.empty(self.shape)
             stamps = self.stamps[rows]
             stale = np.flatnonzero((hit.stamp[rows, cols] != stamps) | (hit.demand[rows, cols] != demand))
             if len(stale):
@@ -184,30 +166,22 @@ class _FragMemo:
         return (
             self.workload is w
             and self.mem_aware == mem_aware
-            and self.free.shape == fleet.free_milli.shape
+            and self.shape == fleet.free_milli.shape
             and (w.unrestricted or self.mass is _node_mass(w, fleet))
         )
 
     def updated(self, fleet: FleetArrays, st: FreeStats) -> _FragMemo:
-        """This memo with the rows whose capacity changed since recomputed (``st``: the fleet's stats now)."""
-        free, cpu, mem = fleet.free_milli, fleet.cpu_free, fleet.mem_free_host
-        changed = changed_rows((self.free, free), (self.cpu, cpu), (self.mem, mem))
+        """This memo with the rows whose content changed since recomputed (``st``: the fleet's stats now)."""
+        stamps = row_stamps(fleet)
+        changed = moved(self.stamps, stamps)
+        if changed is None:
+            return _FragMemo.of(fleet, st, self.workload, self.mem_aware)
         if not len(changed):
             return self
-        mass = _at(self.mass, changed)
-        sub = _frag(_take(st, changed), cpu[changed], mass, self.workload, mem[changed] if self.mem_aware else None)
-        new_free, new_cpu, new_mem, frag = self.free.copy(), self.cpu.copy(), self.mem.copy(), self.frag.copy()
-        stamps = self.stamps.copy()
-        new_free[changed], new_cpu[changed], new_mem[changed], frag[changed], stamps[changed] = (
-            free[changed],
-            cpu[changed],
-            mem[changed],
-            sub,
-            next(_STAMPS),
-        )
-        return _FragMemo(
-            self.workload, self.mem_aware, self.mass, new_free, new_cpu, new_mem, frag, stamps, self.after_memo
-        )
+        cpu, mem = fleet.cpu_free[changed], fleet.mem_free_host[changed] if self.mem_aware else None
+        frag = self.frag.copy()
+        frag[changed] = _frag(_take(st, changed), cpu, _at(self.mass, changed), self.workload, mem)
+        return _FragMemo(self.workload, self.mem_aware, self.mass, self.shape, frag, stamps, self.after_memo)
 
 
 class FleetFreeStats:
@@ -225,29 +199,27 @@ class FleetFreeStats:
     pod: then only the candidate rows are computed, as without a memo).
     """
 
-    __slots__ = ("_free", "_last", "_memo", "_stats", "_thresholds")
+    __slots__ = ("_last", "_memo", "_stamps", "_stats", "_thresholds")
 
     def __init__(self) -> None:
-        self._free: I32A | None = None
+        self._stamps: IntA | None = None
         self._thresholds: IntA | None = None
         self._stats: FreeStats | None = None
         self._memo: _FragMemo | None = None
         self._last: tuple[Workload, bool] | None = None
 
     def _all(self, fleet: FleetArrays, w: Workload) -> FreeStats:
-        free, th, st = self._free, self._thresholds, self._stats
+        th, st = self._thresholds, self._stats
         now = fleet.free_milli
-        if st is None or free is None or th is None or free.shape != now.shape or not np.array_equal(th, w.thresholds):
-            free = now.copy()
-            st = free_stats(free, w)
+        stamps = row_stamps(fleet)
+        changed = moved(self._stamps, stamps)
+        if st is None or changed is None or th is None or not np.array_equal(th, w.thresholds):
+            st = free_stats(now, w)
+        elif not len(changed):
+            return st
         else:
-            changed = changed_rows((free, now))
-            if not len(changed):
-                return st
-            free = free.copy()
-            free[changed] = now[changed]
-            st = _with_rows(st, changed, free_stats(free[changed], w))
-        self._free, self._thresholds, self._stats = free, w.thresholds, st
+            st = _with_rows(st, changed, free_stats(now[changed], w))
+        self._stamps, self._thresholds, self._stats = stamps, w.thresholds, st
         return st
 
     def rows(self, fleet: FleetArrays, rows: IntA, w: Workload) -> FreeStats:
@@ -412,8 +384,10 @@ def placements(
     ctx: CycleContext | None = None,
     *,
     memory_aware: bool = False,
+    gpus: tuple[BoolA, IntA] | None = None,
 ) -> Placements:
-    """Every distinct way of placing ``req`` on each of ``rows`` and its change in fragmentation.
+    """Every distinct way of placing ``req`` on each of ``rows`` and its change in fragmentation (``gpus``: what
+    :func:`eligible_gpus` gives for ``rows`` when the caller has it).
 
     Shared pods: one placement per GPU that fits, GPUs with the same free share on a node counted once (the lowest
     slot). Whole-GPU pods: the first ``count`` eligible GPUs (all eligible GPUs are fully free, so which ones does not
@@ -428,15 +402,20 @@ def placements(
     total_before = free.sum(axis=1, dtype=np.int64)
     new_cpu_all = cpu - req.cpu_milli
     if not w.gpu_shapes.any():  # F is every free share: a placement lowers it by what it takes
-        return _placements_by_total(req, fleet, rows, ctx, free, total_before, new_cpu_all, float(w.prob.sum()))
-    # Many candidates: the whole fleet's stats and F, kept while the nodes' content is unchanged.
-    memo = fleet_free_stats(fleet)
+
+        def eligible() -> tuple[BoolA, IntA]:
+            return gpus if gpus is not None else eligible_gpus(req, fleet, rows, ctx)
+
+        return _placements_by_total(req, rows, eligible, free, total_before, new_cpu_all, float(w.prob.sum()))
+    # Many candidates: the whole fleet's stats and F, kept while the nodes' content is unchanged. A few (the rows the
+    # score memo finds written since the shape was last scored, or a picked row): computed for those rows alone,
+    # which costs less than bringing the fleet-wide memo up to date (the same values: F is computed row by row).
     fm: _FragMemo | None = None
-    if few_rows(k, fleet) and not memo.holds(w, memory_aware):
+    if few_rows(k, fleet):
         st_before = free_stats(free, w)
         before = _frag(st_before, cpu, mass, w, mem)
     else:
-        st_before, before, fm = memo.before_memo(fleet, rows, w, mass, memory_aware)
+        st_before, before, fm = fleet_free_stats(fleet).before_memo(fleet, rows, w, mass, memory_aware)
     # What F after a placement depends on besides the node's content and the demand placed: the memo's key.
     key = (req.wants_gpu, req.shared, req.count, req.cpu_milli, req.host_memory_bytes if memory_aware else 0)
     new_mem = mem - req.host_memory_bytes if mem is not None else None
@@ -445,7 +424,7 @@ def placements(
         every, none = np.arange(k), np.zeros(k, dtype=np.int64)
         after = af.frag(every, none, none, lambda sel: _take(st_before, sel))
         return Placements(every, np.zeros(free.shape, dtype=np.bool_), after - before, total_before, none, new_cpu_all)
-    elig, demand = eligible_gpus(req, fleet, rows, ctx)
+    elig, demand = gpus if gpus is not None else eligible_gpus(req, fleet, rows, ctx)
     if req.shared:
         pos, col = np.nonzero(_first_of_kind(free.astype(np.int64) * 4096 + demand, elig))
         d = demand[pos, col]
@@ -497,15 +476,15 @@ def _whole(pos: IntA, take: BoolA, delta: FloatA, total_before: IntA, new_cpu: I
 
 def _placements_by_total(
     req: GpuRequest,
-    fleet: FleetArrays,
     rows: IntA,
-    ctx: CycleContext | None,
+    eligible: Callable[[], tuple[BoolA, IntA]],
     free: I32A,
     total_before: IntA,
     new_cpu: IntA,
     prob: float,
 ) -> Placements:
-    """:func:`placements` for a workload without GPU shapes: F is every free share (times the probabilities)."""
+    """:func:`placements` for a workload without GPU shapes: F is every free share (times the probabilities);
+    ``eligible()``: :func:`eligible_gpus` of ``rows``."""
     k = len(rows)
     before = total_before * prob
     if not req.wants_gpu:
@@ -513,7 +492,7 @@ def _placements_by_total(
         return Placements(
             np.arange(k), np.zeros(free.shape, dtype=np.bool_), before - before, total_before, none, new_cpu
         )
-    elig, demand = eligible_gpus(req, fleet, rows, ctx)
+    elig, demand = eligible()
     if req.shared:
         pos, col = np.nonzero(_first_of_kind(free.astype(np.int64) * 4096 + demand, elig))
         d = demand[pos, col]
@@ -564,18 +543,20 @@ class FleetFreeTotals:
     __slots__ = ("_memo",)
 
     def __init__(self) -> None:
-        self._memo: tuple[I32A, IntA, IntA, IntA, int, int] | None = None
+        self._memo: tuple[IntA, IntA, IntA, int, int] | None = None
 
-    def totals(self, fleet: FleetArrays) -> tuple[int, int]:
+    def totals(self, fleet: FleetArrays, stamps: IntA | None = None) -> tuple[int, int]:
+        """(free GPU thousandths, free CPU on GPU nodes); ``stamps``: :func:`.row_stamps` of ``fleet`` if known."""
         free, cpu = fleet.free_milli, fleet.cpu_free
+        stamps = row_stamps(fleet) if stamps is None else stamps
         memo = self._memo
-        if memo is None or memo[0].shape != free.shape:
+        changed = moved(None if memo is None else memo[0], stamps)
+        if memo is None or changed is None:
             gpu_free = np.where(fleet.gpu_present, free, 0).sum(axis=1, dtype=np.int64)
             cpu_have = np.where(fleet.gpu_present.any(axis=1), np.maximum(cpu, 0), 0).astype(np.int64)
-            memo = (free.copy(), cpu.copy(), gpu_free, cpu_have, int(gpu_free.sum()), int(cpu_have.sum()))
+            memo = (stamps, gpu_free, cpu_have, int(gpu_free.sum()), int(cpu_have.sum()))
         else:
-            old_free, old_cpu, gpu_free, cpu_have, gpu_sum, cpu_sum = memo
-            changed = changed_rows((old_free, free), (old_cpu, cpu))
+            _, gpu_free, cpu_have, gpu_sum, cpu_sum = memo
             if not len(changed):
                 return gpu_sum, cpu_sum
             present = fleet.gpu_present[changed]
@@ -583,28 +564,23 @@ class FleetFreeTotals:
             new_cpu = np.where(present.any(axis=1), np.maximum(cpu[changed], 0), 0).astype(np.int64)
             gpu_sum += int(new_gpu.sum() - gpu_free[changed].sum())
             cpu_sum += int(new_cpu.sum() - cpu_have[changed].sum())
-            old_free, old_cpu, gpu_free, cpu_have = old_free.copy(), old_cpu.copy(), gpu_free.copy(), cpu_have.copy()
-            old_free[changed], old_cpu[changed], gpu_free[changed], cpu_have[changed] = (
-                free[changed],
-                cpu[changed],
-                new_gpu,
-                new_cpu,
-            )
-            memo = (old_free, old_cpu, gpu_free, cpu_have, gpu_sum, cpu_sum)
+            gpu_free, cpu_have = gpu_free.copy(), cpu_have.copy()
+            gpu_free[changed], cpu_have[changed] = new_gpu, new_cpu
+            memo = (stamps, gpu_free, cpu_have, gpu_sum, cpu_sum)
         self._memo = memo
-        return memo[4], memo[5]
+        return memo[3], memo[4]
 
 
 FLEET_FREE_TOTALS = IndexKey[FleetFreeTotals]("fragmentation.free_totals", ())
 """Snapshot index: the :class:`FleetFreeTotals` holder of a fleet (content-checked: no column identity)."""
 
 
-def cpu_surplus_factor(fleet: FleetArrays, w: Workload, full_at: float) -> float:
+def cpu_surplus_factor(fleet: FleetArrays, w: Workload, full_at: float, stamps: IntA | None = None) -> float:
     """0..1: how much of the stranding term a pod gets. The fleet's free CPU on GPU nodes against what its free GPU
     needs at the workload's ratio: no surplus (the CPU cannot feed the GPUs anyway, so every node strands and steering
     GPU pods between nodes only moves the loss) gives 0, a surplus of ``full_at`` (0.5: 50 % more CPU than needed)
-    or more gives 1."""
-    gpu_free, cpu_free = fleet.derive(FLEET_FREE_TOTALS, lambda _: FleetFreeTotals()).totals(fleet)
+    or more gives 1. ``stamps``: :func:`.row_stamps` of ``fleet`` when the caller has them."""
+    gpu_free, cpu_free = fleet.derive(FLEET_FREE_TOTALS, lambda _: FleetFreeTotals()).totals(fleet, stamps)
     need = w.cpu_per_milli * float(gpu_free)
     if need <= 0:
         return 1.0

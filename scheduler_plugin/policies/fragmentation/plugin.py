@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Self
 
@@ -11,14 +11,16 @@ from pydantic import Field
 
 from ...model import GIB, MILLI_PER_GPU, FleetArrays, GpuRequest
 from ..base import MAX_EXTENDER_PRIORITY, CycleContext, FloatA, IntA, StateKey
+from ..eligibility import limits_of
 from ..normalize import minmax
-from ..packing import DEFAULT_REPLAN_DRIFT, PlanCache
+from ..packing import DEFAULT_REPLAN_DRIFT, PackingPlan, PlanCache
 from ..policy_file import CamelModel
 from .gradient import (
     Placements,
     _accessible,
     best_per_row,
     cpu_surplus_factor,
+    eligible_gpus,
     fgd_value,
     node_fragmentation,
     placements,
@@ -26,6 +28,8 @@ from .gradient import (
     stranding_change,
     stranding_penalty,
 )
+from .row_stamps import cycle_row_stamps
+from .score_memo import ScoreMemo, shape_key
 from .workload import (
     DEFAULT_COVERAGE,
     DEFAULT_HALF_LIFE_PODS,
@@ -98,6 +102,8 @@ class FragmentationBase:
     plans: PlanCache = field(default_factory=PlanCache)
     learns: bool = True
     """Whether :meth:`observe` feeds the estimator (False once it is a peer's, which learns for both: :meth:`bind`)."""
+    memo: ScoreMemo = field(default_factory=ScoreMemo)
+    """Per-node scores per request shape (:meth:`score`)."""
 
     @classmethod
     def create(cls, args: FragmentationArgs) -> Self:
@@ -149,12 +155,32 @@ class FragmentationBase:
         """Per placement: the value the GPUs inside the chosen node are picked by (default: :meth:`_values`)."""
         return self._values(req, fleet, pl, w, ctx)
 
+    def _memo_extra(self, req: GpuRequest, fleet: FleetArrays, w: Workload, ctx: CycleContext) -> tuple[Hashable, ...]:
+        """What :meth:`_values` reads besides the placements' own node, the request shape and the workload: values
+        shared by every node of the cycle. The score memo (:mod:`.score_memo`) keeps a node's score while these
+        are the same (``is`` or, for floats, ``==``); a subclass whose values read more must return it here."""
+        return ()
+
     def score(self, req: GpuRequest, fleet: FleetArrays, idx: IntA, ctx: CycleContext) -> FloatA:
+        """Each row's best placement's value, from the score memo for the rows not written since this request shape
+        was last scored against the same workload and cycle-wide values; computed for the others."""
         w = self.workload(ctx)
-        pl = placements(req, fleet, idx, w, ctx, memory_aware=self.memory_aware)
-        ctx.state.write(SCORED_KEY, (req, fleet, w, self.memory_aware, idx, pl))
-        best, _ = best_per_row(self._values(req, fleet, pl, w, ctx), pl.pos, len(idx))
-        return best
+        idx = np.asarray(idx, dtype=np.int64)
+
+        def compute(sel: IntA) -> FloatA:
+            rows = idx if len(sel) == len(idx) else idx[sel]
+            gpus = None
+            if req.wants_gpu:  # the cycle's eligibility of every candidate (shared with the filters), then ours
+                ok, demand = eligible_gpus(req, fleet, idx, ctx)
+                gpus = (ok, demand) if rows is idx else (ok[sel], demand[sel])
+            pl = placements(req, fleet, rows, w, ctx, memory_aware=self.memory_aware, gpus=gpus)
+            ctx.state.write(SCORED_KEY, (req, fleet, w, self.memory_aware, rows, pl))
+            best, _ = best_per_row(self._values(req, fleet, pl, w, ctx), pl.pos, len(rows))
+            return best
+
+        key = (shape_key(req), limits_of(ctx), self.memory_aware)
+        extra = self._memo_extra(req, fleet, w, ctx)
+        return self.memo.scores(key, fleet, idx, w, extra, compute, lambda: cycle_row_stamps(fleet, ctx))
 
     def _row_placements(self, req: GpuRequest, fleet: FleetArrays, row: int, ctx: CycleContext) -> Placements:
         """The placements of ``req`` on ``row``: from this cycle's :meth:`score` when it scored that row."""
@@ -229,6 +255,9 @@ class FragmentationPolicy(FragmentationBase):
             primary = primary - (self.args.levels + 1) * penalty
         return primary
 
+    def _memo_extra(self, req: GpuRequest, fleet: FleetArrays, w: Workload, ctx: CycleContext) -> tuple[Hashable, ...]:
+        return (self._surplus(fleet, w, ctx), self._plan(req, w))
+
     def _pick_values(
         self, req: GpuRequest, fleet: FleetArrays, pl: Placements, w: Workload, ctx: CycleContext
     ) -> FloatA:
@@ -246,7 +275,7 @@ class FragmentationPolicy(FragmentationBase):
         hit = ctx.state.find(SURPLUS_KEY)
         if hit is not None and hit[0] is fleet and hit[1] is w and hit[2] == full_at:
             return hit[3]
-        factor = cpu_surplus_factor(fleet, w, full_at)
+        factor = cpu_surplus_factor(fleet, w, full_at, cycle_row_stamps(fleet, ctx))
         ctx.state.write(SURPLUS_KEY, (fleet, w, full_at, factor))
         return factor
 
@@ -288,14 +317,19 @@ class FragmentationPolicy(FragmentationBase):
         """Each placement's reduced cost in the workload's packing plan (hundredths of a GPU), or ``None``."""
         if not (self.args.packing_plan and req.shared and pl.slot_free is not None and len(pl.pos)):
             return None
-        if w.shares is not None:
-            plan = self.plans.plan(*w.shares)
-        else:
-            shares = w.gpu_shapes & (w.count == 1) & (w.milli < MILLI_PER_GPU)
-            plan = self.plans.plan(w.milli[shares], w.prob[shares])
+        plan = self._plan(req, w)
         if plan is None:
             return None
         return plan.penalty(pl.slot_free, pl.slot_free - pl.slot_left)
+
+    def _plan(self, req: GpuRequest, w: Workload) -> PackingPlan | None:
+        """The packing plan a shared pod is ranked by (``None``: none, or not a shared pod)."""
+        if not (self.args.packing_plan and req.shared):
+            return None
+        if w.shares is not None:
+            return self.plans.plan(*w.shares)
+        shares = w.gpu_shapes & (w.count == 1) & (w.milli < MILLI_PER_GPU)
+        return self.plans.plan(w.milli[shares], w.prob[shares])
 
 
 class FgdPolicy(FragmentationBase):

@@ -1,0 +1,113 @@
+"""Per row of a fleet, a stamp of its capacity's content: which nodes were written since a memo last looked.
+
+The simulator writes a fleet's capacity columns in place (one node per arrival) and a ledger overlay copies them with
+a few nodes charged, while its telemetry columns stay the same arrays: the fragmentation memos (F per node, F after
+a placement, the fleet's free totals, the per-node scores) are therefore content-checked. One :class:`RowStamps` per
+snapshot index finds the rows whose content changed, once per cycle, and gives each new content a new stamp; the
+memos keep the stamps they were computed for and recompute the rows whose stamp moved.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ...model import FleetArrays
+from ...model.snapshot import IndexKey
+from ..base import CycleContext, IntA, StateKey
+
+_STAMPS = itertools.count(1)
+"""Stamps of row content versions, unique across every holder (``next`` is atomic under the GIL)."""
+
+CAPACITY = ("free_milli", "free_mem", "cpu_free", "mem_free_host")
+"""The columns written in place (the simulator's placements, a ledger overlay's charges) that fragmentation reads."""
+
+
+def next_stamp() -> int:
+    return next(_STAMPS)
+
+
+def changed_rows(*pairs: tuple[npt.NDArray[Any], npt.NDArray[Any]]) -> IntA:
+    """The rows (ascending) where any ``(old, new)`` pair of same-shaped columns differ. Compares the flat arrays
+    (an element-wise test and one ``flatnonzero``: a few microseconds for 40,000 slots, where a per-row reduction
+    costs ten times that)."""
+    rows = np.zeros(len(pairs[0][0]), dtype=np.bool_)
+    for old, new in pairs:
+        if old.ndim == 2:
+            rows[np.flatnonzero(old.ravel() != new.ravel()) // old.shape[1]] = True
+        else:
+            rows |= old != new
+    return np.flatnonzero(rows)
+
+
+class RowStamps:
+    """Per row of a fleet, a stamp of the content of its :data:`CAPACITY` columns: a new stamp (unique across all
+    holders) whenever a row's content changes; the same array object while nothing changed. Kept in the snapshot
+    index (:func:`row_stamps`), shared by the snapshot, its overlays and its copies. Updates build new arrays and
+    replace them in one assignment (copy on write): a stamps array handed out is never written."""
+
+    __slots__ = ("_lock", "_state")
+
+    def __init__(self) -> None:
+        self._state: tuple[tuple[npt.NDArray[Any], ...], IntA] | None = None
+        self._lock = threading.Lock()
+
+    def stamps(self, fleet: FleetArrays) -> IntA:
+        """(N,) the stamp of each row's content now (read only)."""
+        now = tuple(getattr(fleet, c) for c in CAPACITY)
+        with self._lock:
+            state = self._state
+            if state is None or any(a.shape != b.shape for a, b in zip(state[0], now, strict=True)):
+                stamps = np.full(len(now[0]), next_stamp(), dtype=np.int64)
+                self._state = (tuple(a.copy() for a in now), stamps)
+                return stamps
+            old, stamps = state
+            rows = changed_rows(*zip(old, now, strict=True))
+            if not len(rows):
+                return stamps
+            kept = []
+            for a, b in zip(old, now, strict=True):
+                c = a.copy()
+                c[rows] = b[rows]
+                kept.append(c)
+            stamps = stamps.copy()
+            stamps[rows] = next_stamp()
+            self._state = (tuple(kept), stamps)
+            return stamps
+
+
+ROW_STAMPS = IndexKey[RowStamps]("fragmentation.row_stamps", ())
+"""Snapshot index: the :class:`RowStamps` holder of a fleet (content-checked: no column identity)."""
+
+
+def row_stamps(fleet: FleetArrays) -> IntA:
+    """:meth:`RowStamps.stamps` of ``fleet``."""
+    return fleet.derive(ROW_STAMPS, lambda _: RowStamps()).stamps(fleet)
+
+
+ROW_STAMPS_KEY: StateKey[tuple[FleetArrays, IntA]] = StateKey("fragmentation.row_stamps")
+"""Cycle state: (fleet, :func:`row_stamps` of it) of the cycle (a cycle does not write its fleet)."""
+
+
+def cycle_row_stamps(fleet: FleetArrays, ctx: CycleContext) -> IntA:
+    """:func:`row_stamps` of ``fleet``, once per cycle: the score, the stranding term's totals and the pick of a cycle
+    read the same fleet."""
+    hit = ctx.state.find(ROW_STAMPS_KEY)
+    if hit is not None and hit[0] is fleet:
+        return hit[1]
+    stamps = row_stamps(fleet)
+    ctx.state.write(ROW_STAMPS_KEY, (fleet, stamps))
+    return stamps
+
+
+def moved(old: IntA | None, new: IntA) -> IntA | None:
+    """The rows whose stamp differs between two stamps arrays (``None``: all of them, the shapes differ)."""
+    if old is None or old.shape != new.shape:
+        return None
+    if old is new:
+        return np.zeros(0, dtype=np.int64)
+    return np.flatnonzero(old != new)

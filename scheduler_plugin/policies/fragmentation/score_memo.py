@@ -1,0 +1,105 @@
+"""Per-node memo of a fragmentation plugin's score: a node's score for a request shape is recomputed only when the
+node's capacity was written since it was last scored for that shape.
+
+A node's score (its best placement's value) depends on the node alone: its capacity columns, its telemetry columns
+(eligibility, GPU sizes, model), the request shape and the workload, plus a few values shared by every node of the
+cycle (the plugin passes them as ``extra``: the stranding term's surplus factor, the packing plan). The simulator
+writes one node per arrival, so most nodes' scores are the ones computed for that shape before: the memo keeps them
+per shape and node with the node's content stamp (:mod:`.row_stamps`), and asks the plugin to compute only the others.
+Every value is computed from its own node's data alone (the sums of F row by row, element-wise functions after), so
+a score computed with other nodes or alone has the same bits.
+
+The memo engages for a workload once it is asked for twice in a row (as the F memo does): the extender's learned
+workload changes with every pod, and then each call computes every candidate as without a memo.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ...model import FleetArrays, GpuRequest
+from ..base import FloatA, IntA
+from .row_stamps import row_stamps
+from .workload import Workload
+
+STATIC = ("names", "models", "gpu_present", "model_id", "mem_total", "temp", "slowdown", "throttle")
+"""The columns a score reads that are never written in place (a new snapshot brings new arrays)."""
+
+_CELLS = 4_000_000
+"""(shape, node) scores a memo keeps, 16 bytes each (then it starts afresh): 3,300 shapes on 1,213 nodes."""
+
+
+def shape_key(req: GpuRequest) -> Hashable:
+    """The request's fields but the pod's identity (name, UID, priority): what its score depends on."""
+    return (
+        req.count,
+        req.milli,
+        req.memory_bytes,
+        req.models,
+        req.topology,
+        req.max_temperature,
+        req.cpu_milli,
+        req.host_memory_bytes,
+    )
+
+
+@dataclass(slots=True)
+class _Entry:
+    extra: tuple[Hashable, ...]
+    stamp: IntA
+    value: FloatA
+
+
+@dataclass(slots=True)
+class ScoreMemo:
+    """One plugin's per-node scores, per request shape (:func:`shape_key`), for the last workload and fleet
+    telemetry it scored against."""
+
+    _static: tuple[object, ...] = ()
+    _workload: Workload | None = None
+    _entries: dict[Hashable, _Entry] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def scores(
+        self,
+        key: Hashable,
+        fleet: FleetArrays,
+        rows: IntA,
+        w: Workload,
+        extra: tuple[Hashable, ...],
+        compute: Callable[[IntA], FloatA],
+        stamps: Callable[[], IntA] | None = None,
+    ) -> FloatA:
+        """The score of each of ``rows`` for the shape ``key`` with the cycle's shared values ``extra``:
+        kept values where the row's content is the one they were computed for, ``compute(sel)`` (positions into
+        ``rows``, ascending) for the others. ``extra`` is compared with ``is`` or ``==`` element by element;
+        ``stamps()``: :func:`.row_stamps` of ``fleet`` when the caller has them (the cycle's)."""
+        static = tuple(getattr(fleet, c) for c in STATIC)
+        with self._lock:
+            if self._workload is not w or not _same(self._static, static):
+                # a workload (or telemetry) not seen in the last call: computed afresh, kept from the next call on
+                self._workload, self._static = w, static
+                self._entries.clear()
+                return compute(np.arange(len(rows), dtype=np.int64))
+            now_all = row_stamps(fleet) if stamps is None else stamps()
+            n = len(now_all)
+            hit = self._entries.get(key)
+            if hit is None or not _same(hit.extra, extra):
+                if hit is None and len(self._entries) >= max(8, _CELLS // max(n, 1)):
+                    self._entries.clear()
+                hit = self._entries[key] = _Entry(extra, np.zeros(n, dtype=np.int64), np.zeros(n))
+            now = now_all[rows]
+            stale = np.flatnonzero(hit.stamp[rows] != now)
+            if len(stale):
+                at = rows[stale]
+                hit.value[at] = compute(stale)
+                hit.stamp[at] = now[stale]
+            return hit.value[rows]
+
+
+def _same(a: tuple[object, ...], b: tuple[object, ...]) -> bool:
+    return len(a) == len(b) and all(x is y or (isinstance(x, float) and x == y) for x, y in zip(a, b, strict=True))
