@@ -250,6 +250,9 @@ class Result:
     def wait_mean_s(self) -> float:
         return float(np.mean(self.high_wait_s)) if self.high_wait_s else math.nan
 
+    def wait_p50_s(self) -> float:
+        return float(np.percentile(self.high_wait_s, 50)) if self.high_wait_s else math.nan
+
     def wait_p95_s(self) -> float:
         return float(np.percentile(self.high_wait_s, 95)) if self.high_wait_s else math.nan
 

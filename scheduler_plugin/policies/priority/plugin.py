@@ -71,10 +71,11 @@ def per_row(fleet: FleetArrays, idx: IntA, fn: Callable[[Wiring, int], float]) -
     if idx.size == 0:
         return np.zeros(0, dtype=np.float64)
     fw = fleet.derive(WIRINGS, wirings_of)
-    bits = mask_bits(whole_free(fleet, idx))
-    pairs = np.stack([fw.pid[idx], bits], axis=1)
-    uniq, inverse = np.unique(pairs, axis=0, return_inverse=True)
-    vals = np.array([fn(fw.wirings[int(p)], int(b)) for p, b in uniq.tolist()], dtype=np.float64)
+    g = fleet.gpu_present.shape[1]
+    keys = (fw.pid[idx] << g) | mask_bits(whole_free(fleet, idx))
+    uniq, inverse = np.unique(keys, return_inverse=True)
+    low = (1 << g) - 1
+    vals = np.array([fn(fw.wirings[k >> g], k & low) for k in uniq.tolist()], dtype=np.float64)
     return np.asarray(vals[inverse.reshape(-1)], dtype=np.float64)
 
 
