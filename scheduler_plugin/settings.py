@@ -81,6 +81,9 @@ class Settings(BaseSettings):
     bind_enabled: bool = True
     bind_timeout_s: float = Field(4.0, gt=0, le=60)
     """Deadline of one bind, from the request's arrival: keep it below kube-scheduler's extender httpTimeout."""
+    shared_slots_per_gpu: int = Field(16, ge=1, le=128)
+    """``kelvin.dev/shared-gpu`` slots the device plugin advertises per GPU (its ``--shared-slots-per-gpu``): the
+    preempt verb's count of a node's free slots, as kube-scheduler counts them."""
     # request limits (a bigger request is answered 413 naming the limit)
     max_body_bytes: int = Field(DEFAULT_MAX_BODY_BYTES, ge=1024)
     max_node_names: int = Field(DEFAULT_MAX_NODE_NAMES, ge=1)

@@ -42,7 +42,7 @@ from ..policies.framework import Framework
 from ..preemption import Candidate, choose_victims
 from ..preemption.choice import Choice, Cost
 from ..preemption.pdb import BudgetIndex, violations
-from ..preemption.victims import GangCost, gang_costs, kube_count
+from ..preemption.victims import GangCost, gang_costs, kube_count, kube_free
 from .preempt_wire import NodeVictims, PreemptionArgs, preemption_result
 
 if TYPE_CHECKING:
@@ -117,7 +117,8 @@ class PreemptVerb:
             cands, keep = self._candidates(name, proposed, records, now, budgets)
             if gangs is None and any(c.gang for c in cands):
                 gangs = gang_costs(_all_records(snap.nodes, assumed), now)
-            must = kube_counted(proposed.uids, cands, req.shared)
+            free = kube_free(records, len(nd.gpus), ext.settings.shared_slots_per_gpu)
+            must = kube_counted(proposed.uids, cands, req.shared, req.count, free)
             choice = choose_victims(
                 self.framework, view, row, req, cands, now, gangs=gangs, pick=False, allowed=allowed, must_free=must
             )
@@ -248,18 +249,23 @@ def _all_records(nodes: Iterable[Any], assumed: Mapping[str, Iterable[GpuAssignm
     return out
 
 
-def kube_counted(uids: Iterable[str], cands: Iterable[Candidate], shared: bool) -> tuple[int, int]:
-    """The least that kube-scheduler's count needs freed on the node, from its own victims (those kelvin has records
-    of), in the resource the preemptor asks: (whole GPUs, shared-GPU slots). kube-scheduler reprieves every victim
-    whose return still fits, so each of its victims is needed: a share preemptor needs as many slots as its victims
-    hold; a whole-GPU one at least their GPUs less the smallest victim's plus one (a victim of 4 GPUs may have been
-    kept for a need of 2)."""
+def kube_counted(
+    uids: Iterable[str], cands: Iterable[Candidate], shared: bool, count: int, free: tuple[int, int]
+) -> tuple[int, int]:
+    """The least that kube-scheduler's count needs freed on the node, in the resource the preemptor asks: (whole GPUs,
+    shared-GPU slots). ``free``: what its count sees free on the node now (:func:`~..preemption.victims.kube_free`).
+
+    Never more than the preemptor lacks by that count (``count`` whole GPUs, or its one slot, less what is free): a
+    victim kube-scheduler chose for another resource (CPU, memory, a slot it did not lack) need not be matched. Never
+    more than its own victims (those kelvin has records of) give back either: kube-scheduler reprieves every victim
+    whose return still fits, so each was needed; a whole-GPU preemptor's victims give at least their GPUs less the
+    smallest victim's plus one (a victim of 4 GPUs may have been kept for a need of 2)."""
     proposed = set(uids)
     counts = [kube_count(c.assignment) for c in cands if c.uid in proposed]
     if shared:
-        return 0, sum(s for _, s in counts)
+        return 0, min(sum(s for _, s in counts), max(0, 1 - free[1]))
     whole = [w for w, _ in counts if w]
-    return (sum(whole) - min(whole) + 1 if whole else 0), 0
+    return min(sum(whole) - min(whole) + 1 if whole else 0, max(0, count - free[0])), 0
 
 
 def _node_answer(

@@ -47,6 +47,9 @@ class RejectionKind(StrEnum):
     """GPUs too hot or throttling, or the node hot (the operator drains it)."""
     STALE_TELEMETRY = "stale_telemetry"
     """The node's telemetry is stale or missing (``onStale: deny``)."""
+    RESERVED = "reserved"
+    """The pod is below the ``priority`` policy's ``protectFrom`` and would break a free NVLink group the policy
+    keeps for higher priorities (``reserveGpus``)."""
     PREEMPTION_PENDING = "preemption_pending"
     """The extender's own: a preemption for the pod is still evicting its victims."""
     UNKNOWN_NODE = "unknown_node"
@@ -207,6 +210,22 @@ class GpuPicker(Protocol):
 
 # Optional hooks: a plugin implements the ones it needs; the framework calls every plugin that has one, in order,
 # and knows nothing else about them.
+
+
+@runtime_checkable
+class RestrictsPlacement(Protocol):
+    """A score plugin that also refuses nodes (the ``priority`` policy's reserve): the framework runs it after its
+    own filters, in filter, pick and explain alike."""
+
+    name: str
+
+    def restricts(self) -> bool:
+        """Whether the plugin refuses any node at all with its arguments (else it is not run as a filter)."""
+        ...
+
+    def filter(self, req: GpuRequest, fleet: FleetArrays, idx: IntA, ctx: CycleContext) -> BoolA: ...
+
+    def reasons(self, req: GpuRequest, fleet: FleetArrays, rows: IntA, ctx: CycleContext) -> list[Rejection]: ...
 
 
 @runtime_checkable

@@ -35,6 +35,7 @@ from .base import (
     PreparesSnapshot,
     PreScorePlugin,
     Rejection,
+    RestrictsPlacement,
     ScorePlugin,
 )
 from .eligibility import LIMITS_KEY
@@ -171,6 +172,9 @@ class Framework:
         filters: list[BatchFilter] = [self.stale_filter, fit]
         if hot is not None and hot.enabled:
             filters.append(hot)
+        # a score plugin that also refuses nodes (the priority policy's reserve) filters after these, at any weight
+        restrictors = [ws.plugin for ws in scorers if isinstance(ws.plugin, RestrictsPlacement)]
+        filters.extend(p for p in _distinct(tuple(restrictors)) if isinstance(p, RestrictsPlacement) and p.restricts())
         self.filters: tuple[BatchFilter, ...] = tuple(filters)
         self.scorers = tuple(s for s in scorers if s.weight > 0)
         self.picker = picker

@@ -13,6 +13,7 @@ from .fit import FitFilter
 from .fragmentation import FgdPolicy, FragmentationArgs, FragmentationPolicy
 from .noise import NoiseArgs, NoiseScore
 from .policy_file import FilterPolicy
+from .priority import PriorityArgs, PriorityScore
 from .registry import Registration, Registry
 from .thermal import ThermalArgs, ThermalScore
 from .topology import TopologyArgs, TopologyPicker, TopologyScore
@@ -88,6 +89,13 @@ PRODUCTION = Registry(
             BurstArgs,
             BurstScore,
             "Penalise nodes with many placements in the last seconds (from the assumed-allocation ledger).",
+        ),
+        Registration(
+            "score",
+            "priority",
+            PriorityArgs,
+            PriorityScore,
+            "Place pods below protectFrom where they break fewest free NVLink groups kept for higher priorities.",
         ),
     ]
 )

@@ -440,3 +440,34 @@ class InsufficientResource(Rejection):
 
     def nearness(self) -> float:
         return self.free
+
+
+# -- the priority policy's reserve ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ReservedForPriority(Rejection):
+    """The pod is below ``protectFrom`` and every choice of its GPUs here breaks a free NVLink group, with the fleet's
+    free groups at or below the reserve kept for higher priorities (``scoring.priority.args``)."""
+
+    kind: ClassVar[RejectionKind] = RejectionKind.RESERVED
+    priority: int
+    protect_from: int
+    breaks: float
+    """GPUs' worth of free groups the pod would break here."""
+    free: float
+    """GPUs' worth of free groups in the fleet."""
+    reserve: int
+
+    def words(self) -> str:
+        return (
+            f"priority {self.priority} is below {self.protect_from} and the pod would break {self.breaks:.1f} GPUs' "
+            f"worth of free NVLink groups here; the fleet keeps {self.reserve} for higher priorities "
+            f"({self.free:.1f} free)"
+        )
+
+    def need(self) -> str:
+        return f"a node where it breaks no free NVLink group kept for priority {self.protect_from} and above"
+
+    def nearness(self) -> float:
+        return -self.breaks

@@ -82,6 +82,16 @@ def kube_count(a: GpuAssignment) -> tuple[int, int]:
     return 0, 1
 
 
+def kube_free(assignments: Iterable[GpuAssignment], gpus: int, slots_per_gpu: int) -> tuple[int, int]:
+    """What kube-scheduler's count sees free on a node of ``gpus`` GPUs whose pods are ``assignments``: (whole GPUs,
+    ``nvidia.com/gpu``: one a GPU; shared-GPU slots, ``kelvin.dev/shared-gpu``: ``slots_per_gpu`` a GPU, as the device
+    plugin advertises them), less what the pods request (:func:`kube_count`)."""
+    counts = [kube_count(a) for a in assignments]
+    whole = gpus - sum(w for w, _ in counts)
+    slots = gpus * slots_per_gpu - sum(s for _, s in counts)
+    return max(0, whole), max(0, slots)
+
+
 @dataclass(frozen=True, slots=True)
 class GangCost:
     """What evicting a gang costs, counted over all its members in the fleet (not only this node's)."""

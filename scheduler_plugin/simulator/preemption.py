@@ -41,6 +41,8 @@ from ..model.eviction import EvictionFacts
 from ..model.request import Topology
 from ..policies import Framework, PolicyConfig
 from ..policies.base import CycleContext
+from ..policies.policy_file import ScorerConfig
+from ..policies.priority import PriorityScore
 from ..preemption import Candidate, choose_victims
 from ..preemption.victims import gang_costs
 from .fleet import known_gpu_memory_bytes
@@ -248,19 +250,25 @@ class Result:
     def wait_mean_s(self) -> float:
         return float(np.mean(self.high_wait_s)) if self.high_wait_s else math.nan
 
+    def wait_p50_s(self) -> float:
+        return float(np.percentile(self.high_wait_s, 50)) if self.high_wait_s else math.nan
+
     def wait_p95_s(self) -> float:
         return float(np.percentile(self.high_wait_s, 95)) if self.high_wait_s else math.nan
 
 
 class _Sim:
-    def __init__(self, nodes: Sequence[GpuNode], mode: Mode, *, candidates: int) -> None:
+    def __init__(
+        self, nodes: Sequence[GpuNode], mode: Mode, *, candidates: int, placement: PolicyConfig | None = None
+    ) -> None:
         self.nodes = nodes
         self.now = 0.0
         self.ends: dict[str, tuple[float, Job]] = {}
         """job -> (when it ends, the job) for the running ones."""
         self.requeue: list[Job] = []
         self.fleet: FleetArrays = build_arrays(nodes).copy()
-        self.fw = Framework.from_config(PolicyConfig())
+        self.fw = Framework.from_config(placement if placement is not None else PolicyConfig())
+        self._learners = [p for p in self.fw.plugins if isinstance(p, PriorityScore)]
         self.mode = mode
         self.candidates = candidates
         self.running: dict[int, list[tuple[Job, int]]] = {i: [] for i in range(len(nodes))}
@@ -430,6 +438,7 @@ class _Sim:
             self.now = t
             if kind == "arrive":
                 j = by_name[name]
+                self._observe(j)
                 if j.priority >= HIGH:
                     self.result.high_arrived += 1
                     pending_high.append(j)
@@ -467,13 +476,34 @@ class _Sim:
             pending_spot = kept
         return self.result
 
+    def _observe(self, job: Job) -> None:
+        """The extender's filter observes every pod it sees: the priority policy learns the protected mix."""
+        for learner in self._learners:
+            learner.observe(job.request())
+
     def _finish_at(self, j: Job, t: float, events: list[tuple[float, int, str, str]], seq: int) -> None:
         at = t + j.work_s
         self.ends[j.name] = (at, j)
         heapq.heappush(events, (at, seq, "done", j.name))
 
 
-def simulate(nodes: Sequence[GpuNode], mix: Mix, mode: Mode, *, candidates: int = 16) -> Result:
+def placement_config(*, priority_weight: float = 0.0, reserve_gpus: int = 0) -> PolicyConfig:
+    """kelvin's default policy, plus, when either is above 0, the ``priority`` policy
+    (:mod:`scheduler_plugin.policies.priority`, ``protectFrom`` the high priority, the protected mix learned from
+    the arrivals): its score at ``priority_weight``, its reserve of ``reserve_gpus``."""
+    cfg = PolicyConfig()
+    if priority_weight <= 0 and reserve_gpus <= 0:
+        return cfg
+    args = {"protectFrom": HIGH, "reserveGpus": reserve_gpus}
+    scoring = {**cfg.scoring, "priority": ScorerConfig(weight=priority_weight, args=args)}
+    return PolicyConfig.from_mapping({"scoring": {k: v.model_dump(by_alias=True) for k, v in scoring.items()}})
+
+
+def simulate(
+    nodes: Sequence[GpuNode], mix: Mix, mode: Mode, *, candidates: int = 16, placement: PolicyConfig | None = None
+) -> Result:
+    """One run; ``placement``: the policy the framework places with (kelvin's default unless given)."""
     total = sum(len(n.gpus) for n in nodes)
     arrivals = [replace(j) for j in jobs(mix, total)]
-    return _Sim(nodes, mode, candidates=candidates).run(arrivals, mix.hours * HOUR)
+    sim = _Sim(nodes, mode, candidates=candidates, placement=placement)
+    return sim.run(arrivals, mix.hours * HOUR)

@@ -306,11 +306,63 @@ def test_what_kube_schedulers_count_needs_freed() -> None:
     big = cand("big", (4, 5, 6, 7))
     pools = [cand("p0", (0,), pool=True), cand("p1", (1,), pool=True)]
     everyone = [*singles, big, *pools]
-    # four 1-GPU victims: each was needed, so all four GPUs are
-    assert kube_counted([c.uid for c in singles], everyone, shared=False) == (4, 0)
+    full = (0, 0)  # kube-scheduler's count sees no GPU and no slot free on the node
+    # four 1-GPU victims for a 4-GPU pod: each was needed, so all four GPUs are
+    assert kube_counted([c.uid for c in singles], everyone, False, 4, full) == (4, 0)
     # one 4-GPU victim may have been kept for a need of 1: at least 1
-    assert kube_counted(["big"], everyone, shared=False) == (1, 0)
-    assert kube_counted(["big", "s0"], everyone, shared=False) == (5, 0)  # without s0 it did not fit: 5
-    # a share preemptor: the slots its victims hold; a victim kelvin has no record of counts nothing
-    assert kube_counted(["p0", "p1", "nobody"], everyone, shared=True) == (0, 2)
-    assert kube_counted([], everyone, shared=False) == (0, 0)
+    assert kube_counted(["big"], everyone, False, 1, full) == (1, 0)
+    assert kube_counted(["big", "s0"], everyone, False, 5, full) == (5, 0)  # without s0 it did not fit: 5
+    # never more than the pod lacks by the count: 3 GPUs free, a 4-GPU pod lacks one
+    assert kube_counted([c.uid for c in singles], everyone, False, 4, (3, 0)) == (1, 0)
+    # a share preemptor lacks its one slot at most (not the two its victims hold); a victim kelvin has no record of
+    # counts nothing
+    assert kube_counted(["p0", "p1", "nobody"], everyone, True, 1, full) == (0, 1)
+    # slots free: kube-scheduler took the pools for something else (CPU), no slot need be freed
+    assert kube_counted(["p0", "p1"], everyone, True, 1, (0, 5)) == (0, 0)
+    assert kube_counted([], everyone, False, 1, full) == (0, 0)
+
+
+def test_kube_free_counts_gpus_and_slots_as_kube_scheduler() -> None:
+    from scheduler_plugin.preemption.victims import kube_free
+
+    recs = [
+        GpuAssignment(pod_key="a/w", gpu_indices=(0, 1)),
+        GpuAssignment(pod_key="a/p", gpu_indices=(2,), milli=None, memory_bytes=2**30),
+        GpuAssignment(pod_key="a/s", gpu_indices=(2,), milli=300),
+    ]
+    assert kube_free(recs, 8, 16) == (6, 126)
+    assert kube_free(recs, 2, 1) == (0, 0)
+
+
+@pytest.mark.parametrize(("slots_per_gpu", "evicted"), [(16, {"uid-whole"}), (1, {"uid-whole", "uid-a"})])
+def test_a_pool_is_evicted_beside_a_whole_gpu_only_when_the_node_is_out_of_slots(
+    slots_per_gpu: int, evicted: set[str]
+) -> None:
+    """GPU 0: two 40 GiB pools (a, b); GPU 1: a whole-GPU pod started 10 s ago (the least progress); GPUs 2-7: pools of
+    higher priority. A 60 GiB pool preemptor fits once the whole-GPU pod is gone. kube-scheduler proposes the
+    whole-GPU pod and pool a (for CPU, say). With slots free on the node (16 a GPU: 120 of 128) kelvin evicts the
+    whole-GPU pod alone; with every slot taken (1 a GPU: 8 of 8) its count needs a slot too, and kelvin adds the
+    pool that loses least. Before, kelvin always matched the slots of kube-scheduler's victims: a pool evicted for
+    nothing."""
+    base = gpu_node("pools")
+    gpus = tuple(replace(g, memory_used_bytes=(80 if g.index == 0 else 70) * 2**30) for g in base.gpus)
+
+    def rec(uid: str, gpu: int, prio: int, ago: float, pool: bool = True) -> GpuAssignment:
+        return GpuAssignment(
+            pod_key=f"low/{uid}", gpu_indices=(gpu,), pod_uid=f"uid-{uid}", priority=prio,
+            milli=None if pool else 1000, memory_bytes=40 * 2**30 if pool else None,
+            eviction=EvictionFacts(started_at=T0 - ago),
+        )  # fmt: skip
+
+    recs = (
+        rec("a", 0, 10, 600),
+        rec("b", 0, 10, 900),
+        rec("whole", 1, 10, 10, pool=False),
+        *(rec(f"h{i}", i, 1000, 60) for i in range(2, 8)),
+    )
+    ext = make_extender([replace(base, gpus=gpus, assignments=recs)], shared_slots_per_gpu=slots_per_gpu)[0]
+    hi = pod("hi", gpus=1, annotations={ann.GPU_MEMORY: "60Gi"})
+    hi["spec"]["priority"] = 1000
+    with TestClient(create_app(ext)) as c:
+        out = c.post("/preempt", content=meta_args(hi, {"pools": ["uid-whole", "uid-a"]})).json()
+    assert {p["UID"] for p in out["NodeNameToMetaVictims"]["pools"]["Pods"]} == evicted

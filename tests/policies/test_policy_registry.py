@@ -14,7 +14,7 @@ from scheduler_plugin.policies.plugins import PRODUCTION
 from scheduler_plugin.policies.registry import PolicyConfigError, Registration, Registry
 
 PAPER_BASELINES = ("random", "dotproduct", "gpu-clustering", "gpu-packing", "best-fit")
-KNOWN_SCORES = "burst, fgd, fragmentation, noise, thermal, topology"
+KNOWN_SCORES = "burst, fgd, fragmentation, noise, priority, thermal, topology"
 
 
 @pytest.mark.parametrize("name", PAPER_BASELINES)

@@ -29,6 +29,7 @@ from scheduler_plugin.policies.reasons import (
     NoNvlinkGroup,
     NoTelemetry,
     NvlinkGroupInUse,
+    ReservedForPriority,
     StaleTelemetry,
     TooFewGpus,
     WrongModel,
@@ -154,6 +155,13 @@ KINDS: list[tuple[Rejection, RejectionKind, bool, str]] = [
         K.NODE_RESOURCES,
         False,
         "Insufficient memory: 16.0 GiB free, the pod requests 32.0 GiB",
+    ),
+    (
+        ReservedForPriority(0, 100, 2.0, 9.5, 8),
+        K.RESERVED,
+        False,
+        "priority 0 is below 100 and the pod would break 2.0 GPUs' worth of free NVLink groups here; the fleet "
+        "keeps 8 for higher priorities (9.5 free)",
     ),
 ]
 
