@@ -50,6 +50,7 @@ from .bindings import BindRecord, BindRecords, BindState
 from .errors import WireError
 from .gang_explain import explain_gang
 from .metrics import ExtenderMetrics
+from .node_labels import NodeLabelLister
 from .pdb_lister import PdbLister
 from .preempt_pending import PendingPreemptions
 from .turns import LoopTurns
@@ -184,6 +185,9 @@ class Extender:
     """The registry the policy was built from (the preempt verb builds its own framework from it too)."""
     pdbs: PdbLister | None = None
     """The PodDisruptionBudgets the preempt verb counts (listed when there is a Kubernetes API)."""
+    node_labels: NodeLabelLister | None = None
+    """The Node objects' topology labels explain's gang forecast plans with (listed when there is a Kubernetes API
+    and the policy names ``gang.levels``)."""
 
     def __post_init__(self) -> None:
         self.memo = RequestMemo()
@@ -612,7 +616,8 @@ class Extender:
             cand = rows[rows >= 0]
         ctx = self.framework.context(fleet, self.clock())
         out = self.framework.explain(req, fleet, row, ctx, candidates=cand).to_dict()
-        gang = explain_gang(pod, req, node, self.policy.gang, self.gang_planner, self.cache.snapshot, ctx)
+        labels = self.node_labels.labels() if self.node_labels is not None else None
+        gang = explain_gang(pod, req, node, self.policy.gang, self.gang_planner, self.cache.snapshot, ctx, labels)
         if gang is not None:
             out["gang"] = gang
         out["snapshot_age_s"] = round(self.cache.snapshot.age_seconds(self.clock()), 3)
