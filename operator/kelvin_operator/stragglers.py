@@ -5,23 +5,26 @@ a thermal candidate (a pod on a node that throttles or is predicted to: the hot-
 gang is not evicted on its own: :func:`gang_moves` turns it into one :class:`GangMove` per gang, every live member
 of the gang (on any node) to be checkpointed and evicted together, and re-planned elsewhere when its controller
 recreates the pods. A gang marked elastic (``kelvin.dev/gang-elastic: "true"`` on the straggler) loses only the
-straggler: its candidate stays a single one. :func:`move_protection` keeps a gang whole when any member is
-protected. The evictor acts (limits, handshake, Eviction API, dry run, Events); nothing here does I/O.
+straggler: its candidate stays a single one. Whether the move pays is priced over the gang (:func:`gang_move_pays`:
+the whole gang runs at its slowest member's speed, and leaving costs every member's work since its checkpoint), not
+by the straggler's own per-pod rule. :func:`move_protection` keeps a gang whole when any member is protected. The
+evictor acts (limits, handshake, Eviction API, dry run, Events); nothing here does I/O.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from scheduler_plugin.gang import GangError, GangPolicy, GangRef, read_gang
 from scheduler_plugin.gang.readers import JOB_COMPLETION_INDEX, JOBSET_NAME, LWS_NAME
 from scheduler_plugin.model import annotations as ann
+from scheduler_plugin.thermal_eviction import slowdown_cost_s
 
 from .planner import protection
-from .pods import PodView, pod_view
-from .settings import ProtectionConfig
+from .pods import PodView, age_s, pod_view, restart_cost_s
+from .settings import ProtectionConfig, ThermalEvictionConfig
 from .strategies import Candidate, Reason
 
 
@@ -64,29 +67,83 @@ def is_elastic(pod: PodView) -> bool:
     return pod.annotations.get(ann.GANG_ELASTIC, "").strip().lower() == "true"
 
 
+@dataclass(frozen=True, slots=True)
+class MemberWork:
+    """What one member of a running gang stands to lose: its GPUs, how long it has run, the work since its last
+    checkpoint (what an eviction throws away)."""
+
+    gpus: int
+    age_s: float
+    lost_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class GangVerdict:
+    move: bool
+    stay_gpu_s: float
+    """GPU-seconds staying costs: every member runs at the straggler's clock ratio for the gang's remaining work."""
+    leave_gpu_s: float
+    """GPU-seconds leaving costs: every member's work since its last checkpoint, plus a restart, on its GPUs."""
+
+    @property
+    def why(self) -> str:
+        verb = "pays" if self.move else "does not pay"
+        return (
+            f"moving the gang {verb}: staying costs {self.stay_gpu_s / 3600:.2f} GPU-h (the whole gang at its "
+            f"straggler's speed), leaving {self.leave_gpu_s / 3600:.2f} GPU-h (every member's work since its "
+            "checkpoint and a restart)"
+        )
+
+
+def gang_move_pays(
+    members: Sequence[MemberWork], clock_ratio: float, restart_s: float, max_remaining_s: float
+) -> GangVerdict:
+    """The thermal eviction rule priced over a synchronous gang (``pays``): the slowest member sets every member's
+    step time, so staying costs the gang's remaining work (its members' common run time so far, the youngest
+    member's age, capped at ``max_remaining_s``: a job that has run ``t`` tends to run about ``t`` more) slowed by
+    the straggler's ``clock_ratio``, on *every* member's GPUs; leaving costs *every* member's work since its last
+    checkpoint plus ``restart_s``, on its GPUs. A per-pod rule (:func:`scheduler_plugin.thermal_eviction.judge`)
+    weighs the straggler's own GPUs and lost work only, which is right for an elastic gang (it loses the straggler
+    alone) and wrong for a synchronous one. Pure."""
+    if not members:
+        return GangVerdict(False, 0.0, 0.0)
+    remaining = min(min(m.age_s for m in members), max_remaining_s)
+    gpus = sum(max(m.gpus, 1) for m in members)
+    stay = slowdown_cost_s(remaining, clock_ratio) * gpus
+    leave = sum((m.lost_s + restart_s) * max(m.gpus, 1) for m in members)
+    return GangVerdict(stay > leave, stay, leave)
+
+
+def member_work(pod: PodView, now: float) -> MemberWork:
+    return MemberWork(pod.gpu_count, age_s(pod, now), restart_cost_s(pod, now))
+
+
 def gang_moves(
     candidates: Sequence[Candidate],
     gang_by_pod: Mapping[str, GangRef],
     members: Mapping[str, Sequence[Mapping[str, Any]]],
+    now: float = 0.0,
+    rule: ThermalEvictionConfig | None = None,
 ) -> tuple[list[Candidate], list[GangMove]]:
     """(the candidates to evict one by one, the gangs to move whole). ``gang_by_pod``: pod key -> its gang, for the
     node's pods; ``members``: gang key -> the pods of its members the operator knows (any node). Only thermal
     candidates of non-elastic gangs become moves; a member's other reasons (noisy neighbour, memory pool) stay its
-    own."""
+    own. Under ``rule`` ``pays`` a gang moves only when :func:`gang_move_pays` says so over all its members (the
+    thermal strategy leaves that decision to the gang for their pods: ``Candidate.clock_ratio``); a gang that does
+    not pay stays, its straggler included. Without ``rule`` (or ``warm``) every such gang moves."""
     singles: list[Candidate] = []
     worst: dict[str, Candidate] = {}
+    ratio: dict[str, float] = {}
     for c in candidates:
         ref = gang_by_pod.get(c.pod.key)
         if ref is None or c.reason is not Reason.THERMAL or is_elastic(c.pod):
             singles.append(c)
             continue
+        if c.clock_ratio is not None:
+            ratio[ref.key] = min(ratio.get(ref.key, 1.0), c.clock_ratio)
         prev = worst.get(ref.key)
         if prev is None or (c.heat, c.pod.key) > (prev.heat, prev.pod.key):
             worst[ref.key] = c
-    moved = {c.pod.key for c in worst.values()}
-    # a member that is a thermal straggler of a moved gang is not also evicted alone for another reason
-    in_moves = {k for g in worst for k in _keys(members.get(g, ()))} | moved
-    singles = [c for c in singles if c.pod.key not in in_moves]
     moves = []
     for gang, c in sorted(worst.items()):
         views = {c.pod.key: c.pod}
@@ -94,8 +151,18 @@ def gang_moves(
             v = pod_view(p)
             if v.node and v.phase not in ("Succeeded", "Failed") and v.key not in views:
                 views[v.key] = v
-        moves.append(GangMove(gang, c, tuple(views[k] for k in sorted(views))))
-    return singles, moves
+        straggler = c
+        if rule is not None and rule.rule == "pays" and gang in ratio:
+            verdict = gang_move_pays(
+                [member_work(v, now) for v in views.values()], ratio[gang], rule.restart_s, rule.max_remaining_s
+            )
+            if not verdict.move:
+                continue
+            straggler = replace(c, detail=f"{c.detail}; {verdict.why}")
+        moves.append(GangMove(gang, straggler, tuple(views[k] for k in sorted(views))))
+    # a member of a moved gang is not also evicted alone for another reason
+    in_moves = {k for m in moves for k in _keys(members.get(m.gang, ()))} | {m.straggler.pod.key for m in moves}
+    return [c for c in singles if c.pod.key not in in_moves], moves
 
 
 def _keys(pods: Sequence[Mapping[str, Any]]) -> set[str]:
