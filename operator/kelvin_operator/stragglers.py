@@ -6,8 +6,9 @@ gang is not evicted on its own: :func:`gang_moves` turns it into one :class:`Gan
 of the gang (on any node) to be checkpointed and evicted together, and re-planned elsewhere when its controller
 recreates the pods. A gang marked elastic (``kelvin.dev/gang-elastic: "true"`` on the straggler) loses only the
 straggler: its candidate stays a single one. Whether the move pays is priced over the gang (:func:`gang_move_pays`:
-the whole gang runs at its slowest member's speed, and leaving costs every member's work since its checkpoint), not
-by the straggler's own per-pod rule. :func:`move_protection` keeps a gang whole when any member is protected. The
+the whole gang runs at its slowest member's speed, and leaving costs every member's work since its checkpoint:
+``scheduler_plugin/gang_eviction.py``, the rule the job simulator's thermal scenario runs too), not by the
+straggler's own per-pod rule. :func:`move_protection` keeps a gang whole when any member is protected. The
 evictor acts (limits, handshake, Eviction API, dry run, Events); nothing here does I/O.
 """
 
@@ -19,8 +20,8 @@ from typing import Any
 
 from scheduler_plugin.gang import GangError, GangPolicy, GangRef, read_gang
 from scheduler_plugin.gang.readers import JOB_COMPLETION_INDEX, JOBSET_NAME, LWS_NAME
+from scheduler_plugin.gang_eviction import MemberWork, gang_move_pays
 from scheduler_plugin.model import annotations as ann
-from scheduler_plugin.thermal_eviction import slowdown_cost_s
 
 from .planner import protection
 from .pods import PodView, age_s, pod_view, restart_cost_s
@@ -65,53 +66,6 @@ def gang_of(pod: Mapping[str, Any], policy: GangPolicy) -> GangRef | None:
 
 def is_elastic(pod: PodView) -> bool:
     return pod.annotations.get(ann.GANG_ELASTIC, "").strip().lower() == "true"
-
-
-@dataclass(frozen=True, slots=True)
-class MemberWork:
-    """What one member of a running gang stands to lose: its GPUs, how long it has run, the work since its last
-    checkpoint (what an eviction throws away)."""
-
-    gpus: int
-    age_s: float
-    lost_s: float
-
-
-@dataclass(frozen=True, slots=True)
-class GangVerdict:
-    move: bool
-    stay_gpu_s: float
-    """GPU-seconds staying costs: every member runs at the straggler's clock ratio for the gang's remaining work."""
-    leave_gpu_s: float
-    """GPU-seconds leaving costs: every member's work since its last checkpoint, plus a restart, on its GPUs."""
-
-    @property
-    def why(self) -> str:
-        verb = "pays" if self.move else "does not pay"
-        return (
-            f"moving the gang {verb}: staying costs {self.stay_gpu_s / 3600:.2f} GPU-h (the whole gang at its "
-            f"straggler's speed), leaving {self.leave_gpu_s / 3600:.2f} GPU-h (every member's work since its "
-            "checkpoint and a restart)"
-        )
-
-
-def gang_move_pays(
-    members: Sequence[MemberWork], clock_ratio: float, restart_s: float, max_remaining_s: float
-) -> GangVerdict:
-    """The thermal eviction rule priced over a synchronous gang (``pays``): the slowest member sets every member's
-    step time, so staying costs the gang's remaining work (its members' common run time so far, the youngest
-    member's age, capped at ``max_remaining_s``: a job that has run ``t`` tends to run about ``t`` more) slowed by
-    the straggler's ``clock_ratio``, on *every* member's GPUs; leaving costs *every* member's work since its last
-    checkpoint plus ``restart_s``, on its GPUs. A per-pod rule (:func:`scheduler_plugin.thermal_eviction.judge`)
-    weighs the straggler's own GPUs and lost work only, which is right for an elastic gang (it loses the straggler
-    alone) and wrong for a synchronous one. Pure."""
-    if not members:
-        return GangVerdict(False, 0.0, 0.0)
-    remaining = min(min(m.age_s for m in members), max_remaining_s)
-    gpus = sum(max(m.gpus, 1) for m in members)
-    stay = slowdown_cost_s(remaining, clock_ratio) * gpus
-    leave = sum((m.lost_s + restart_s) * max(m.gpus, 1) for m in members)
-    return GangVerdict(stay > leave, stay, leave)
 
 
 def member_work(pod: PodView, now: float) -> MemberWork:
