@@ -263,3 +263,5 @@ def test_kelvin_s_operator_moves_a_straggling_job_when_the_gang_rule_says_it_pay
     assert Remediation().verdict(1, 8, 600.0, 0.7).move and not Remediation().verdict(1, 8, 540.0, 0.7).move
     tas = simulate_jobs(jobs, jf, build_scheduler("tas-greedy", jf, 1), seed=1, fleet=fleet, poor=poor)
     assert all(o.moves == 0 for o in tas.jobs)
+    rows = {r["scheduler"]: r for r in aggregate([moved, tas])}
+    assert rows["kelvin-pod"]["straggler_moves"] == 1 and rows["tas-greedy"]["straggler_moves"] == 0
