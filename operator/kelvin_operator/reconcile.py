@@ -30,7 +30,7 @@ from .metrics import OperatorMetrics
 from .planner import Protected, plan
 from .pods import PodView, pod_view
 from .settings import OperatorConfig, PoolMode
-from .stragglers import GangMove, gang_moves, gang_of, move_protection
+from .stragglers import GangMove, gang_moves, gang_of, is_elastic, move_protection
 from .strategies import Candidate, PoolViolation, memory_pools, noisy_neighbours, pool_candidates, thermal
 
 log = logging.getLogger("kelvin.operator")
@@ -126,9 +126,12 @@ class Reconciler:
         if not fresh or gpu_node is None:
             return result
         views = active_pods(pods, name)
+        gang_by_pod, gang_members = self._gangs_here(pods, gangs)
         candidates: list[Candidate] = []
         if new.hot and obs is not None and self.cfg.thermal_enabled:
-            candidates += thermal(gpu_node, obs, views, self.cfg.hotness.cool_celsius, now, self.cfg.thermal_eviction)
+            rule = self.cfg.thermal_eviction
+            deferred = {v.key for v in views if v.key in gang_by_pod and not is_elastic(v)}  # the gang decides
+            candidates += thermal(gpu_node, obs, views, self.cfg.hotness.cool_celsius, now, rule, deferred)
         # Each strategy is isolated: an unexpected error in one (a pod's data it cannot handle) is logged with the
         # node and strategy, and the others (above all the thermal one) still act this cycle.
         try:
@@ -140,7 +143,7 @@ class Reconciler:
             candidates += pool_candidates(result.violations)
         except Exception:
             log.exception("node %s: the memory-pool strategy failed; skipped this cycle", name)
-        singles, moves = gang_moves(candidates, *self._gangs_here(pods, gangs))
+        singles, moves = gang_moves(candidates, gang_by_pod, gang_members, now, self.cfg.thermal_eviction)
         ranked, protected = plan(singles, now, self.cfg.protection)
         result.candidates, result.protected, result.moves = ranked, protected, moves
         self._report_protected(name, protected)

@@ -7,7 +7,7 @@ their business: the planner and the evictor own those.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -15,7 +15,7 @@ from scheduler_plugin.hotness import Observation
 from scheduler_plugin.model.claim import charged_milli
 from scheduler_plugin.model.gpu import MILLI_PER_GPU, GpuNode, GpuProcess
 from scheduler_plugin.model.quantity import format_gib
-from scheduler_plugin.thermal_eviction import judge
+from scheduler_plugin.thermal_eviction import judge, throttled_ratio
 
 from .pods import PodView, age_s, restart_cost_s
 from .settings import NoisyConfig, PoolConfig, PoolMode, ThermalEvictionConfig
@@ -38,6 +38,9 @@ class Candidate:
     """Degree-weighted share of the hot GPUs' excess heat this pod contributes (thermal), or how far it is over its
     share (noisy / pool); larger goes first among equal priorities."""
     detail: str
+    clock_ratio: float | None = None
+    """A thermal candidate whose move its gang decides (``thermal(..., deferred=)``): the clock ratio of its
+    throttling GPUs, for :func:`~kelvin_operator.stragglers.gang_move_pays`; ``None`` otherwise."""
 
 
 def pod_gpus(pod: PodView, node: GpuNode) -> tuple[int, ...]:
@@ -94,13 +97,16 @@ def thermal(
     cool_celsius: float,
     now: float = 0.0,
     rule: ThermalEvictionConfig | None = None,
+    deferred: Collection[str] = (),
 ) -> list[Candidate]:
     """Pods on the GPUs of a hot node that trigger hotness or are still warm (at or above ``cool_celsius``).
 
     With ``rule`` ``pays`` (the default of :class:`ThermalEvictionConfig`), only those of them on a thermally
     throttling GPU whose eviction saves more GPU-time than it costs (:func:`scheduler_plugin.thermal_eviction.judge`,
     the rule the simulator runs too); the others stay (the node's taint keeps new pods off while it cools). ``rule``
-    ``None`` or ``warm``: all of them."""
+    ``None`` or ``warm``: all of them. ``deferred``: keys of pods whose move their gang decides under ``pays``
+    (members of a synchronous gang, :func:`~kelvin_operator.stragglers.gang_move_pays`): each on a throttling warm
+    GPU is a candidate with its ``clock_ratio``, whatever its own rule says."""
     if not obs.warm_gpus:
         return []
     rule = rule or ThermalEvictionConfig(rule="warm")
@@ -108,10 +114,21 @@ def thermal(
     tenants = tenants_by_gpu(pods, node)
     out: list[Candidate] = []
     for p in pods:
-        verdict = judge(node, obs, pod_gpus(p, node), age_s(p, now), restart_cost_s(p, now), rule)
-        if not verdict.move:
-            continue
-        on, why = verdict.warm_gpus, verdict.why
+        ratio: float | None = None
+        if rule.rule == "pays" and p.key in deferred:
+            on = tuple(i for i in sorted(pod_gpus(p, node)) if i in set(obs.warm_gpus))
+            throttled = [g for g in node.gpus if g.index in on and g.thermally_throttled]
+            if not throttled:
+                continue  # warm but not throttling: never moves under pays (the taint and the cooling are enough)
+            ratio, why = (
+                min(map(throttled_ratio, throttled)),
+                f"; throttled to {min(map(throttled_ratio, throttled)):.0%} clocks",
+            )
+        else:
+            verdict = judge(node, obs, pod_gpus(p, node), age_s(p, now), restart_cost_s(p, now), rule)
+            if not verdict.move:
+                continue
+            on, why = verdict.warm_gpus, verdict.why
         heat = sum(_share_of(p, node, i, len(tenants[i])) * max(0.0, temps[i] - cool_celsius) for i in on)
         hottest = max(on, key=lambda i: temps[i])
         out.append(
@@ -121,6 +138,7 @@ def thermal(
                 heat=heat,
                 detail=f"on hot GPU(s) {','.join(map(str, on))} of {node.name} "
                 f"(gpu {hottest} at {temps[hottest]:.1f} °C){why}",
+                clock_ratio=ratio,
             )
         )
     return out

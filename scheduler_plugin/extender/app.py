@@ -30,6 +30,7 @@ from ..telemetry.cache import CacheSettings, SnapshotCache, TelemetryMetrics
 from ..telemetry.source import TelemetrySource
 from .binder import Binder, KubeBinder, LocalBinder, NoApiBinder
 from .metrics import ExtenderMetrics
+from .node_labels import NodeLabelLister
 from .pdb_lister import PdbLister
 from .routes import install_health_routes, install_routes
 from .service import Extender
@@ -98,11 +99,14 @@ def build_extender(
     if source is None:
         source = build_source(settings)
     pdbs: PdbLister | None = None
+    node_labels: NodeLabelLister | None = None
     if binder is None:
         client = kube_client(settings)
         if client is not None:
             binder = KubeBinder(client)
             pdbs = PdbLister(client)
+            if policy.gang.levels:
+                node_labels = NodeLabelLister(client, [lv.label for lv in policy.gang.levels])
             if not isinstance(source, SimulatedFleetSource):
                 source = AssignedSource(source, client, list_interval_s=settings.refresh_interval_s)
         elif isinstance(source, SimulatedFleetSource):
@@ -139,6 +143,7 @@ def build_extender(
         clock=clock,
         plugins=plugins,
         pdbs=pdbs,
+        node_labels=node_labels,
     )
 
 
@@ -152,9 +157,13 @@ def create_app(ext: Extender, *, metrics: bool = True) -> FastAPI:
         await ext.cache.start()
         if ext.pdbs is not None:
             await ext.pdbs.start()
+        if ext.node_labels is not None:
+            await ext.node_labels.start()
         try:
             yield
         finally:
+            if ext.node_labels is not None:
+                await ext.node_labels.stop()
             if ext.pdbs is not None:
                 await ext.pdbs.stop()
             await ext.cache.stop()

@@ -4,11 +4,12 @@ A member the operator has planned carries its plan (``kelvin.dev/gang-planned-no
 answer says where it goes and whether that is the node asked about. A member not planned yet (gated) is planned
 here, over the extender's snapshot and framework, as a gang of ``size`` members that each ask what this pod asks
 (the planner's what-if; nothing is charged): the domain it would go to and each member's node and GPUs, or why it
-cannot be placed now. The domains come from the snapshot's node labels: a simulated fleet's carry them, a
-Prometheus or scrape snapshot's do not (its nodes are named from DCGM series). Where no node of the snapshot carries a
-policy level's label, the answer says so (``levels_unknown``): at that level every node is its own domain here, a
-``required=`` gang at it is reported as not known rather than as never placeable, and the operator, which plans with
-the Node objects' labels, may decide otherwise.
+cannot be placed now. The domains come from the Node objects' labels when the extender lists them (a Kubernetes API:
+:class:`.node_labels.NodeLabelLister`, the labels the operator plans with), else from the snapshot's node labels: a
+simulated fleet's carry them, a Prometheus or scrape snapshot's do not (its nodes are named from DCGM series). Only in
+that case, where no node of the snapshot carries a policy level's label, the answer says so (``levels_unknown``): at
+that level every node is its own domain here, a ``required=`` gang at it is reported as not known rather than as never
+placeable, and the operator may decide otherwise.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from ..model import annotations as ann
 from ..model.pod import key_of
 from ..model.snapshot import Snapshot
 from ..policies.base import CycleContext
+from .node_labels import NodeLabels
 
 
 def _planned(annotations: Mapping[str, Any], node: str) -> dict[str, Any] | None:
@@ -44,8 +46,12 @@ def explain_gang(
     planner: GangPlanner,
     snapshot: Snapshot,
     ctx: CycleContext,
+    node_labels: NodeLabels | None = None,
 ) -> dict[str, Any] | None:
-    """The gang part of ``/explain`` for ``pod`` (asking ``req``) on ``node``; ``None`` for a pod of no gang."""
+    """The gang part of ``/explain`` for ``pod`` (asking ``req``) on ``node``; ``None`` for a pod of no gang.
+    ``node_labels``: the Node objects' level labels by node name (:class:`.node_labels.NodeLabelLister`), what the
+    operator plans with; ``None`` when not known (the snapshot's labels are used, and the levels none carries are
+    reported as unknown)."""
     meta = pod.get("metadata") or {}
     annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
     planned = _planned(annotations if isinstance(annotations, Mapping) else {}, node)
@@ -69,8 +75,14 @@ def explain_gang(
         out["plan"] = {"planned": False, "reason": "the gang's size is not known (set kelvin.dev/gang-size)"}
         return out
     fleet: FleetArrays = snapshot.arrays
-    domains = build_domains(fleet.names, [nd.labels for nd in snapshot.nodes], policy)
-    unknown = _unknown_levels(policy, domains)
+    if node_labels is not None:
+        labels = [node_labels.get(nd.name, nd.labels) for nd in snapshot.nodes]
+        out["levels_from"] = "the Node objects' labels"
+    else:
+        labels = [nd.labels for nd in snapshot.nodes]
+        out["levels_from"] = f"the snapshot's node labels (source {snapshot.source!r})"
+    domains = build_domains(fleet.names, labels, policy)
+    unknown = _unknown_levels(policy, domains) if node_labels is None else []
     if unknown:
         out["levels_unknown"] = {
             "levels": [lv.name for lv in unknown],

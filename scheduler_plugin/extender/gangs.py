@@ -4,7 +4,9 @@ GPUs.
 The operator's gang planner records a member's plan on the pod (``kelvin.dev/gang-planned-node``, and the
 ``kelvin.dev/gpu-assigned`` annotations the pod listing merges into the snapshot, so the planned capacity counts as
 taken for every other pod). At filter, :func:`planned_filter` passes that node only, every other with a reason
-naming it; a planned node that is gone, or hot now, passes nowhere (the operator re-plans the gang). At bind,
+naming it; a plan that no longer holds (its node gone, hot now or predicted hot under load, its GPUs taken by
+another pod: :mod:`scheduler_plugin.gang.plan_check`, the check the operator's stale-plan pass runs) passes nowhere
+(the operator re-plans the gang). At bind,
 :func:`planned_gpus` gives the GPUs the snapshot holds for the pod on that node, so the member gets what the plan
 charged instead of a fresh pick (which would see its own planned GPUs as taken).
 """
@@ -14,38 +16,50 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..hotness import HotnessConfig, trigger_mask
-from ..model import FleetArrays
+from ..gang.plan_check import PlannedOn, plan_problem, thermal_masks
+from ..gang.planner import GangPlanner
+from ..model import GpuRequest
 from ..model import annotations as ann
+from ..model.claim import parse_gpu_indices
+from ..model.pod import key_of
 from ..model.snapshot import Snapshot
-from ..policies.framework import Framework
+from ..policies.base import CycleContext
 
 
 def planned_node(pod: Mapping[str, Any]) -> str | None:
     """The node the gang planner chose for this pod, or ``None`` for a pod without a plan."""
-    meta = pod.get("metadata") or {}
-    annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
-    value = annotations.get(ann.GANG_PLANNED_NODE) if isinstance(annotations, Mapping) else None
+    value = _annotations(pod).get(ann.GANG_PLANNED_NODE)
     return value if isinstance(value, str) and value else None
 
 
 def planned_filter(
-    planned: str, names: Sequence[str], fleet: FleetArrays, framework: Framework
+    pod: Mapping[str, Any],
+    req: GpuRequest,
+    planned: str,
+    names: Sequence[str],
+    snapshot: Snapshot,
+    planner: GangPlanner,
+    ctx: CycleContext,
 ) -> tuple[list[int], dict[str, str]]:
-    """(positions of ``names`` that pass, node -> reason for the others) for a member planned on ``planned``; hot by
-    the framework's ``hotness`` rule (whether or not its hot filter is on)."""
-    hotness = framework.hot_filter.cfg if framework.hot_filter is not None else HotnessConfig()
-    row = fleet.index.get(planned)
-    if row is None:
-        why = f"gang member planned on node {planned}, which kelvin no longer sees; the operator re-plans the gang"
-        return [], dict.fromkeys(names, why)
-    hot = trigger_mask(fleet, hotness)[row]
-    if hot.any():
-        why = f"gang member planned on node {planned}, which is hot now; the operator re-plans the gang"
+    """(positions of ``names`` that pass, node -> reason for the others) for ``pod`` (asking ``req``) planned on
+    ``planned``. A plan that no longer holds (:func:`~scheduler_plugin.gang.plan_check.plan_problem`, the check the
+    operator's stale-plan pass runs: node gone, hot, predicted hot under load, planned GPUs taken by another pod)
+    passes nowhere, with the reason on every node: the member must not bind there before the operator re-plans."""
+    gpus = parse_gpu_indices(_annotations(pod).get(ann.GANG_PLANNED_GPUS)) or ()
+    hot, predicted = thermal_masks(planner, snapshot.arrays, ctx)
+    problem = plan_problem(PlannedOn(key_of(pod), planned, gpus, req), snapshot, hot, predicted)
+    if problem is not None:
+        why = f"gang member: {problem}; the operator re-plans the gang"
         return [], dict.fromkeys(names, why)
     passed = [i for i, n in enumerate(names) if n == planned]
     other = f"gang member: kelvin's gang planner placed it on node {planned}"
     return passed, {n: other for n in names if n != planned}
+
+
+def _annotations(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = pod.get("metadata") or {}
+    annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
+    return annotations if isinstance(annotations, Mapping) else {}
 
 
 def planned_gpus(snapshot: Snapshot, node: str, pod_key: str) -> tuple[int, ...] | None:

@@ -50,6 +50,7 @@ from .bindings import BindRecord, BindRecords, BindState
 from .errors import WireError
 from .gang_explain import explain_gang
 from .metrics import ExtenderMetrics
+from .node_labels import NodeLabelLister
 from .pdb_lister import PdbLister
 from .preempt_pending import PendingPreemptions
 from .turns import LoopTurns
@@ -184,6 +185,9 @@ class Extender:
     """The registry the policy was built from (the preempt verb builds its own framework from it too)."""
     pdbs: PdbLister | None = None
     """The PodDisruptionBudgets the preempt verb counts (listed when there is a Kubernetes API)."""
+    node_labels: NodeLabelLister | None = None
+    """The Node objects' topology labels explain's gang forecast plans with (listed when there is a Kubernetes API
+    and the policy names ``gang.levels``)."""
 
     def __post_init__(self) -> None:
         self.memo = RequestMemo()
@@ -199,8 +203,17 @@ class Extender:
         #: Deadline of one bind, counted from the request's arrival (``bind_timeout_s``, KELVIN_BIND_TIMEOUT_S): below
         #: kube-scheduler's extender httpTimeout (5 s by default).
         self.bind_timeout_s: float = self.settings.bind_timeout_s
+        self._gang_planner: GangPlanner | None = None
 
     # -- helpers -----------------------------------------------------------------------------------------------
+
+    @property
+    def gang_planner(self) -> GangPlanner:
+        """The gang planner over this extender's framework and ``gang:`` policy (built again when either changes)."""
+        cached = self._gang_planner
+        if cached is None or cached.fw is not self.framework or cached.policy is not self.policy.gang:
+            cached = self._gang_planner = GangPlanner(self.framework, self.policy.gang)
+        return cached
 
     def _listed_uids(self, node: str, now: float) -> set[str]:
         """UIDs of the pods kelvin's records show holding GPUs on ``node``: the snapshot's and the ledger's."""
@@ -286,7 +299,8 @@ class Extender:
         # The one place a pod is learned (the target workload is the mix of arriving pods; see Framework.observe):
         # filter is the verb every managed pod reaches, fitting or not, with or without a prioritize verb.
         self.framework.observe(req)
-        fleet = self.cache.snapshot.arrays
+        snap = self.cache.snapshot
+        fleet = snap.arrays
         rows = args.name_list.rows(fleet.index)
         failed: dict[str, str] = {}
         unresolvable: dict[str, str] = {}
@@ -303,7 +317,7 @@ class Extender:
                 return wire.filter_result(args, [], {}, {}, error=down)
             planned = gangs.planned_node(args.pod)
             if planned is not None:  # a gang member: its node was planned with the whole gang
-                passed, refused = gangs.planned_filter(planned, names, fleet, self.framework)
+                passed, refused = gangs.planned_filter(args.pod, req, planned, names, snap, self.gang_planner, ctx)
                 self.metrics.decisions.labels("filter", "passed").inc(len(passed))
                 self.metrics.decisions.labels("filter", "rejected").inc(len(refused))
                 return wire.filter_result(args, passed, refused, {})
@@ -602,8 +616,8 @@ class Extender:
             cand = rows[rows >= 0]
         ctx = self.framework.context(fleet, self.clock())
         out = self.framework.explain(req, fleet, row, ctx, candidates=cand).to_dict()
-        planner = GangPlanner(self.framework, self.policy.gang)
-        gang = explain_gang(pod, req, node, self.policy.gang, planner, self.cache.snapshot, ctx)
+        labels = self.node_labels.labels() if self.node_labels is not None else None
+        gang = explain_gang(pod, req, node, self.policy.gang, self.gang_planner, self.cache.snapshot, ctx, labels)
         if gang is not None:
             out["gang"] = gang
         out["snapshot_age_s"] = round(self.cache.snapshot.age_seconds(self.clock()), 3)

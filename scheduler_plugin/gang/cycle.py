@@ -11,9 +11,10 @@ minimum number of members exists, :func:`plan_gang` plans all of them at once an
   when no domain could ever hold the gang).
 
 A plan that went stale before the member bound (its node disappeared, turned hot or is predicted hot, or its GPUs
-were taken) is found by :func:`stale_plans` and replaced by :func:`replan_gang`. A scheduling gate cannot be added
+were taken: :mod:`.plan_check`, the check the extender's filter runs too) is found by :func:`stale_plans` and
+replaced by :func:`replan_gang`. A scheduling gate cannot be added
 back once removed (the API server refuses a pod update that adds one), so a stale member stays ungated meanwhile:
-the extender's planned-node filter refuses it every node while its planned node is gone or hot, and the re-plan's
+the extender's planned-node filter refuses it every node while its plan does not hold, and the re-plan's
 annotation update puts it back in kube-scheduler's active queue.
 """
 
@@ -26,15 +27,14 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ..hotness import trigger_mask
 from ..model import FleetArrays, GpuNode, GpuRequest, RequestError, parse_pod
 from ..model import annotations as ann
-from ..model.claim import charged_milli, claim_of, parse_gpu_indices
-from ..model.gpu import MILLI_PER_GPU
+from ..model.claim import parse_gpu_indices
 from ..model.pod import key_of, pod_key
 from ..model.snapshot import Snapshot
 from ..policies.base import CycleContext
 from .levels import GangPolicy
+from .plan_check import PlannedOn, plan_problem, thermal_masks
 from .planner import Gang, GangPlan, GangPlanner, Member, PlanFailure
 from .readers import GangError, GangRef, TopologyAsk, read_gang
 from .topology import Domains, build_domains
@@ -210,54 +210,23 @@ def placed_member(pod: Mapping[str, Any], policy: GangPolicy) -> PlacedMember | 
     )
 
 
-def thermal_masks(planner: GangPlanner, fleet: FleetArrays, ctx: CycleContext) -> tuple[BoolA, BoolA]:
-    """Per fleet row: (hot now by the planner's ``hotness`` rule, predicted hot under load: thermal quality below
-    ``gang.minThermalQuality``), the two reasons the planner keeps a gang member off a node."""
-    hot = np.asarray(trigger_mask(fleet, planner.hotness).any(axis=1), dtype=np.bool_)
-    quality = planner.node_quality(planner.fw.view(fleet, ctx))
-    return hot, np.asarray(quality < planner.policy.min_thermal_quality, dtype=np.bool_)
-
-
-def _taken_by(node: GpuNode, member: PlacedMember, own: set[str]) -> str | None:
-    """Another pod holding the member's planned GPUs on ``node`` (so the member no longer fits them), or ``None``;
-    what each claim occupies is its charge on the GPU (:func:`~scheduler_plugin.model.claim.charged_milli`)."""
-    want = claim_of(member.request, member.gpus)
-    for g in node.gpus:
-        if g.index not in member.gpus:
-            continue
-        others = [a for a in node.assignments if g.index in a.gpu_indices and a.pod_key not in own]
-        used = sum(charged_milli(a, g.memory_total_bytes) for a in others)
-        if others and used + charged_milli(want, g.memory_total_bytes) > MILLI_PER_GPU:
-            return others[0].pod_key
-    return None
-
-
 def stale_plans(
     members: Iterable[PlacedMember],
     snapshot: Snapshot,
     hot: Sequence[bool] | BoolA,
     predicted: Sequence[bool] | BoolA,
 ) -> dict[str, str]:
-    """Pod key -> why its plan went stale, for the planned, not yet bound ``members`` whose planned node is gone from
-    the snapshot, hot (``hot``: per fleet row), predicted hot (``predicted``), or whose planned GPUs another pod
-    holds. Members bound already, or whose plan still holds, are not in it."""
-    ms = list(members)
-    own = {m.key for m in ms}
+    """Pod key -> why its plan went stale, for the planned, not yet bound ``members`` whose plan no longer holds
+    (:func:`~scheduler_plugin.gang.plan_check.plan_problem`, the check the extender's filter runs too: node gone,
+    hot, predicted hot, planned GPUs taken by another pod; ``hot`` and ``predicted`` per fleet row). Members bound
+    already, or whose plan still holds, are not in it."""
     out: dict[str, str] = {}
-    for m in ms:
+    for m in members:
         if m.bound or m.planned is None:
             continue
-        row = snapshot.arrays.index.get(m.planned)
-        node = snapshot.node(m.planned)
-        if row is None or node is None:
-            out[m.key] = f"{m.key}: its planned node {m.planned} is gone"
-        elif hot[row]:
-            out[m.key] = f"{m.key}: its planned node {m.planned} is hot"
-        elif predicted[row]:
-            out[m.key] = f"{m.key}: its planned node {m.planned} is predicted hot under load"
-        elif (other := _taken_by(node, m, own)) is not None:
-            gpus = ",".join(map(str, m.gpus))
-            out[m.key] = f"{m.key}: its planned GPUs {gpus} on {m.planned} are taken by {other}"
+        problem = plan_problem(PlannedOn(m.key, m.planned, m.gpus, m.request), snapshot, hot, predicted)
+        if problem is not None:
+            out[m.key] = f"{m.key}: {problem}"
     return out
 
 

@@ -142,6 +142,9 @@ class GpuAssignment:
     """What preemption weighs when it considers evicting the pod (``kelvin.dev/evictable``, its gang, when it
     started and last checkpointed); read from the pod by the listing of assignments, ``None`` when unknown (a bind
     in the ledger that the listing has not shown yet)."""
+    gang_plan: bool = field(default=False, compare=False)
+    """A gang member's plan not bound yet (``kelvin.dev/gang-planned-*``, from the listing): capacity the operator's
+    gang planner holds for it, not a pod on the GPUs (docs/jobs.md)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -94,8 +94,8 @@ def planned_assignment_of_pod(pod: Mapping[str, Any]) -> tuple[str, GpuAssignmen
     try:
         req, _ = parse_bound_pod(pod)
     except RequestError:
-        return node, GpuAssignment(pod_key=key, gpu_indices=gpus)
-    return node, replace(claim_of(req, gpus, pod_key=key), pod_uid=None)
+        return node, GpuAssignment(pod_key=key, gpu_indices=gpus, gang_plan=True)
+    return node, replace(claim_of(req, gpus, pod_key=key), pod_uid=None, gang_plan=True)
 
 
 def assignments_from_pods(pods: Iterable[Mapping[str, Any]]) -> dict[str, list[GpuAssignment]]:

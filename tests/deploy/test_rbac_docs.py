@@ -70,6 +70,7 @@ def test_install_md_table_parses_what_it_shows() -> None:
         ("", "pods", "list"),
         ("", "pods/binding", "create"),
         ("policy", "poddisruptionbudgets", "list"),
+        ("", "nodes", "list"),
     }
 
 

@@ -51,9 +51,52 @@ async def test_a_planned_node_that_turned_hot_passes_nowhere(started: Any) -> No
     ext = await started(make_extender([gpu_node("gpu-node-1", hot=[0]), gpu_node("gpu-node-2")])[0])
     r = ext.filter(args(planned("gpu-node-1"), NODES))
     assert r["NodeNames"] == []
-    assert all("is hot now; the operator re-plans the gang" in why for why in r["FailedNodes"].values())
+    assert r["FailedNodes"] == dict.fromkeys(
+        NODES, "gang member: its planned node gpu-node-1 is hot; the operator re-plans the gang"
+    )
     gone = ext.filter(args(planned("gpu-node-9"), NODES))
-    assert gone["NodeNames"] == [] and "no longer sees" in gone["FailedNodes"]["gpu-node-1"]
+    assert gone["NodeNames"] == [] and "its planned node gpu-node-9 is gone" in gone["FailedNodes"]["gpu-node-1"]
+
+
+def poorly_cooled(name: str) -> Any:
+    """Cool now (45 °C, not hot), but predicted past its slowdown under a pod's load: 0.15 °C/W (a well cooled GPU:
+    0.03) from 60 W to the 400 W its busy GPU draws. Its thermal quality is 0, below ``gang.minThermalQuality``."""
+    nd = gpu_node(name, busy=[0])
+    gpus = tuple(
+        replace(g, power_watts=400.0 if g.index == 0 else 60.0, thermal_resistance_c_per_w=0.15) for g in nd.gpus
+    )
+    return replace(nd, gpus=gpus)
+
+
+async def test_a_planned_node_predicted_hot_under_load_passes_nowhere(started: Any) -> None:
+    """The operator's stale-plan pass re-plans a member whose node is predicted hot; until it does, the member must
+    not bind there: the extender runs the same check (gang.plan_check) and refuses it every node."""
+    ext = await started(make_extender([poorly_cooled("gpu-node-1"), gpu_node("gpu-node-2")])[0])
+    assert not ext.filter(args(pod("plain", gpus=4), NODES))["FailedNodes"].get("gpu-node-1", "").startswith("gang")
+    r = ext.filter(args(planned("gpu-node-1"), NODES))
+    assert r["NodeNames"] == []
+    why = "gang member: its planned node gpu-node-1 is predicted hot under load; the operator re-plans the gang"
+    assert r["FailedNodes"] == dict.fromkeys(NODES, why)
+    assert ext.filter(args(planned("gpu-node-2"), NODES))["NodeNames"] == ["gpu-node-2"]
+
+
+async def test_a_planned_member_whose_gpus_another_pod_holds_passes_nowhere(started: Any) -> None:
+    """GPU 5 of the planned GPUs 4-7 is held by a pod kelvin did not place on the plan: the member would not fit;
+    a gang plan on them (the member's own, or another member's while a re-plan is written) is not a taker."""
+    intruder = GpuAssignment(pod_key="other/intruder", gpu_indices=(5,))
+    own_plan = GpuAssignment(pod_key="default/w-0", gpu_indices=(4, 5, 6, 7), gang_plan=True)
+    mate_plan = GpuAssignment(pod_key="default/w-1", gpu_indices=(6,), gang_plan=True)
+    taken = replace(gpu_node("gpu-node-1"), assignments=(own_plan, intruder))
+    ext = await started(make_extender([taken, gpu_node("gpu-node-2")])[0])
+    r = ext.filter(args(planned("gpu-node-1"), NODES))
+    assert r["NodeNames"] == []
+    assert r["FailedNodes"]["gpu-node-2"] == (
+        "gang member: its planned GPUs 4,5,6,7 on gpu-node-1 are taken by other/intruder; "
+        "the operator re-plans the gang"
+    )
+    free = replace(gpu_node("gpu-node-1"), assignments=(own_plan, mate_plan))
+    ext = await started(make_extender([free, gpu_node("gpu-node-2")])[0])
+    assert ext.filter(args(planned("gpu-node-1"), NODES))["NodeNames"] == ["gpu-node-1"]
 
 
 async def test_bind_uses_the_planned_gpus(started: Any) -> None:

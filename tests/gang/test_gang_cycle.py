@@ -181,3 +181,21 @@ def test_a_plan_is_stale_when_its_node_is_gone_predicted_hot_or_its_gpus_taken()
         "ml/w-2": "ml/w-2: its planned node a-n2 is predicted hot under load",
         "ml/w-3": "ml/w-3: its planned node gone is gone",
     }  # w-0 and w-4 share a-n0's GPU 0: both are the gang's own, not taken
+
+
+def test_a_plan_is_not_stale_for_other_gang_plans_on_its_gpus_but_is_for_a_bound_pod() -> None:
+    # while a re-plan's annotations are being written, the pod listing may show a mate's new plan on this member's
+    # old GPUs: plans are the planner's to resolve, never a taker. A bound pod there is one (the extender's filter
+    # runs the same check: gang.plan_check)
+    pods = [_placed(0, "a-n0"), _placed(1, "a-n1", "0,1,2,3,4,5,6,7", bound=True)]
+    nodes = rack("a", 2)
+    mate = replace(whole("mate-plan", 0, 1), gang_plan=True)
+    nodes[0] = replace(nodes[0], assignments=(mate,))
+    members = [m for p in pods if (m := placed_member(p, POLICY)) is not None]
+    snap = _snapshot(nodes, pods)
+    assert stale_plans(members, snap, [False, False], [False, False]) == {}
+    nodes[0] = replace(nodes[0], assignments=(whole("bound-elsewhere", 1),))
+    snap = _snapshot(nodes, pods)
+    assert stale_plans(members, snap, [False, False], [False, False]) == {
+        "ml/w-0": "ml/w-0: its planned GPUs 0,1,2,3,4,5,6,7 on a-n0 are taken by default/bound-elsewhere"
+    }

@@ -11,15 +11,17 @@ from kelvin_operator.k8s import OperatorKube
 from kelvin_operator.metrics import OperatorMetrics
 from kelvin_operator.pods import pod_view
 from kelvin_operator.reconcile import NodeResult, Reconciler
-from kelvin_operator.settings import OperatorConfig
-from kelvin_operator.stragglers import gang_moves, gang_of
-from kelvin_operator.strategies import Candidate, Reason
+from kelvin_operator.settings import OperatorConfig, ThermalEvictionConfig
+from kelvin_operator.stragglers import MemberWork, gang_move_pays, gang_moves, gang_of
+from kelvin_operator.strategies import Candidate, Reason, thermal
 from opkit import T0, gpu, node, node_obj, pod, proc
 from opkube import EVENTS, PODS, evictions_succeed
 
+from scheduler_plugin.hotness import observe
 from scheduler_plugin.model import annotations as ann
 from scheduler_plugin.model.gpu import GpuNode
 from scheduler_plugin.model.times import format_time
+from scheduler_plugin.thermal_eviction import judge
 
 CFG = OperatorConfig(
     limits={"max_per_node_per_cycle": 1, "max_per_namespace": 2, "max_total": 10, "window_s": 600},
@@ -187,3 +189,92 @@ async def test_a_throttling_member_moves_its_gang_under_the_default_rule(
     res = await cycle(rec, kube, throttling, T0 + 10)
     assert [m.gang for m in res.moves] == [GANG_KEY]
     assert sorted(o.pod for o in res.outcomes) == ["ml/train-0", "ml/train-1"]
+
+
+# -- the straggler decision priced over the gang (stragglers.gang_move_pays) ---------------------------------------
+
+
+def test_gang_move_pays_weighs_the_whole_gang_at_its_straggler_s_speed() -> None:
+    # clocks at 60 %: each hour of remaining work takes 40 min longer, on every member's GPUs
+    one = MemberWork(gpus=8, age_s=7200.0, lost_s=60.0)
+    v = gang_move_pays([one, one], 0.6, restart_s=120.0, max_remaining_s=3600.0)
+    assert v.move and round(v.stay_gpu_s) == round(3600 * 0.4 / 0.6 * 16) and v.leave_gpu_s == 180.0 * 16
+    # every member's lost work counts: one that never checkpointed in two hours makes leaving dearer than staying
+    never = MemberWork(gpus=8, age_s=7200.0, lost_s=7200.0)
+    assert not gang_move_pays([one, never], 0.6, 120.0, 3600.0).move
+    # the remaining work is the gang's (its youngest member's age): a member restarted 200 s ago caps it
+    young = MemberWork(gpus=8, age_s=200.0, lost_s=60.0)
+    assert not gang_move_pays([one, young], 0.6, 120.0, 3600.0).move
+    assert not gang_move_pays([one], 1.0, 0.0, 3600.0).move  # full clocks: staying costs nothing
+    assert not gang_move_pays([], 0.5, 0.0, 3600.0).move
+
+
+def _throttling_gang(lost_straggler_s: float, lost_others_s: float, members: int = 4) -> tuple[Any, ...]:
+    """A gang of ``members`` 1-GPU members, two hours old; train-0 on n1's GPU 0, throttling (clocks unknown: the
+    assumed 60 %), its last checkpoint ``lost_straggler_s`` ago, the others' ``lost_others_s`` ago."""
+    pods = []
+    for i in range(members):
+        lost = lost_straggler_s if i == 0 else lost_others_s
+        done = {ann.CHECKPOINT_DONE: format_time(T0 - lost)}
+        pods.append(
+            pod(
+                f"train-{i}",
+                node=f"n{i + 1}",
+                gpu_indices="0",
+                annotations={**member(i, "x", members)["metadata"]["annotations"], **done},
+                age_s=7200.0,
+            )
+        )
+    nd = node("n1", gpu(0, 90.0, throttled=True, procs=(proc("train-0", 10),)), now=T0)
+    return pods, nd
+
+
+def _decide(pods: list[dict[str, Any]], nd: GpuNode, rule: ThermalEvictionConfig) -> tuple[list[Any], list[Any]]:
+    cfg = OperatorConfig(thermal_eviction=rule)
+    here = [pod_view(pods[0])]
+    refs = {pod_view(p).key: r for p in pods[:1] if (r := gang_of(p, cfg.gang)) is not None}
+    deferred = set(refs)
+    cands = thermal(nd, observe(nd, cfg.hotness), here, cfg.hotness.cool_celsius, T0, rule, deferred)
+    return gang_moves(cands, refs, {GANG_KEY: pods}, T0, rule)
+
+
+def test_a_gang_moves_when_its_whole_slowdown_pays_though_the_straggler_s_own_rule_says_stay() -> None:
+    """Four members; the straggler has not checkpointed for 50 min, the others a minute ago. Its own rule: staying
+    costs 40 min (an hour at 60 %), leaving 52 min: stay. Over the gang: 4 x 40 min against 52 + 3 x 3 min: move."""
+    pods, nd = _throttling_gang(3000.0, 60.0)
+    rule = ThermalEvictionConfig()
+    straggler = pod_view(pods[0])
+    assert not judge(nd, observe(nd, OperatorConfig().hotness), (0,), 7200.0, 3000.0, rule).move  # per pod: stay
+    singles, moves = _decide(pods, nd, rule)
+    assert singles == [] and [m.gang for m in moves] == [GANG_KEY]
+    assert len(moves[0].members) == 4 and moves[0].straggler.pod.key == straggler.key
+    assert "moving the gang pays" in moves[0].detail
+
+
+def test_a_gang_stays_when_leaving_costs_its_members_more_though_the_straggler_s_own_rule_says_move() -> None:
+    """Two members; the straggler checkpointed a minute ago, its partner two hours ago (never). Its own rule: 40 min
+    against 3 min: move. Over the gang: 2 x 40 min against 3 min + 2 h: stay, the straggler too (not alone)."""
+    pods, nd = _throttling_gang(60.0, 7200.0, members=2)
+    rule = ThermalEvictionConfig()
+    assert judge(nd, observe(nd, OperatorConfig().hotness), (0,), 7200.0, 60.0, rule).move  # per pod: move
+    singles, moves = _decide(pods, nd, rule)
+    assert singles == [] and moves == []
+    # an elastic gang keeps the per-pod rule: the straggler alone moves
+    elastic = [
+        pod(
+            p["metadata"]["name"],
+            node=p["spec"]["nodeName"],
+            gpu_indices="0",
+            age_s=7200.0,
+            annotations={**p["metadata"]["annotations"], ann.GANG_ELASTIC: "true"},
+        )
+        for p in pods
+    ]
+    cfg = OperatorConfig()
+    here = [pod_view(elastic[0])]
+    ref = gang_of(elastic[0], cfg.gang)
+    assert ref is not None
+    refs = {here[0].key: ref}
+    cands = thermal(nd, observe(nd, cfg.hotness), here, cfg.hotness.cool_celsius, T0, rule, deferred=())
+    singles, moves = gang_moves(cands, refs, {GANG_KEY: elastic}, T0, rule)
+    assert [c.pod.key for c in singles] == ["ml/train-0"] and moves == []

@@ -12,8 +12,9 @@ import pytest
 from typer.testing import CliRunner
 
 from scheduler_plugin.cli import app
-from scheduler_plugin.simulator.jobs.cluster import CoolingScenario, apply_cooling, build_job_fleet, racks_of
-from scheduler_plugin.simulator.jobs.engine import simulate_jobs
+from scheduler_plugin.model import FleetArrays
+from scheduler_plugin.simulator.jobs.cluster import CoolingScenario, JobFleet, apply_cooling, build_job_fleet, racks_of
+from scheduler_plugin.simulator.jobs.engine import RunMetrics, simulate_jobs
 from scheduler_plugin.simulator.jobs.network import Network
 from scheduler_plugin.simulator.jobs.report import aggregate, goals
 from scheduler_plugin.simulator.jobs.schedulers import SCHEDULERS, build_scheduler, nodes_to_score
@@ -222,3 +223,45 @@ def test_allocation_while_jobs_wait_is_pooled_over_seeds() -> None:
     (row,) = aggregate(runs)
     # the seed in which nothing waited adds no time: the pooled figure is the other seed's, not NaN
     assert row["saturated_allocation_ratio"] == pytest.approx(0.75) and row["waiting_share"] == pytest.approx(0.5)
+
+
+def _one_poor_node(n: int) -> tuple[JobFleet, FleetArrays, np.ndarray]:
+    """``n`` 8-GPU nodes, node 0 poorly cooled (its telemetry shows it as apply_cooling draws it)."""
+    jf = build_job_fleet(eight(n), rack_nodes=n)
+    sc = CoolingScenario(poor_share=0.0)
+    fleet, _ = apply_cooling(jf, sc, seed=1)
+    fleet.thermal_resistance[0] = np.where(fleet.gpu_present[0], sc.poor_resistance_c_per_w, np.nan)
+    poor = np.zeros(n, dtype=np.bool_)
+    poor[0] = True
+    return jf, fleet, poor
+
+
+def test_kelvin_s_operator_moves_a_straggling_job_when_the_gang_rule_says_it_pays() -> None:
+    """a takes the well cooled node for 5 min; b gets the poorly cooled one at 70 % speed. At its first checkpoint
+    (10 min of work) moving pays (the gang rule: 10 min x 0.3/0.7 on its 8 GPUs against a 2 min restart), so b
+    moves to the node a freed and runs at full speed: fewer straggler GPU-hours than staying, and never for a
+    scheduler without kelvin's operator."""
+    from scheduler_plugin.simulator.jobs.remediation import Remediation
+
+    jf, fleet, poor = _one_poor_node(2)
+    jobs = [JobSpec("a", 0.0, 300.0, 1, 8), JobSpec("b", 1.0, 3600.0, 1, 8)]
+
+    def run(rem: Remediation) -> RunMetrics:
+        return simulate_jobs(
+            jobs, jf, build_scheduler("kelvin-pod", jf, 1), seed=1, fleet=fleet, poor=poor, remediation=rem
+        )
+
+    stay, moved = run(Remediation(max_moves=0)), run(Remediation())
+    b_stay, b_moved = stay.jobs[1], moved.jobs[1]
+    assert b_stay.moves == 0 and b_stay.straggler_gpu_hours == pytest.approx((3600 / 0.7 - 3600) * 8 / 3600)
+    assert b_moved.moves == 1
+    # moved at its first checkpoint: 600 s run at 70 % keep 420 s of work (180 s lost to the slowdown), then the
+    # 120 s restart, on 8 GPUs
+    assert b_moved.straggler_gpu_hours == pytest.approx((600 - 600 * 0.7 + 120) * 8 / 3600)
+    assert b_moved.finished is not None and b_stay.finished is not None and b_moved.finished < b_stay.finished
+    # the decision is the operator's gang rule
+    assert Remediation().verdict(1, 8, 600.0, 0.7).move and not Remediation().verdict(1, 8, 540.0, 0.7).move
+    tas = simulate_jobs(jobs, jf, build_scheduler("tas-greedy", jf, 1), seed=1, fleet=fleet, poor=poor)
+    assert all(o.moves == 0 for o in tas.jobs)
+    rows = {r["scheduler"]: r for r in aggregate([moved, tas])}
+    assert rows["kelvin-pod"]["straggler_moves"] == 1 and rows["tas-greedy"]["straggler_moves"] == 0

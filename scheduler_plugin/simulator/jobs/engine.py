@@ -32,6 +32,7 @@ from ...model import MILLI_PER_GPU, FleetArrays, GpuRequest
 from ..fleet import apply_placement
 from .cluster import CoolingScenario, JobFleet
 from .network import Network
+from .remediation import Remediation
 from .schedulers import JobScheduler
 from .workload import JobSpec
 
@@ -49,6 +50,10 @@ class JobOutcome:
     min_nodes: int = 1
     min_racks: int = 1
     straggler_gpu_hours: float = 0.0
+    """GPU-hours its runs took past their work at full speed: slowed by a straggler, work lost to a move (since the
+    last checkpoint) and the restart after it."""
+    moves: int = 0
+    """Times kelvin's operator moved it off a throttling node (:mod:`.remediation`)."""
 
 
 @dataclass(slots=True)
@@ -104,6 +109,7 @@ class RunMetrics:
                 self.waiting_gpu_s / (self.capacity_gpus * self.waiting_s) if self.waiting_s > 0 else float("nan")
             ),
             "straggler_gpu_hours": sum(o.straggler_gpu_hours for o in self.jobs),
+            "straggler_moves": sum(o.moves for o in self.jobs),
             "seconds": self.seconds,
         }
 
@@ -131,26 +137,36 @@ def simulate_jobs(  # noqa: C901, PLR0913
     poor: np.ndarray | None = None,
     cooling: CoolingScenario | None = None,
     network: Network | None = None,
+    remediation: Remediation | None = None,
     max_tries: int = 64,
     horizon_factor: float = 2.0,
     warmup_share: float = 0.5,
 ) -> RunMetrics:
-    """Run ``jobs`` through ``scheduler`` on a copy of ``fleet`` (default ``jf.fleet``)."""
+    """Run ``jobs`` through ``scheduler`` on a copy of ``fleet`` (default ``jf.fleet``). In the thermal scenario
+    (``poor``), a scheduler that runs with kelvin's operator (``scheduler.remediates``) has its straggling jobs moved
+    when the gang rule says it pays (``remediation``, default :class:`.remediation.Remediation`)."""
     started_at = time.perf_counter()
     net = network or Network()
     sc = cooling or CoolingScenario()
+    rem = remediation or Remediation()
+    remediates = poor is not None and scheduler.remediates
     work = (fleet if fleet is not None else jf.fleet).copy()
     node_gpus = int(work.gpu_count.max(initial=1))
     window = max(j.arrival_s for j in jobs) if jobs else 0.0
     warmup = window * warmup_share  # allocation is measured once the fleet has filled
     horizon = max(window * horizon_factor, window + 24 * 3600.0)
     outcomes = [JobOutcome(j) for j in jobs]
-    events: list[tuple[float, int, int]] = []  # (time, kind 0 finish / 1 arrival, job)
+    # (time, kind 0 finish / 1 arrival / 2 straggler check, job, run): a moved job's old finish and checks are stale
+    events: list[tuple[float, int, int, int]] = []
     for i, j in enumerate(jobs):
-        heapq.heappush(events, (j.arrival_s, 1, i))
+        heapq.heappush(events, (j.arrival_s, 1, i, 0))
     queue: deque[_Pending] = deque()
     running: dict[int, list[tuple[int, tuple[int, ...]]]] = {}
     requests: dict[int, list[GpuRequest]] = {}
+    remaining = [j.duration_s for j in jobs]  # work left at ideal placement (a move keeps what was checkpointed)
+    restart: dict[int, float] = {}  # a moved job pays this when it starts again
+    runs = [0] * len(jobs)
+    run: dict[int, tuple[float, float, float, float]] = {}  # job -> (started, restart, base, speed) of its run
     held = 0  # GPUs allocated now
     held_running = 0
     held_incomplete = 0
@@ -186,17 +202,55 @@ def simulate_jobs(  # noqa: C901, PLR0913
         per_node = max(1, node_gpus // j.gpus_per_member)
         o.min_nodes = -(-j.members // per_node)
         o.min_racks = -(-o.min_nodes // jf.rack_nodes)
-        o.straggler = bool(poor is not None and any(bool(poor[r]) for r in rows))
-        base = j.duration_s * net.run_factor(o.slowdown)
-        run_s = base / sc.straggler_speed if o.straggler else base
-        o.straggler_gpu_hours = (run_s - base) * j.gpus / 3600.0
-        o.started = now
+        slow = bool(poor is not None and any(bool(poor[r]) for r in rows))
+        o.straggler = o.straggler or slow
+        base = remaining[p.idx] * net.run_factor(o.slowdown)
+        speed = sc.straggler_speed if slow else 1.0
+        extra = restart.pop(p.idx, 0.0)
+        run_s = extra + base / speed
+        o.straggler_gpu_hours += (run_s - base) * j.gpus / 3600.0  # taken back in part if the run is cut short
+        if o.started is None:
+            o.started = now
         running[p.idx] = p.placed
         requests[p.idx] = p.reqs
+        run[p.idx] = (now, extra, base, speed)
         if scheduler.per_pod:
             held_incomplete -= sum(len(g) for _, g in p.placed[:-1])  # the last pod was never waiting
         held_running += j.gpus
-        heapq.heappush(events, (now + run_s, 0, p.idx))
+        heapq.heappush(events, (now + run_s, 0, p.idx, runs[p.idx]))
+        if remediates and slow and o.moves < rem.max_moves:
+            heapq.heappush(events, (now + rem.check_s, 2, p.idx, runs[p.idx]))
+
+    def release(i: int) -> None:
+        nonlocal held, held_running
+        for (row, gpus), req in zip(running.pop(i), requests.pop(i), strict=True):
+            apply_placement(work, req, row, gpus, sign=-1)
+        held -= jobs[i].gpus
+        held_running -= jobs[i].gpus
+
+    def check(i: int) -> bool:
+        """kelvin's operator on a straggling job: move it (free its GPUs, back to the queue) when the gang rule says
+        it pays, else look again in ``check_s``. Whether it moved."""
+        o = outcomes[i]
+        j = o.job
+        started, extra, base, speed = run[i]
+        worked = max(0.0, now - started - extra)  # wall seconds of work in this run, after its restart
+        if not rem.verdict(j.members, j.gpus_per_member, worked, speed).move:
+            heapq.heappush(events, (now + rem.check_s, 2, i, runs[i]))
+            return False
+        saved = rem.saved_s(worked) * speed  # full-speed seconds the last checkpoint keeps
+        run_s = extra + base / speed
+        o.straggler_gpu_hours -= (run_s - base) * j.gpus / 3600.0  # the full run booked at its start
+        o.straggler_gpu_hours += (now - started - saved) * j.gpus / 3600.0  # the run as it went: all but the saved
+        remaining[i] = max(0.0, remaining[i] * (1.0 - saved / base)) if base > 0 else 0.0
+        restart[i] = rem.restart_s
+        o.moves += 1
+        runs[i] += 1
+        del run[i]
+        release(i)
+        pos = next((k for k, q in enumerate(queue) if q.idx > i), len(queue))  # arrival order
+        queue.insert(pos, _Pending(i, _requests(j)))
+        return True
 
     def whole_free() -> np.ndarray:
         return np.asarray(((work.free_milli >= MILLI_PER_GPU) & work.gpu_present).sum(axis=1), dtype=np.int64)
@@ -257,19 +311,20 @@ def simulate_jobs(  # noqa: C901, PLR0913
                 start(p)
 
     while events:
-        t, kind, i = heapq.heappop(events)
+        t, kind, i, nth = heapq.heappop(events)
         if t > horizon:
             break
+        if kind != 1 and nth != runs[i]:
+            continue  # an event of a run cut short by a move
         advance(t)
         if kind == 1:
             queue.append(_Pending(i, _requests(jobs[i])))
-        else:
-            o = outcomes[i]
-            o.finished = t
-            for (row, gpus), req in zip(running.pop(i), requests.pop(i), strict=True):
-                apply_placement(work, req, row, gpus, sign=-1)
-            held -= o.job.gpus
-            held_running -= o.job.gpus
+        elif kind == 0:
+            outcomes[i].finished = t
+            run.pop(i, None)
+            release(i)
+            releases += 1
+        elif i in run and check(i):
             releases += 1
         # events at the same instant are all applied before the queue is tried
         if events and events[0][0] == t:

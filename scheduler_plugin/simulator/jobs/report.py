@@ -51,6 +51,7 @@ def aggregate(results: Sequence[RunMetrics]) -> list[dict[str, float | str | int
         waited = sum(r.capacity_gpus * r.waiting_s for r in runs[thermal, name])
         sat = sum(r.waiting_gpu_s for r in runs[thermal, name]) / waited if waited > 0 else float("nan")
         row["saturated_allocation_ratio"] = sat
+        row["straggler_moves"] = mean(float(x["straggler_moves"]) for x in rows)
         row["seconds"] = mean(float(x["seconds"]) for x in rows)
         out.append(row)
     return out

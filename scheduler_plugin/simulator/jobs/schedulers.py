@@ -50,6 +50,8 @@ def nodes_to_score(n: int) -> int:
 class JobScheduler(Protocol):
     name: str
     per_pod: bool
+    remediates: bool
+    """Runs with kelvin's operator: its straggling jobs are moved when that pays (the thermal scenario)."""
 
     def place_pod(self, req: GpuRequest, fleet: FleetArrays, now: float) -> tuple[int, tuple[int, ...]] | None: ...
 
@@ -65,6 +67,7 @@ class PerPod:
     policy: SimPolicy
     seed: int
     per_pod: bool = True
+    remediates: bool = False
     _next: int = 0
     _rng: np.random.Generator = field(init=False)
 
@@ -104,7 +107,7 @@ def kube_default(seed: int) -> PerPod:
 
 
 def kelvin_pod(seed: int, config: PolicyConfig | None = None) -> PerPod:
-    return PerPod("kelvin-pod", kelvin_policy(config, "kelvin-pod"), seed)
+    return PerPod("kelvin-pod", kelvin_policy(config, "kelvin-pod"), seed, remediates=True)
 
 
 @dataclass
@@ -114,6 +117,7 @@ class TasGreedy:
     jf: JobFleet
     name: str = "tas-greedy"
     per_pod: bool = False
+    remediates: bool = False
 
     def place_pod(self, req: GpuRequest, fleet: FleetArrays, now: float) -> tuple[int, tuple[int, ...]] | None:
         raise NotImplementedError("tas-greedy places whole jobs")
@@ -153,6 +157,7 @@ class KelvinGang:
     config: PolicyConfig | None = None
     name: str = "kelvin-gang"
     per_pod: bool = False
+    remediates: bool = True
     planner: GangPlanner = field(init=False)
     single: PerPod = field(init=False)
     last: GangPlan | None = None
