@@ -17,6 +17,7 @@ from ..policy_file import CamelModel
 from .gradient import (
     Placements,
     _accessible,
+    fleet_free_stats,
     best_per_row,
     cpu_surplus_factor,
     fgd_value,
@@ -26,6 +27,7 @@ from .gradient import (
     stranding_change,
     stranding_penalty,
 )
+from .scarcity import DEFAULT_SCARCITY_CAP, fleet_scarcity
 from .workload import (
     DEFAULT_COVERAGE,
     DEFAULT_HALF_LIFE_PODS,
@@ -54,6 +56,10 @@ SURPLUS_KEY: StateKey[tuple[FleetArrays, Workload, float, float]] = StateKey("fr
 stranding term, which the pick of the same cycle reuses."""
 
 
+SCARCITY_KEY: StateKey[tuple[FleetArrays, Workload, Workload]] = StateKey("fragmentation.scarcity")
+"""Cycle state: (fleet, workload, the workload priced by live scarcity) of the cycle's first kelvin score."""
+
+
 class FragmentationArgs(CamelModel):
     """Arguments of the ``fragmentation`` (kelvin) and ``fgd`` (paper) policies."""
 
@@ -78,6 +84,13 @@ class FragmentationArgs(CamelModel):
         le=10,
         description="pods get the full stranding weight once free CPU exceeds what free GPUs need by this share",
     )
+    scarcity: bool = Field(
+        True,
+        description="weigh each shape in F by how few free GPUs can still host it now (kelvin only, not fgd)",
+    )
+    scarcity_cap: float = Field(
+        DEFAULT_SCARCITY_CAP, ge=1, le=1e6, description="the largest live-scarcity weight of a shape"
+    )
     replan_drift: float = Field(
         DEFAULT_REPLAN_DRIFT, gt=0, le=2, description="re-solve the packing plan when the share mix moved this far (L1)"
     )
@@ -98,6 +111,8 @@ class FragmentationBase:
     plans: PlanCache = field(default_factory=PlanCache)
     learns: bool = True
     """Whether :meth:`observe` feeds the estimator (False once it is a peer's, which learns for both: :meth:`bind`)."""
+    _priced: tuple[Workload, FloatA, Workload] | None = None
+    """The last (workload, scarcity weights, priced workload) of :meth:`FragmentationPolicy.scored_workload`."""
 
     @classmethod
     def create(cls, args: FragmentationArgs) -> Self:
@@ -139,6 +154,10 @@ class FragmentationBase:
         Only reads the estimator (it learns in :meth:`observe`)."""
         return ctx.state.compute(WORKLOAD_KEY, self.estimator.workload)
 
+    def scored_workload(self, fleet: FleetArrays, ctx: CycleContext) -> Workload:
+        """The workload F is computed against on ``fleet``: :meth:`workload` (kelvin prices it by live scarcity)."""
+        return self.workload(ctx)
+
     def _values(self, req: GpuRequest, fleet: FleetArrays, pl: Placements, w: Workload, ctx: CycleContext) -> FloatA:
         """Per placement: the value nodes are ranked by (a node scores its best placement's)."""
         raise NotImplementedError
@@ -150,7 +169,7 @@ class FragmentationBase:
         return self._values(req, fleet, pl, w, ctx)
 
     def score(self, req: GpuRequest, fleet: FleetArrays, idx: IntA, ctx: CycleContext) -> FloatA:
-        w = self.workload(ctx)
+        w = self.scored_workload(fleet, ctx)
         pl = placements(req, fleet, idx, w, ctx, memory_aware=self.memory_aware)
         ctx.state.write(SCORED_KEY, (req, fleet, w, self.memory_aware, idx, pl))
         best, _ = best_per_row(self._values(req, fleet, pl, w, ctx), pl.pos, len(idx))
@@ -158,7 +177,7 @@ class FragmentationBase:
 
     def _row_placements(self, req: GpuRequest, fleet: FleetArrays, row: int, ctx: CycleContext) -> Placements:
         """The placements of ``req`` on ``row``: from this cycle's :meth:`score` when it scored that row."""
-        w = self.workload(ctx)
+        w = self.scored_workload(fleet, ctx)
         hit = ctx.state.find(SCORED_KEY)
         if hit is not None and hit[0] is req and hit[1] is fleet and hit[2] is w and hit[3] == self.memory_aware:
             at = np.flatnonzero(hit[4] == row)
@@ -171,7 +190,7 @@ class FragmentationBase:
         return minmax(raw)
 
     def pick(self, req: GpuRequest, fleet: FleetArrays, row: int, ctx: CycleContext) -> tuple[int, ...] | None:
-        w = self.workload(ctx)
+        w = self.scored_workload(fleet, ctx)
         pl = self._row_placements(req, fleet, row, ctx)
         _, which = best_per_row(self._pick_values(req, fleet, pl, w, ctx), pl.pos, 1)
         if which[0] < 0:
@@ -179,7 +198,7 @@ class FragmentationBase:
         return tuple(int(fleet.gpu_index[row, c]) for c in pl.slots(int(which[0])))
 
     def explain(self, req: GpuRequest, fleet: FleetArrays, row: int, ctx: CycleContext) -> list[str]:
-        w = self.workload(ctx)
+        w = self.scored_workload(fleet, ctx)
         rows = np.array([row], dtype=np.int64)
         acc = _accessible(w, fleet, rows)
         mem = fleet.mem_free_host[rows] if self.memory_aware else None
@@ -238,6 +257,27 @@ class FragmentationPolicy(FragmentationBase):
             primary - 1e-3 * np.tanh(pl.delta / MILLI_PER_GPU) + 1e-4 * (1.0 - pl.slot_left / MILLI_PER_GPU),
             dtype=np.float64,
         )
+
+    def scored_workload(self, fleet: FleetArrays, ctx: CycleContext) -> Workload:
+        """:meth:`workload` priced by live scarcity (:mod:`.scarcity`), once per cycle; the same object as the last
+        cycle's while the weights are the same (the fleet's F memo is kept per workload object)."""
+        w = self.workload(ctx)
+        if not self.args.scarcity or not w.gpu_shapes.any():
+            return w
+        hit = ctx.state.find(SCARCITY_KEY)
+        if hit is not None and hit[0] is fleet and hit[1] is w:
+            return hit[2]
+        rows = np.arange(fleet.n_nodes, dtype=np.int64)
+        st = fleet_free_stats(fleet).rows(fleet, rows, w)
+        weights = fleet_scarcity(w, fleet, st.gpus_at_least, st.free_at_least, self.memory_aware, self.args.scarcity_cap)
+        last = self._priced
+        if last is not None and last[0] is w and np.array_equal(last[1], weights):
+            priced = last[2]
+        else:
+            priced = w.priced(weights)
+            self._priced = (w, weights, priced)
+        ctx.state.write(SCARCITY_KEY, (fleet, w, priced))
+        return priced
 
     def _surplus(self, fleet: FleetArrays, w: Workload, ctx: CycleContext) -> float:
         """:func:`cpu_surplus_factor` of ``fleet``, once per cycle (the score and the pick of a cycle read the same
