@@ -17,7 +17,6 @@ from ..policy_file import CamelModel
 from .gradient import (
     Placements,
     _accessible,
-    fleet_free_stats,
     best_per_row,
     cpu_surplus_factor,
     fgd_value,
@@ -267,9 +266,7 @@ class FragmentationPolicy(FragmentationBase):
         hit = ctx.state.find(SCARCITY_KEY)
         if hit is not None and hit[0] is fleet and hit[1] is w:
             return hit[2]
-        rows = np.arange(fleet.n_nodes, dtype=np.int64)
-        st = fleet_free_stats(fleet).rows(fleet, rows, w)
-        weights = fleet_scarcity(w, fleet, st.gpus_at_least, st.free_at_least, self.memory_aware, self.args.scarcity_cap)
+        weights = fleet_scarcity(w, fleet, self.memory_aware, self.args.scarcity_cap)
         last = self._priced
         if last is not None and last[0] is w and np.array_equal(last[1], weights):
             priced = last[2]

@@ -20,15 +20,52 @@ the same object while no weight crosses a step, so the fleet's F memo keeps serv
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
+import numpy.typing as npt
 
 from ...model import FleetArrays
+from ...model.snapshot import IndexKey
 from ..base import BoolA, FloatA, IntA
+from .gradient import FLEET_FREE_TOTALS, FleetFreeTotals, changed_rows, free_stats
 from .shape_groups import shape_groups
 from .workload import Workload
 
 DEFAULT_SCARCITY_CAP = 64.0
 STEPS_PER_DOUBLING = 2
+
+
+def _group_of_shape(w: Workload) -> IntA:
+    """(M,) each shape's group in :func:`shape_groups` (CPU-only shapes: one past the last group)."""
+    groups = shape_groups(w)
+    out = np.full(len(w), len(groups.members), dtype=np.int64)
+    for g, ms in enumerate(groups.members):
+        out[ms] = g
+    return out
+
+
+def _node_usable(w: Workload, gpus_at_least: IntA, free_at_least: FloatA, cpu: IntA, mem: IntA | None) -> FloatA:
+    """(N, G + 1) per row and shape group: the free thousandths the group could use on the row (0 where it does not
+    fit; the last column, for CPU-only shapes, is 0)."""
+    groups = shape_groups(w)
+    out = np.zeros((len(cpu), len(groups.members) + 1), dtype=np.float64)
+    if not len(groups.members):
+        return out
+    ok = cpu[:, None] >= groups.cpu_milli[None, :]
+    ok &= gpus_at_least[:, groups.threshold] >= groups.count[None, :]
+    if mem is not None:
+        ok &= mem[:, None] >= groups.host_memory[None, :]
+    out[:, :-1] = np.where(ok, free_at_least[:, groups.threshold], 0.0)
+    return out
+
+
+def _per_shape(node_usable: FloatA, group: IntA, access: BoolA | None) -> FloatA:
+    """(M,) :func:`_node_usable` summed over the rows per shape (only rows whose model the shape admits)."""
+    per = node_usable[:, group]
+    if access is not None:
+        per = np.where(access, per, 0.0)
+    return np.asarray(per.sum(axis=0), dtype=np.float64)
 
 
 def usable_capacity(
@@ -44,21 +81,8 @@ def usable_capacity(
     ``gpus_at_least`` / ``free_at_least``: (N, T) the rows' free stats per threshold of ``w``; ``cpu``: (N,) free
     millicores; ``mem``: (N,) free host memory (``None``: not checked); ``access``: (N, M) shape m admits the row's
     GPU model (``None``: every shape admits every node). CPU-only shapes get 0."""
-    groups = shape_groups(w)
-    out = np.zeros(len(w), dtype=np.float64)
-    if not len(groups.members):
-        return out
-    ok = cpu[None, :] >= groups.cpu_milli[:, None]
-    ok &= gpus_at_least.T[groups.threshold] >= groups.count[:, None]
-    if mem is not None:
-        ok &= mem[None, :] >= groups.host_memory[:, None]
-    usable = np.where(ok, free_at_least.T[groups.threshold], 0.0)  # (G, N)
-    for g, ms in enumerate(groups.members):
-        if access is None:
-            out[ms] = float(usable[g].sum())
-        else:
-            out[ms] = usable[g] @ access[:, ms]
-    return out
+    node = _node_usable(w, gpus_at_least, free_at_least, cpu, mem)
+    return _per_shape(node, _group_of_shape(w), access)
 
 
 def scarcity_weights(usable: FloatA, free_total: float, cap: float = DEFAULT_SCARCITY_CAP) -> FloatA:
@@ -77,20 +101,69 @@ def scarcity_weights(usable: FloatA, free_total: float, cap: float = DEFAULT_SCA
     return out
 
 
-def fleet_scarcity(
-    w: Workload,
-    fleet: FleetArrays,
-    gpus_at_least: IntA,
-    free_at_least: FloatA,
-    memory_aware: bool,
-    cap: float = DEFAULT_SCARCITY_CAP,
-) -> FloatA:
-    """:func:`scarcity_weights` of ``w`` on the whole ``fleet`` (its free stats per threshold given)."""
-    access = None if w.unrestricted else w.node_access(fleet)
-    mem = fleet.mem_free_host if memory_aware else None
-    usable = usable_capacity(w, gpus_at_least, free_at_least, fleet.cpu_free, mem, access)
-    free_total = float(np.where(fleet.gpu_present, fleet.free_milli, 0).sum(dtype=np.int64))
-    return scarcity_weights(usable, free_total, cap)
+@dataclass(frozen=True, slots=True)
+class _UsableMemo:
+    workload: Workload
+    memory_aware: bool
+    free: npt.NDArray[np.int32]
+    cpu: IntA
+    mem: IntA
+    node: FloatA
+    """(N, G + 1) :func:`_node_usable` of every row."""
+    total: FloatA
+    """(M,) :func:`_per_shape` of ``node``: every shape's usable thousandths over the fleet."""
+
+
+class FleetUsable:
+    """Every shape's usable free thousandths over a fleet (:func:`usable_capacity`), kept in the snapshot index and
+    updated by the rows whose content changed (the simulator writes one node per arrival; content-checked like the
+    fleet's F memo). The values are sums of integers (thousandths) in float64, so updating them gives what summing
+    afresh gives."""
+
+    __slots__ = ("_memo",)
+
+    def __init__(self) -> None:
+        self._memo: _UsableMemo | None = None
+
+    def usable(self, fleet: FleetArrays, w: Workload, memory_aware: bool) -> FloatA:
+        free, cpu, mem = fleet.free_milli, fleet.cpu_free, fleet.mem_free_host
+        access = None if w.unrestricted else w.node_access(fleet)
+        group = _group_of_shape(w)
+        memo = self._memo
+        if memo is None or memo.workload is not w or memo.memory_aware != memory_aware or memo.free.shape != free.shape:
+            st = free_stats(free, w)
+            node = _node_usable(w, st.gpus_at_least, st.free_at_least, cpu, mem if memory_aware else None)
+            self._memo = _UsableMemo(
+                w, memory_aware, free.copy(), cpu.copy(), mem.copy(), node, _per_shape(node, group, access)
+            )
+            return self._memo.total
+        changed = changed_rows((memo.free, free), (memo.cpu, cpu), (memo.mem, mem))
+        if not len(changed):
+            return memo.total
+        st = free_stats(free[changed], w)
+        sub = _node_usable(w, st.gpus_at_least, st.free_at_least, cpu[changed], mem[changed] if memory_aware else None)
+        acc = None if access is None else access[changed]
+        total = memo.total + _per_shape(sub, group, acc) - _per_shape(memo.node[changed], group, acc)
+        node, new_free, new_cpu, new_mem = memo.node.copy(), memo.free.copy(), memo.cpu.copy(), memo.mem.copy()
+        node[changed], new_free[changed], new_cpu[changed], new_mem[changed] = (
+            sub,
+            free[changed],
+            cpu[changed],
+            mem[changed],
+        )
+        self._memo = _UsableMemo(w, memory_aware, new_free, new_cpu, new_mem, node, total)
+        return total
+
+
+FLEET_USABLE = IndexKey[FleetUsable]("fragmentation.scarcity", ())
+"""Snapshot index: the :class:`FleetUsable` holder of a fleet (content-checked: no column identity)."""
+
+
+def fleet_scarcity(w: Workload, fleet: FleetArrays, memory_aware: bool, cap: float = DEFAULT_SCARCITY_CAP) -> FloatA:
+    """:func:`scarcity_weights` of ``w``'s shapes on the whole ``fleet`` now."""
+    usable = fleet.derive(FLEET_USABLE, lambda _: FleetUsable()).usable(fleet, w, memory_aware)
+    free_total, _ = fleet.derive(FLEET_FREE_TOTALS, lambda _: FleetFreeTotals()).totals(fleet)
+    return scarcity_weights(usable, float(free_total), cap)
 
 
 def is_uniform(weights: FloatA) -> bool:
@@ -111,7 +184,9 @@ def describe(w: Workload, weights: FloatA, top: int = 3) -> str:
 
 __all__ = [
     "DEFAULT_SCARCITY_CAP",
+    "FLEET_USABLE",
     "STEPS_PER_DOUBLING",
+    "FleetUsable",
     "describe",
     "fleet_scarcity",
     "is_uniform",
