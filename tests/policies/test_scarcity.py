@@ -140,3 +140,34 @@ def test_the_fleet_memo_follows_in_place_writes_and_matches_a_recount() -> None:
             w, st.gpus_at_least, st.free_at_least, fleet.cpu_free, fleet.mem_free_host, w.node_access(fleet)
         )
         assert kept.tolist() == want.tolist() == got.tolist()
+
+
+def test_a_learned_workload_is_priced_by_the_published_snapshot() -> None:
+    """The extender's workload is learned (a new object with every pod): the weights come from the snapshot published
+    last (``prepare``, off the request path), looked up by shape, and decide like the live ones."""
+    policy = FragmentationPolicy.create(fragmentation.FragmentationArgs(prior_weight=0, coverage=1.0))
+    for i, (shape, n) in enumerate([(ONE, 60), (FOUR_LIGHT, 15), (FOUR_HEAVY, 5), (EIGHT_HUGE, 2), (HALF, 18)]):
+        for j in range(n):
+            policy.observe(
+                GpuRequest(
+                    count=shape.gpus,
+                    milli=shape.milli,
+                    cpu_milli=shape.cpu_milli,
+                    host_memory_bytes=700 * GIB if shape == EIGHT_HUGE else 0,
+                    pod_key=f"ns/p{i}-{j}",
+                )
+            )
+    fleet = build_arrays(fleet_with_one_big_node())
+    req = GpuRequest(count=4, cpu_milli=60_000, host_memory_bytes=64 * GIB)
+    before = policy.score(req, fleet, np.arange(fleet.n_nodes), CycleContext(now=0.0))
+    policy.prepare(fleet)
+    w = policy.estimator.workload()
+    policy.observe(GpuRequest(count=1, cpu_milli=8000, pod_key="ns/late"))  # a new learned workload
+    assert policy.estimator.workload() is not w
+    ctx = CycleContext(now=0.0)
+    after = policy.score(req, fleet, np.arange(fleet.n_nodes), ctx)
+    assert after[1] > after[0]
+    assert before[1] > before[0]  # without a published snapshot: computed live
+    priced = ctx.state.read(fragmentation.plugin.SCARCITY_KEY)[2]
+    huge = [s for s, _ in priced.shapes()].index(EIGHT_HUGE)
+    assert priced.prob[huge] / policy.estimator.workload().prob[huge] == 8.0

@@ -26,13 +26,14 @@ from .gradient import (
     stranding_change,
     stranding_penalty,
 )
-from .scarcity import DEFAULT_SCARCITY_CAP, fleet_scarcity
+from .scarcity import DEFAULT_SCARCITY_CAP, by_shape, fleet_scarcity, fleet_usable, weights_for
 from .workload import (
     DEFAULT_COVERAGE,
     DEFAULT_HALF_LIFE_PODS,
     DEFAULT_LEVELS,
     DEFAULT_PRIOR_WEIGHT,
     DEFAULT_STRANDING_WEIGHT,
+    PodShape,
     Workload,
     WorkloadEstimator,
 )
@@ -112,6 +113,8 @@ class FragmentationBase:
     """Whether :meth:`observe` feeds the estimator (False once it is a peer's, which learns for both: :meth:`bind`)."""
     _priced: tuple[Workload, FloatA, Workload] | None = None
     """The last (workload, scarcity weights, priced workload) of :meth:`FragmentationPolicy.scored_workload`."""
+    _published: dict[PodShape, float] | None = None
+    """Scarcity weights per shape on the last published snapshot (:meth:`FragmentationPolicy.prepare`)."""
 
     @classmethod
     def create(cls, args: FragmentationArgs) -> Self:
@@ -266,7 +269,11 @@ class FragmentationPolicy(FragmentationBase):
         hit = ctx.state.find(SCARCITY_KEY)
         if hit is not None and hit[0] is fleet and hit[1] is w:
             return hit[2]
-        weights = fleet_scarcity(w, fleet, self.memory_aware, self.args.scarcity_cap)
+        table = self._published
+        if table is not None and not fleet_usable(fleet).holds(w, self.memory_aware):
+            weights = weights_for(w, table)  # a learned workload: the weights of the last published snapshot
+        else:
+            weights = fleet_scarcity(w, fleet, self.memory_aware, self.args.scarcity_cap)
         last = self._priced
         if last is not None and last[0] is w and np.array_equal(last[1], weights):
             priced = last[2]
@@ -309,8 +316,13 @@ class FragmentationPolicy(FragmentationBase):
         return out
 
     def prepare(self, fleet: FleetArrays) -> None:
-        """When a snapshot is published: re-solve the packing plan off the request path (:meth:`warm_plan`)."""
+        """When a snapshot is published: re-solve the packing plan off the request path (:meth:`warm_plan`), and
+        price the learned workload's shapes by their live scarcity on it (:meth:`scored_workload` looks them up)."""
         self.warm_plan()
+        if self.args.scarcity:
+            w = self.estimator.workload()
+            if w.gpu_shapes.any():
+                self._published = by_shape(w, fleet_scarcity(w, fleet, self.memory_aware, self.args.scarcity_cap))
 
     def warm_plan(self) -> None:
         """Re-solve the packing plan for the learned workload off the request path once the share mix has moved

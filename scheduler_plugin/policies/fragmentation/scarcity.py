@@ -14,8 +14,11 @@ GPUs can host weighs 16 (``cap``, 64 by default); a shape that fits nowhere weig
 node, so no placement changes it). The weights multiply the probabilities in F (:meth:`Workload.priced`); the
 stranding ratio and the packing plan keep the workload's own mix.
 
-Computed once per snapshot from the fleet's free stats (O(nodes x shapes)); the rounding keeps the priced workload
-the same object while no weight crosses a step, so the fleet's F memo keeps serving it.
+Kept in the snapshot index (:class:`FleetUsable`) and updated by the rows whose content changed (the simulator's
+trace-given workload: O(shapes) per arrival besides those rows); the rounding keeps the priced workload the same
+object while no weight crosses a step, so the fleet's F memo keeps serving it. A learned workload is a new object
+with every pod: its weights are computed when a snapshot is published (``prepare``, off the request path) and looked
+up per request by shape (:func:`by_shape`, :func:`weights_for`: O(shapes)).
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from ...model.snapshot import IndexKey
 from ..base import BoolA, FloatA, IntA
 from .gradient import FLEET_FREE_TOTALS, FleetFreeTotals, changed_rows, free_stats
 from .shape_groups import shape_groups
-from .workload import Workload
+from .workload import PodShape, Workload
 
 DEFAULT_SCARCITY_CAP = 64.0
 STEPS_PER_DOUBLING = 2
@@ -125,6 +128,11 @@ class FleetUsable:
     def __init__(self) -> None:
         self._memo: _UsableMemo | None = None
 
+    def holds(self, w: Workload, memory_aware: bool) -> bool:
+        """Whether the memo is for ``w`` (then :meth:`usable` costs the rows that changed only)."""
+        memo = self._memo
+        return memo is not None and memo.workload is w and memo.memory_aware == memory_aware
+
     def usable(self, fleet: FleetArrays, w: Workload, memory_aware: bool) -> FloatA:
         free, cpu, mem = fleet.free_milli, fleet.cpu_free, fleet.mem_free_host
         access = None if w.unrestricted else w.node_access(fleet)
@@ -159,27 +167,25 @@ FLEET_USABLE = IndexKey[FleetUsable]("fragmentation.scarcity", ())
 """Snapshot index: the :class:`FleetUsable` holder of a fleet (content-checked: no column identity)."""
 
 
+def fleet_usable(fleet: FleetArrays) -> FleetUsable:
+    return fleet.derive(FLEET_USABLE, lambda _: FleetUsable())
+
+
 def fleet_scarcity(w: Workload, fleet: FleetArrays, memory_aware: bool, cap: float = DEFAULT_SCARCITY_CAP) -> FloatA:
     """:func:`scarcity_weights` of ``w``'s shapes on the whole ``fleet`` now."""
-    usable = fleet.derive(FLEET_USABLE, lambda _: FleetUsable()).usable(fleet, w, memory_aware)
+    usable = fleet_usable(fleet).usable(fleet, w, memory_aware)
     free_total, _ = fleet.derive(FLEET_FREE_TOTALS, lambda _: FleetFreeTotals()).totals(fleet)
     return scarcity_weights(usable, float(free_total), cap)
 
 
-def is_uniform(weights: FloatA) -> bool:
-    return bool(np.all(weights == 1.0))
+def by_shape(w: Workload, weights: FloatA) -> dict[PodShape, float]:
+    """``weights`` keyed by ``w``'s shapes (for a workload learned later: :func:`weights_for`)."""
+    return {s: float(x) for (s, _), x in zip(w.shapes(), weights.tolist(), strict=True)}
 
 
-def describe(w: Workload, weights: FloatA, top: int = 3) -> str:
-    """The scarcest shapes, for explain lines."""
-    order = [int(i) for i in np.argsort(-weights, kind="stable")[:top] if weights[i] > 1.0]
-    if not order:
-        return "no shape is scarce (every shape can use most of the free GPUs)"
-    parts = [
-        f"{int(w.count[i])}x{int(w.milli[i]) / 1000:g} GPU {int(w.cpu_milli[i]) / 1000:g} cores x{weights[i]:g}"
-        for i in order
-    ]
-    return "scarce shapes: " + ", ".join(parts)
+def weights_for(w: Workload, table: dict[PodShape, float]) -> FloatA:
+    """(M,) the weights ``table`` (:func:`by_shape`) gives ``w``'s shapes; 1 for a shape it does not know."""
+    return np.array([table.get(s, 1.0) for s, _ in w.shapes()], dtype=np.float64)
 
 
 __all__ = [
@@ -187,9 +193,9 @@ __all__ = [
     "FLEET_USABLE",
     "STEPS_PER_DOUBLING",
     "FleetUsable",
-    "describe",
+    "by_shape",
     "fleet_scarcity",
-    "is_uniform",
     "scarcity_weights",
     "usable_capacity",
+    "weights_for",
 ]
