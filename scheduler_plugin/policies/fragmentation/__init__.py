@@ -30,6 +30,9 @@ Two scorers share that maths:
     (:func:`cpu_surplus_factor`): then every node strands and steering pods only moves the loss. (Kept on for CPU-only
     pods, it spread them over the CPU-rich nodes until every node was just short of CPU, where the lumpy GPU pods no
     longer fit: 0.8 point more GPUs unallocated with 2.5 times the trace's CPU-only demand.)
+  - **live scarcity** (``scarcity``, :mod:`.scarcity`): each shape's probability in F is multiplied by how few of
+    the fleet's free GPUs can still host it now, so the last homes of a rare shape cost more than one of many homes
+    of a common one.
 
 Everything is vectorised over candidate (node, GPU) placements: one call scores 5,000 nodes x 8 GPUs.
 
@@ -40,7 +43,8 @@ explaining only read the estimator; it learns in one explicit step, the plugin's
 ``Framework.observe``, once per arriving pod; :func:`learn` for callers without a framework).
 
 The package: :mod:`.workload` (shapes, the workload, the estimator), :mod:`.gradient` (the measure F, the placements
-and their dF, stranding), :mod:`.plugin` (the arguments and the ``fragmentation`` / ``fgd`` plugins).
+and their dF, stranding), :mod:`.scarcity` (live scarcity weights of the shapes), :mod:`.plugin` (the arguments and
+the ``fragmentation`` / ``fgd`` plugins).
 """
 
 from .gradient import (

@@ -29,6 +29,7 @@ from .gradient import (
     stranding_penalty,
 )
 from .row_stamps import cycle_row_stamps
+from .scarcity import DEFAULT_SCARCITY_CAP, by_shape, fleet_scarcity, fleet_usable, weights_for
 from .score_memo import ScoreMemo, shape_key
 from .workload import (
     DEFAULT_COVERAGE,
@@ -36,6 +37,7 @@ from .workload import (
     DEFAULT_LEVELS,
     DEFAULT_PRIOR_WEIGHT,
     DEFAULT_STRANDING_WEIGHT,
+    PodShape,
     Workload,
     WorkloadEstimator,
 )
@@ -56,6 +58,10 @@ between score and pick (its eligibility cache assumes it too)."""
 SURPLUS_KEY: StateKey[tuple[FleetArrays, Workload, float, float]] = StateKey("fragmentation.cpu_surplus")
 """Cycle state: (fleet, workload, ``strandingFullSurplus``, :func:`cpu_surplus_factor`) of the cycle's first
 stranding term, which the pick of the same cycle reuses."""
+
+
+SCARCITY_KEY: StateKey[tuple[FleetArrays, Workload, Workload]] = StateKey("fragmentation.scarcity")
+"""Cycle state: (fleet, workload, the workload priced by live scarcity) of the cycle's first kelvin score."""
 
 
 class FragmentationArgs(CamelModel):
@@ -82,6 +88,13 @@ class FragmentationArgs(CamelModel):
         le=10,
         description="pods get the full stranding weight once free CPU exceeds what free GPUs need by this share",
     )
+    scarcity: bool = Field(
+        True,
+        description="weigh each shape in F by how few free GPUs can still host it now (kelvin only, not fgd)",
+    )
+    scarcity_cap: float = Field(
+        DEFAULT_SCARCITY_CAP, ge=1, le=1e6, description="the largest live-scarcity weight of a shape"
+    )
     replan_drift: float = Field(
         DEFAULT_REPLAN_DRIFT, gt=0, le=2, description="re-solve the packing plan when the share mix moved this far (L1)"
     )
@@ -104,6 +117,10 @@ class FragmentationBase:
     """Whether :meth:`observe` feeds the estimator (False once it is a peer's, which learns for both: :meth:`bind`)."""
     memo: ScoreMemo = field(default_factory=ScoreMemo)
     """Per-node scores per request shape (:meth:`score`)."""
+    _priced: tuple[Workload, FloatA, Workload] | None = None
+    """The last (workload, scarcity weights, priced workload) of :meth:`FragmentationPolicy.scored_workload`."""
+    _published: dict[PodShape, float] | None = None
+    """Scarcity weights per shape on the last published snapshot (:meth:`FragmentationPolicy.prepare`)."""
 
     @classmethod
     def create(cls, args: FragmentationArgs) -> Self:
@@ -145,6 +162,10 @@ class FragmentationBase:
         Only reads the estimator (it learns in :meth:`observe`)."""
         return ctx.state.compute(WORKLOAD_KEY, self.estimator.workload)
 
+    def scored_workload(self, fleet: FleetArrays, ctx: CycleContext) -> Workload:
+        """The workload F is computed against on ``fleet``: :meth:`workload` (kelvin prices it by live scarcity)."""
+        return self.workload(ctx)
+
     def _values(self, req: GpuRequest, fleet: FleetArrays, pl: Placements, w: Workload, ctx: CycleContext) -> FloatA:
         """Per placement: the value nodes are ranked by (a node scores its best placement's)."""
         raise NotImplementedError
@@ -164,7 +185,7 @@ class FragmentationBase:
     def score(self, req: GpuRequest, fleet: FleetArrays, idx: IntA, ctx: CycleContext) -> FloatA:
         """Each row's best placement's value, from the score memo for the rows not written since this request shape
         was last scored against the same workload and cycle-wide values; computed for the others."""
-        w = self.workload(ctx)
+        w = self.scored_workload(fleet, ctx)
         idx = np.asarray(idx, dtype=np.int64)
 
         def compute(sel: IntA) -> FloatA:
@@ -184,7 +205,7 @@ class FragmentationBase:
 
     def _row_placements(self, req: GpuRequest, fleet: FleetArrays, row: int, ctx: CycleContext) -> Placements:
         """The placements of ``req`` on ``row``: from this cycle's :meth:`score` when it scored that row."""
-        w = self.workload(ctx)
+        w = self.scored_workload(fleet, ctx)
         hit = ctx.state.find(SCORED_KEY)
         if hit is not None and hit[0] is req and hit[1] is fleet and hit[2] is w and hit[3] == self.memory_aware:
             at = np.flatnonzero(hit[4] == row)
@@ -197,7 +218,7 @@ class FragmentationBase:
         return minmax(raw)
 
     def pick(self, req: GpuRequest, fleet: FleetArrays, row: int, ctx: CycleContext) -> tuple[int, ...] | None:
-        w = self.workload(ctx)
+        w = self.scored_workload(fleet, ctx)
         pl = self._row_placements(req, fleet, row, ctx)
         _, which = best_per_row(self._pick_values(req, fleet, pl, w, ctx), pl.pos, 1)
         if which[0] < 0:
@@ -205,7 +226,7 @@ class FragmentationBase:
         return tuple(int(fleet.gpu_index[row, c]) for c in pl.slots(int(which[0])))
 
     def explain(self, req: GpuRequest, fleet: FleetArrays, row: int, ctx: CycleContext) -> list[str]:
-        w = self.workload(ctx)
+        w = self.scored_workload(fleet, ctx)
         rows = np.array([row], dtype=np.int64)
         acc = _accessible(w, fleet, rows)
         mem = fleet.mem_free_host[rows] if self.memory_aware else None
@@ -268,6 +289,29 @@ class FragmentationPolicy(FragmentationBase):
             dtype=np.float64,
         )
 
+    def scored_workload(self, fleet: FleetArrays, ctx: CycleContext) -> Workload:
+        """:meth:`workload` priced by live scarcity (:mod:`.scarcity`), once per cycle; the same object as the last
+        cycle's while the weights are the same (the fleet's F memo is kept per workload object)."""
+        w = self.workload(ctx)
+        if not self.args.scarcity or not w.gpu_shapes.any():
+            return w
+        hit = ctx.state.find(SCARCITY_KEY)
+        if hit is not None and hit[0] is fleet and hit[1] is w:
+            return hit[2]
+        table = self._published
+        if table is not None and not fleet_usable(fleet).holds(w, self.memory_aware):
+            weights = weights_for(w, table)  # a learned workload: the weights of the last published snapshot
+        else:
+            weights = fleet_scarcity(w, fleet, self.memory_aware, self.args.scarcity_cap)
+        last = self._priced
+        if last is not None and last[0] is w and np.array_equal(last[1], weights):
+            priced = last[2]
+        else:
+            priced = w.priced(weights)
+            self._priced = (w, weights, priced)
+        ctx.state.write(SCARCITY_KEY, (fleet, w, priced))
+        return priced
+
     def _surplus(self, fleet: FleetArrays, w: Workload, ctx: CycleContext) -> float:
         """:func:`cpu_surplus_factor` of ``fleet``, once per cycle (the score and the pick of a cycle read the same
         fleet)."""
@@ -301,8 +345,13 @@ class FragmentationPolicy(FragmentationBase):
         return out
 
     def prepare(self, fleet: FleetArrays) -> None:
-        """When a snapshot is published: re-solve the packing plan off the request path (:meth:`warm_plan`)."""
+        """When a snapshot is published: re-solve the packing plan off the request path (:meth:`warm_plan`), and
+        price the learned workload's shapes by their live scarcity on it (:meth:`scored_workload` looks them up)."""
         self.warm_plan()
+        if self.args.scarcity:
+            w = self.estimator.workload()
+            if w.gpu_shapes.any():
+                self._published = by_shape(w, fleet_scarcity(w, fleet, self.memory_aware, self.args.scarcity_cap))
 
     def warm_plan(self) -> None:
         """Re-solve the packing plan for the learned workload off the request path once the share mix has moved

@@ -59,6 +59,8 @@ class Workload:
     shares: tuple[IntA, FloatA] | None = None
     """(per-GPU thousandths, weights) of *every* one-GPU share seen, before the coverage cut: the packing plan needs
     the rare small shares too (they are what fills the gaps the common ones leave). ``None``: use the kept shapes."""
+    cpu_ratio: float | None = None
+    """:attr:`cpu_per_milli` as given (a :meth:`priced` copy keeps its source's); ``None``: from the shapes."""
     thresholds: IntA = field(init=False, repr=False, compare=False)
     """Distinct per-GPU shares of the GPU shapes (ascending)."""
     share_index: IntA = field(init=False, repr=False, compare=False)
@@ -93,7 +95,28 @@ class Workload:
         object.__setattr__(self, "_node_access", [])
         gpu_milli = float((self.prob[gpu] * self.milli[gpu] * self.count[gpu]).sum())
         cpu = float((self.prob[gpu] * self.cpu_milli[gpu]).sum()) / gpu_milli if gpu_milli > 0 else 0.0
-        object.__setattr__(self, "cpu_per_milli", cpu)
+        object.__setattr__(self, "cpu_per_milli", cpu if self.cpu_ratio is None else self.cpu_ratio)
+
+    def priced(self, weights: FloatA) -> Workload:
+        """This workload with each shape's probability multiplied by ``weights`` ((M,), >= 0; not renormalised: a
+        weight above 1 adds to what the shape's losses cost). The CPU-per-GPU ratio, the host memory and the shares
+        the packing plan reads stay this workload's: pricing changes what F charges, not the mix that arrives."""
+        if weights.shape != self.prob.shape:
+            raise ValueError(f"weights: expected {len(self.prob)} values, got shape {weights.shape}")
+        return Workload(
+            cpu_milli=self.cpu_milli,
+            milli=self.milli,
+            count=self.count,
+            models=self.models,
+            prob=self.prob * weights,
+            host_memory=self.host_memory,
+            shares=self.shares if self.shares is not None else self._own_shares(),
+            cpu_ratio=self.cpu_per_milli,
+        )
+
+    def _own_shares(self) -> tuple[IntA, FloatA]:
+        one = self.gpu_shapes & (self.count == 1) & (self.milli < MILLI_PER_GPU)
+        return self.milli[one], self.prob[one]
 
     @classmethod
     def from_counts(

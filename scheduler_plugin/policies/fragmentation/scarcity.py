@@ -1,0 +1,201 @@
+"""Live scarcity of the workload's shapes: how few of the fleet's free GPUs can still host each shape, now.
+
+FGD's measure weighs a shape's loss on a node by the shape's probability alone, as if its demand could go anywhere.
+A shape that only a few nodes can host (a 120-core 8-GPU pod that fits only the biggest nodes, a pod pinned to a
+rare GPU model) loses its *last* homes at the same price as a common shape loses one of many; the stranding term,
+priced at the workload's mean CPU per GPU, then outbids it. Here each GPU shape m gets a weight from the snapshot:
+
+    weight_m = clip(C / C_m, 1, cap), rounded down to a power of ``2 ** (1 / STEPS_PER_DOUBLING)``
+
+where C is the fleet's free GPU thousandths and C_m the free thousandths that m could use now: on the nodes m
+fits (CPU, host memory, ``count`` GPUs with m's share free, and a GPU model m admits), the GPUs with at least m's
+share free (what F counts as usable for m). A shape every node can host weighs 1; one that only 5 % of the free
+GPUs can host weighs 16 (``cap``, 64 by default); a shape that fits nowhere weighs 1 (its F is the same on every
+node, so no placement changes it). The weights multiply the probabilities in F (:meth:`Workload.priced`); the
+stranding ratio and the packing plan keep the workload's own mix.
+
+Kept in the snapshot index (:class:`FleetUsable`) and updated by the rows whose content changed (the simulator's
+trace-given workload: O(shapes) per arrival besides those rows); the rounding keeps the priced workload the same
+object while no weight crosses a step, so the fleet's F memo keeps serving it. A learned workload is a new object
+with every pod: its weights are computed when a snapshot is published (``prepare``, off the request path) and looked
+up per request by shape (:func:`by_shape`, :func:`weights_for`: O(shapes)).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from ...model import FleetArrays
+from ...model.snapshot import IndexKey
+from ..base import BoolA, FloatA, IntA
+from .gradient import FLEET_FREE_TOTALS, FleetFreeTotals, changed_rows, free_stats
+from .shape_groups import shape_groups
+from .workload import PodShape, Workload
+
+DEFAULT_SCARCITY_CAP = 64.0
+STEPS_PER_DOUBLING = 2
+
+
+def _group_of_shape(w: Workload) -> IntA:
+    """(M,) each shape's group in :func:`shape_groups` (CPU-only shapes: one past the last group)."""
+    groups = shape_groups(w)
+    out = np.full(len(w), len(groups.members), dtype=np.int64)
+    for g, ms in enumerate(groups.members):
+        out[ms] = g
+    return out
+
+
+def _node_usable(w: Workload, gpus_at_least: IntA, free_at_least: FloatA, cpu: IntA, mem: IntA | None) -> FloatA:
+    """(N, G + 1) per row and shape group: the free thousandths the group could use on the row (0 where it does not
+    fit; the last column, for CPU-only shapes, is 0)."""
+    groups = shape_groups(w)
+    out = np.zeros((len(cpu), len(groups.members) + 1), dtype=np.float64)
+    if not len(groups.members):
+        return out
+    ok = cpu[:, None] >= groups.cpu_milli[None, :]
+    ok &= gpus_at_least[:, groups.threshold] >= groups.count[None, :]
+    if mem is not None:
+        ok &= mem[:, None] >= groups.host_memory[None, :]
+    out[:, :-1] = np.where(ok, free_at_least[:, groups.threshold], 0.0)
+    return out
+
+
+def _per_shape(node_usable: FloatA, group: IntA, access: BoolA | None) -> FloatA:
+    """(M,) :func:`_node_usable` summed over the rows per shape (only rows whose model the shape admits)."""
+    per = node_usable[:, group]
+    if access is not None:
+        per = np.where(access, per, 0.0)
+    return np.asarray(per.sum(axis=0), dtype=np.float64)
+
+
+def usable_capacity(
+    w: Workload,
+    gpus_at_least: IntA,
+    free_at_least: FloatA,
+    cpu: IntA,
+    mem: IntA | None,
+    access: BoolA | None,
+) -> FloatA:
+    """(M,) per shape of ``w``: the free GPU thousandths it could use now, summed over the rows (nodes).
+
+    ``gpus_at_least`` / ``free_at_least``: (N, T) the rows' free stats per threshold of ``w``; ``cpu``: (N,) free
+    millicores; ``mem``: (N,) free host memory (``None``: not checked); ``access``: (N, M) shape m admits the row's
+    GPU model (``None``: every shape admits every node). CPU-only shapes get 0."""
+    node = _node_usable(w, gpus_at_least, free_at_least, cpu, mem)
+    return _per_shape(node, _group_of_shape(w), access)
+
+
+def scarcity_weights(usable: FloatA, free_total: float, cap: float = DEFAULT_SCARCITY_CAP) -> FloatA:
+    """(M,) the weight of each shape from its usable capacity (:func:`usable_capacity`) and the fleet's free GPU
+    thousandths: ``free_total / usable``, at least 1, at most ``cap``, rounded down to a step; 1 where nothing is
+    usable (the shape fits nowhere, or asks for no GPU)."""
+    if cap < 1:
+        raise ValueError(f"scarcity cap must be at least 1, got {cap:g}")
+    out = np.ones(len(usable), dtype=np.float64)
+    some = usable > 0
+    if free_total <= 0 or not some.any():
+        return out
+    ratio = np.minimum(np.maximum(free_total / usable[some], 1.0), cap)
+    steps = np.floor(np.log2(ratio) * STEPS_PER_DOUBLING + 1e-9) / STEPS_PER_DOUBLING
+    out[some] = np.minimum(np.exp2(steps), cap)
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class _UsableMemo:
+    workload: Workload
+    memory_aware: bool
+    free: npt.NDArray[np.int32]
+    cpu: IntA
+    mem: IntA
+    node: FloatA
+    """(N, G + 1) :func:`_node_usable` of every row."""
+    total: FloatA
+    """(M,) :func:`_per_shape` of ``node``: every shape's usable thousandths over the fleet."""
+
+
+class FleetUsable:
+    """Every shape's usable free thousandths over a fleet (:func:`usable_capacity`), kept in the snapshot index and
+    updated by the rows whose content changed (the simulator writes one node per arrival; content-checked like the
+    fleet's F memo). The values are sums of integers (thousandths) in float64, so updating them gives what summing
+    afresh gives."""
+
+    __slots__ = ("_memo",)
+
+    def __init__(self) -> None:
+        self._memo: _UsableMemo | None = None
+
+    def holds(self, w: Workload, memory_aware: bool) -> bool:
+        """Whether the memo is for ``w`` (then :meth:`usable` costs the rows that changed only)."""
+        memo = self._memo
+        return memo is not None and memo.workload is w and memo.memory_aware == memory_aware
+
+    def usable(self, fleet: FleetArrays, w: Workload, memory_aware: bool) -> FloatA:
+        free, cpu, mem = fleet.free_milli, fleet.cpu_free, fleet.mem_free_host
+        access = None if w.unrestricted else w.node_access(fleet)
+        group = _group_of_shape(w)
+        memo = self._memo
+        if memo is None or memo.workload is not w or memo.memory_aware != memory_aware or memo.free.shape != free.shape:
+            st = free_stats(free, w)
+            node = _node_usable(w, st.gpus_at_least, st.free_at_least, cpu, mem if memory_aware else None)
+            self._memo = _UsableMemo(
+                w, memory_aware, free.copy(), cpu.copy(), mem.copy(), node, _per_shape(node, group, access)
+            )
+            return self._memo.total
+        changed = changed_rows((memo.free, free), (memo.cpu, cpu), (memo.mem, mem))
+        if not len(changed):
+            return memo.total
+        st = free_stats(free[changed], w)
+        sub = _node_usable(w, st.gpus_at_least, st.free_at_least, cpu[changed], mem[changed] if memory_aware else None)
+        acc = None if access is None else access[changed]
+        total = memo.total + _per_shape(sub, group, acc) - _per_shape(memo.node[changed], group, acc)
+        node, new_free, new_cpu, new_mem = memo.node.copy(), memo.free.copy(), memo.cpu.copy(), memo.mem.copy()
+        node[changed], new_free[changed], new_cpu[changed], new_mem[changed] = (
+            sub,
+            free[changed],
+            cpu[changed],
+            mem[changed],
+        )
+        self._memo = _UsableMemo(w, memory_aware, new_free, new_cpu, new_mem, node, total)
+        return total
+
+
+FLEET_USABLE = IndexKey[FleetUsable]("fragmentation.scarcity", ())
+"""Snapshot index: the :class:`FleetUsable` holder of a fleet (content-checked: no column identity)."""
+
+
+def fleet_usable(fleet: FleetArrays) -> FleetUsable:
+    return fleet.derive(FLEET_USABLE, lambda _: FleetUsable())
+
+
+def fleet_scarcity(w: Workload, fleet: FleetArrays, memory_aware: bool, cap: float = DEFAULT_SCARCITY_CAP) -> FloatA:
+    """:func:`scarcity_weights` of ``w``'s shapes on the whole ``fleet`` now."""
+    usable = fleet_usable(fleet).usable(fleet, w, memory_aware)
+    free_total, _ = fleet.derive(FLEET_FREE_TOTALS, lambda _: FleetFreeTotals()).totals(fleet)
+    return scarcity_weights(usable, float(free_total), cap)
+
+
+def by_shape(w: Workload, weights: FloatA) -> dict[PodShape, float]:
+    """``weights`` keyed by ``w``'s shapes (for a workload learned later: :func:`weights_for`)."""
+    return {s: float(x) for (s, _), x in zip(w.shapes(), weights.tolist(), strict=True)}
+
+
+def weights_for(w: Workload, table: dict[PodShape, float]) -> FloatA:
+    """(M,) the weights ``table`` (:func:`by_shape`) gives ``w``'s shapes; 1 for a shape it does not know."""
+    return np.array([table.get(s, 1.0) for s, _ in w.shapes()], dtype=np.float64)
+
+
+__all__ = [
+    "DEFAULT_SCARCITY_CAP",
+    "FLEET_USABLE",
+    "STEPS_PER_DOUBLING",
+    "FleetUsable",
+    "by_shape",
+    "fleet_scarcity",
+    "scarcity_weights",
+    "usable_capacity",
+    "weights_for",
+]

@@ -1,0 +1,173 @@
+"""Live scarcity pricing of the workload's shapes (``policies/fragmentation/scarcity.py``) and its use in kelvin's
+fragmentation score."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from scheduler_plugin.model import GIB, GpuInfo, GpuNode, GpuRequest, build_arrays
+from scheduler_plugin.policies import fragmentation
+from scheduler_plugin.policies.base import CycleContext, CycleState
+from scheduler_plugin.policies.fragmentation import WORKLOAD_KEY, FragmentationPolicy, PodShape, Workload
+from scheduler_plugin.policies.fragmentation.gradient import free_stats
+from scheduler_plugin.policies.fragmentation.scarcity import (
+    FLEET_USABLE,
+    FleetUsable,
+    fleet_scarcity,
+    scarcity_weights,
+    usable_capacity,
+)
+
+
+def gpu_node(name: str, cpu: int, mem_gib: int, model: str, gpus: int = 8) -> GpuNode:
+    infos = tuple(GpuInfo(index=j, uuid=f"{name}-{j}", model=model, memory_total_bytes=32 * GIB) for j in range(gpus))
+    return GpuNode(name, infos, cpu_allocatable_milli=cpu, memory_allocatable_bytes=mem_gib * GIB)
+
+
+ONE = PodShape(8000, 1000, 1, None)
+FOUR_LIGHT = PodShape(32_000, 1000, 4, None)
+FOUR_HEAVY = PodShape(60_000, 1000, 4, None)
+EIGHT_HUGE = PodShape(120_000, 1000, 8, None)
+HALF = PodShape(4000, 500, 1, None)
+
+
+def fleet_with_one_big_node() -> list[GpuNode]:
+    """One 128-core 768 GiB node (the only home of a 120-core 8-GPU shape), one 96-core node, six 64-core ones."""
+    return [
+        gpu_node("big", 128_000, 768, "G3"),
+        gpu_node("mid", 96_000, 368, "V100M32"),
+        *(gpu_node(f"small{i}", 64_000, 256, "G2") for i in range(6)),
+    ]
+
+
+def workload() -> Workload:
+    counts = {ONE: 60.0, FOUR_LIGHT: 15.0, FOUR_HEAVY: 5.0, EIGHT_HUGE: 2.0, HALF: 18.0}
+    return Workload.from_counts(counts, coverage=1.0, host_memory={EIGHT_HUGE: 700 * GIB})
+
+
+def test_usable_capacity_counts_the_free_gpus_each_shape_fits() -> None:
+    fleet = build_arrays(fleet_with_one_big_node())
+    w = workload()
+    st = free_stats(fleet.free_milli, w)
+    usable = usable_capacity(w, st.gpus_at_least, st.free_at_least, fleet.cpu_free, fleet.mem_free_host, None)
+    by_shape = dict(zip((s for s, _ in w.shapes()), usable.tolist(), strict=True))
+    assert by_shape[ONE] == by_shape[HALF] == by_shape[FOUR_LIGHT] == 64_000  # every node
+    assert by_shape[FOUR_HEAVY] == 64_000  # 60 cores: every node has 64 or more
+    assert by_shape[EIGHT_HUGE] == 8000  # 120 cores and 700 GiB: the big node only
+
+
+def test_weights_grow_as_a_shapes_homes_run_out() -> None:
+    # 10 free GPUs: a shape that can use all of them weighs 1, one that can use 1 of them 10 -> rounded down to a
+    # half power of two (8), one that fits nowhere 1 (no placement changes its F), capped at the cap.
+    got = scarcity_weights(np.array([10_000.0, 1000.0, 0.0, 10.0]), 10_000.0, cap=64.0)
+    assert got.tolist() == [1.0, 8.0, 1.0, 64.0]
+    assert scarcity_weights(np.array([5000.0]), 10_000.0).tolist() == [2.0]
+    assert scarcity_weights(np.array([3000.0]), 10_000.0).tolist() == [pytest.approx(2**1.5)]
+    with pytest.raises(ValueError, match="cap"):
+        scarcity_weights(np.array([1.0]), 1.0, cap=0.5)
+
+
+def test_live_weights_follow_the_snapshot() -> None:
+    """The weight is live: once the big node is half used, the huge shape fits nowhere (weight 1), and a pinned
+    shape's weight counts only the nodes of its model."""
+    pinned = PodShape(8000, 1000, 1, frozenset({"V100M32"}))
+    w = Workload.from_counts(
+        {ONE: 60.0, EIGHT_HUGE: 2.0, pinned: 10.0}, coverage=1.0, host_memory={EIGHT_HUGE: 700 * GIB}
+    )
+    fleet = build_arrays(fleet_with_one_big_node())
+    weights = dict(zip((s for s, _ in w.shapes()), fleet_scarcity(w, fleet, True).tolist(), strict=True))
+    assert weights[ONE] == 1.0
+    assert weights[EIGHT_HUGE] == 8.0  # 64 free GPUs, 8 usable
+    assert weights[pinned] == 8.0  # only the V100M32 node's 8
+    fleet.free_milli[0, :4] = 0
+    after = fleet_scarcity(w, fleet, True)
+    assert after[[s for s, _ in w.shapes()].index(EIGHT_HUGE)] == 1.0
+
+
+def test_priced_workload_keeps_the_mix_the_stranding_and_plan_read() -> None:
+    w = workload()
+    priced = w.priced(np.full(len(w), 2.0))
+    assert priced.prob.tolist() == pytest.approx((2 * w.prob).tolist())
+    assert priced.cpu_per_milli == w.cpu_per_milli
+    assert priced.shares is not None and w.shares is not None
+    assert priced.shares[1].tolist() == w.shares[1].tolist()
+    with pytest.raises(ValueError, match="weights"):
+        w.priced(np.ones(len(w) + 1))
+
+
+def scores(args: fragmentation.FragmentationArgs) -> np.ndarray:
+    fleet = build_arrays(fleet_with_one_big_node())
+    ctx = CycleContext(now=0.0, state=CycleState({WORKLOAD_KEY: workload()}))
+    req = GpuRequest(count=4, cpu_milli=60_000, host_memory_bytes=64 * GIB)
+    return FragmentationPolicy.create(args).score(req, fleet, np.arange(fleet.n_nodes), ctx)
+
+
+def test_kelvin_keeps_the_only_home_of_a_scarce_shape() -> None:
+    """A 4-GPU 60-core pod, the big node empty against the 96-core one: the big node is the only home of the
+    120-core 8-GPU shape. Priced fleet-wide (scarcity off: main's score), the stranding term charges the 96-core node
+    for the 4 GPUs its 36 cores left cannot feed at the workload's mean ratio and the pod breaks the big node; priced
+    by live scarcity it goes to the 96-core node."""
+    live = scores(fragmentation.FragmentationArgs())
+    assert live[1] > live[0]
+    fleet_wide = scores(fragmentation.FragmentationArgs(scarcity=False))
+    assert fleet_wide[0] > fleet_wide[1]
+
+
+def test_scarcity_args_are_validated() -> None:
+    from scheduler_plugin.policies.plugins import PRODUCTION
+    from scheduler_plugin.policies.registry import PolicyConfigError
+
+    with pytest.raises(PolicyConfigError, match="scarcity_cap"):
+        PRODUCTION.build("score", "fragmentation", {"scarcity_cap": 0.5}, "t")
+
+
+def test_the_fleet_memo_follows_in_place_writes_and_matches_a_recount() -> None:
+    """The simulator writes one node's capacity in place per arrival: the memo recomputes those rows and its totals
+    equal a recount of the whole fleet."""
+    pinned = PodShape(8000, 1000, 1, frozenset({"G2"}))
+    w = Workload.from_counts({ONE: 6.0, FOUR_HEAVY: 2.0, EIGHT_HUGE: 1.0, HALF: 3.0, pinned: 2.0}, coverage=1.0)
+    fleet = build_arrays(fleet_with_one_big_node())
+    rng = np.random.default_rng(7)
+    for _ in range(20):
+        row = int(rng.integers(fleet.n_nodes))
+        fleet.free_milli[row, int(rng.integers(8))] = int(rng.integers(0, 1001))
+        fleet.cpu_free[row] = int(rng.integers(0, 130_000))
+        got = FleetUsable().usable(fleet, w, True)  # afresh
+        kept = fleet.derive(FLEET_USABLE, lambda _: FleetUsable()).usable(fleet, w, True)
+        st = free_stats(fleet.free_milli, w)
+        want = usable_capacity(
+            w, st.gpus_at_least, st.free_at_least, fleet.cpu_free, fleet.mem_free_host, w.node_access(fleet)
+        )
+        assert kept.tolist() == want.tolist() == got.tolist()
+
+
+def test_a_learned_workload_is_priced_by_the_published_snapshot() -> None:
+    """The extender's workload is learned (a new object with every pod): the weights come from the snapshot published
+    last (``prepare``, off the request path), looked up by shape, and decide like the live ones."""
+    policy = FragmentationPolicy.create(fragmentation.FragmentationArgs(prior_weight=0, coverage=1.0))
+    for i, (shape, n) in enumerate([(ONE, 60), (FOUR_LIGHT, 15), (FOUR_HEAVY, 5), (EIGHT_HUGE, 2), (HALF, 18)]):
+        for j in range(n):
+            policy.observe(
+                GpuRequest(
+                    count=shape.gpus,
+                    milli=shape.milli,
+                    cpu_milli=shape.cpu_milli,
+                    host_memory_bytes=700 * GIB if shape == EIGHT_HUGE else 0,
+                    pod_key=f"ns/p{i}-{j}",
+                )
+            )
+    fleet = build_arrays(fleet_with_one_big_node())
+    req = GpuRequest(count=4, cpu_milli=60_000, host_memory_bytes=64 * GIB)
+    before = policy.score(req, fleet, np.arange(fleet.n_nodes), CycleContext(now=0.0))
+    policy.prepare(fleet)
+    w = policy.estimator.workload()
+    policy.observe(GpuRequest(count=1, cpu_milli=8000, pod_key="ns/late"))  # a new learned workload
+    assert policy.estimator.workload() is not w
+    ctx = CycleContext(now=0.0)
+    after = policy.score(req, fleet, np.arange(fleet.n_nodes), ctx)
+    assert after[1] > after[0]
+    assert before[1] > before[0]  # without a published snapshot: computed live
+    priced = ctx.state.read(fragmentation.plugin.SCARCITY_KEY)[2]
+    huge = [s for s, _ in priced.shapes()].index(EIGHT_HUGE)
+    assert priced.prob[huge] / policy.estimator.workload().prob[huge] == 8.0
