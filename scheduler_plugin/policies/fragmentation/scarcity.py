@@ -31,7 +31,8 @@ import numpy.typing as npt
 from ...model import FleetArrays
 from ...model.snapshot import IndexKey
 from ..base import BoolA, FloatA, IntA
-from .gradient import FLEET_FREE_TOTALS, FleetFreeTotals, changed_rows, free_stats
+from .gradient import FLEET_FREE_TOTALS, FleetFreeTotals, free_stats
+from .row_stamps import changed_rows
 from .shape_groups import shape_groups
 from .workload import PodShape, Workload
 
