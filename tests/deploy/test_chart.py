@@ -339,6 +339,7 @@ def test_rbac_grants_what_each_component_calls(render: Render) -> None:
         ("", "pods", "get"),
         ("", "pods", "list"),
         ("", "pods/binding", "create"),  # the Binding carries the GPU annotations: no pod patch
+        ("", "nodes", "list"),  # the topology levels' labels, for `kelvin explain`'s gang forecast
         ("policy", "poddisruptionbudgets", "list"),  # the preempt verb's own list of budgets
     }
     namespaced = grants(one(docs, "Role", "scheduler"))
