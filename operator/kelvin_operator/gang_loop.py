@@ -158,7 +158,10 @@ class GangLoop:
         if d.plan is not None:
             assume(self.planner.fw, d.plan, now)
         if not self.cfg.dry_run:
-            for key, patch in d.patches.items():
+            # a re-plan is written member by member: first the members whose old plan still holds (they could bind
+            # on it meanwhile), then the stale ones (the extender refuses those anyway); a member that binds on its
+            # old plan in between is caught by the next pass (cycle.outside_bound_domain)
+            for key, patch in sorted(d.patches.items(), key=lambda kv: kv[0] in d.stale):
                 ns, _, name = key.partition("/")
                 await self.kube.patch_pod(ns, name, patch)
         log.info("%s%s", d.reason, " (dry run: not written)" if self.cfg.dry_run else "")

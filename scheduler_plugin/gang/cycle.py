@@ -230,6 +230,39 @@ def stale_plans(
     return out
 
 
+def outside_bound_domain(
+    unbound: Sequence[PlacedMember],
+    bound_nodes: Sequence[str],
+    snapshot: Snapshot,
+    labels_of: Callable[[GpuNode], Mapping[str, str]],
+    policy: GangPolicy,
+    ask: TopologyAsk | None,
+    already: Mapping[str, str],
+) -> dict[str, str]:
+    """Pod key -> why, for the planned, unbound members of a ``required=<level>`` gang whose planned node is not in
+    the ``<level>`` domain of its bound members (``already`` stale ones left out). The operator writes a re-plan
+    member by member, so a member whose old plan still held can bind on it before its new plan lands: the gang's
+    bound and planned members then sit in two domains. Such a plan is stale; the re-plan puts the rest next to the
+    bound members, or they wait."""
+    if not bound_nodes or ask is None or not ask.required:
+        return {}
+    fleet = snapshot.arrays
+    domains = build_domains(fleet.names, [labels_of(nd) for nd in snapshot.nodes], policy)
+    ids = domains.ids[domains.level_index(ask.level)]
+    bound_ids = {int(ids[r]) for n in bound_nodes if (r := fleet.index.get(n)) is not None}
+    if len(bound_ids) != 1:
+        return {}  # bound members gone from the snapshot or spread already: nothing a plan can mend
+    (dom,) = bound_ids
+    out: dict[str, str] = {}
+    for m in unbound:
+        if m.planned is None or m.key in already:
+            continue
+        row = fleet.index.get(m.planned)
+        if row is not None and int(ids[row]) != dom:
+            out[m.key] = f"{m.key}: its planned node {m.planned} is outside the {ask.level} of its bound members"
+    return out
+
+
 def _without(snapshot: Snapshot, keys: set[str], keep: Callable[[GpuNode], bool] = lambda _: True) -> Snapshot:
     """``snapshot`` restricted to the nodes ``keep`` accepts, with the assignments of the pods ``keys`` removed (a
     stale plan's own capacity is free for its re-plan)."""
@@ -279,16 +312,17 @@ def replan_gang(
     fw = planner.fw
     fleet = snapshot.arrays
     hot, predicted = thermal_masks(planner, fleet, fw.context(fleet, now))
+    ask = members[0].ref.topology
+    bound_nodes = [m.bound for m in members if m.bound is not None]
     stale = stale_plans(unbound, snapshot, hot, predicted)
+    stale.update(outside_bound_domain(unbound, bound_nodes, snapshot, labels_of, planner.policy, ask, stale))
     if not stale:
         return None
     if fw.ledger is not None:  # the stale plan's own assumed capacity is free for its re-plan
         for m in unbound:
             fw.ledger.forget(m.key)
     keys = {m.key for m in unbound}
-    bound_nodes = [m.bound for m in members if m.bound is not None]
     why = "; ".join(stale[k] for k in sorted(stale))
-    ask = members[0].ref.topology
     sub: list[tuple[Snapshot, TopologyAsk | None]]
     if not bound_nodes:
         sub = [(_without(snapshot, keys), ask)]

@@ -199,3 +199,21 @@ def test_a_plan_is_not_stale_for_other_gang_plans_on_its_gpus_but_is_for_a_bound
     assert stale_plans(members, snap, [False, False], [False, False]) == {
         "ml/w-0": "ml/w-0: its planned GPUs 0,1,2,3,4,5,6,7 on a-n0 are taken by default/bound-elsewhere"
     }
+
+
+def test_a_member_planned_outside_the_rack_its_bound_members_took_is_replanned_next_to_them() -> None:
+    # a re-plan moved the gang to rack b, written member by member: w-0 bound on its old plan (a-n0) before its new
+    # plan landed, w-1's new plan (b-n1) holds by itself. Planned there it would split the required=rack gang: it is
+    # stale and planned again in rack a, next to w-0
+    pods = [_placed(0, "a-n0", bound=True), _placed(1, "b-n1")]
+    for p in pods:
+        p["metadata"]["annotations"][ann.GANG_SIZE] = "2"
+    d = _replan(pods, [*rack("a", 3), *rack("b", 3)])
+    assert d is not None and d.planned and set(d.stale) == {"ml/w-1"}, d
+    assert "ml/w-1: its planned node b-n1 is outside the rack of its bound members" in d.reason, d.reason
+    planned = {k: p["metadata"]["annotations"][ann.GANG_PLANNED_NODE] for k, p in d.patches.items()}
+    assert set(planned) == {"ml/w-1"} and planned["ml/w-1"].startswith("a-"), planned
+    # preferred=rack: a split is allowed, nothing is stale
+    for p in pods:
+        p["metadata"]["annotations"][ann.GANG_TOPOLOGY] = "preferred=rack"
+    assert _replan(pods, [*rack("a", 3), *rack("b", 3)]) is None

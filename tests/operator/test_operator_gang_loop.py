@@ -194,3 +194,16 @@ async def test_a_dry_run_replan_writes_nothing_and_is_told_once() -> None:
         d = await gl.replan([planned(i, f"a-n{i}") for i in range(4)], snap, {}, NOW)
         assert d is not None and d.planned
     assert kube.patches == [] and [e[1] for e in kube.events] == ["GangReplanned"]
+
+
+async def test_a_replan_writes_the_members_whose_old_plan_still_holds_first() -> None:
+    # a-n1 turned hot: llama-1's plan is stale (the extender refuses it), the other three could still bind on their
+    # old plans in rack a while the re-plan into rack b is written: they are written first, the stale one last
+    nodes = [*rack("a", 4), *rack("b", 4)]
+    nodes[1] = replace(dgx("a-n1", temp=84), labels=nodes[1].labels)
+    gl, kube = loop()
+    d = await gl.replan(
+        [planned(i, f"a-n{i}") for i in (1, 0, 2, 3)], Snapshot(nodes=tuple(nodes), taken_at=NOW), {}, NOW
+    )
+    assert d is not None and d.planned and set(d.stale) == {"ml/llama-1"}
+    assert [name for _, name, _ in kube.patches][-1] == "llama-1", kube.patches
