@@ -17,6 +17,7 @@ from scheduler_plugin.extender.node_labels import NodeLabelLister, labels_of_nod
 from scheduler_plugin.extender.service import Extender
 from scheduler_plugin.kubeapi import KubeError
 from scheduler_plugin.model import annotations as ann
+from tests.extender.paged_api import Clock, PagedApi
 
 RACK = "kelvin.dev/rack"
 
@@ -25,30 +26,11 @@ def node_obj(name: str, **labels: str) -> dict[str, Any]:
     return {"metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **labels}}}
 
 
-class FakeApi:
+class FakeApi(PagedApi):
     """Answers the list of Nodes in pages of ``page`` (or fails with ``error``)."""
 
     def __init__(self, items: list[dict[str, Any]], page: int = 2) -> None:
-        self.items, self.page, self.calls = items, page, 0
-        self.error: KubeError | None = None
-
-    async def get(self, path: str, params: dict[str, str] | None = None) -> dict[str, Any]:
-        assert path == "/api/v1/nodes"
-        self.calls += 1
-        if self.error is not None:
-            raise self.error
-        at = int((params or {}).get("continue") or 0)
-        nxt = at + self.page
-        meta = {"continue": str(nxt)} if nxt < len(self.items) else {}
-        return {"items": self.items[at:nxt], "metadata": meta}
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = 100.0
-
-    def __call__(self) -> float:
-        return self.t
+        super().__init__("/api/v1/nodes", items, page)
 
 
 NODES = [

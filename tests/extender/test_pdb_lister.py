@@ -20,6 +20,7 @@ from scheduler_plugin.extender.pdb_lister import PdbLister
 from scheduler_plugin.extender.service import Extender
 from scheduler_plugin.kubeapi import KubeError
 from scheduler_plugin.model.eviction import EvictionFacts
+from tests.extender.paged_api import Clock, PagedApi
 
 
 def budget(name: str, app: str, allowed: int, namespace: str = "low") -> dict[str, Any]:
@@ -30,30 +31,11 @@ def budget(name: str, app: str, allowed: int, namespace: str = "low") -> dict[st
     }
 
 
-class FakeApi:
+class FakeApi(PagedApi):
     """Answers the list of PodDisruptionBudgets in pages of ``page`` (or fails with ``error``)."""
 
     def __init__(self, items: list[dict[str, Any]], page: int = 2) -> None:
-        self.items, self.page, self.calls = items, page, 0
-        self.error: KubeError | None = None
-
-    async def get(self, path: str, params: dict[str, str] | None = None) -> dict[str, Any]:
-        assert path == "/apis/policy/v1/poddisruptionbudgets"
-        self.calls += 1
-        if self.error is not None:
-            raise self.error
-        at = int((params or {}).get("continue") or 0)
-        nxt = at + self.page
-        meta = {"continue": str(nxt)} if nxt < len(self.items) else {}
-        return {"items": self.items[at:nxt], "metadata": meta}
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = 100.0
-
-    def __call__(self) -> float:
-        return self.t
+        super().__init__("/apis/policy/v1/poddisruptionbudgets", items, page)
 
 
 def lister(api: FakeApi, **kw: Any) -> tuple[PdbLister, Clock]:
