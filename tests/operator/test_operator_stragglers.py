@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import kmock as km
+import pytest
 from kelvin_operator.k8s import OperatorKube
 from kelvin_operator.metrics import OperatorMetrics
 from kelvin_operator.pods import pod_view
@@ -207,6 +208,17 @@ def test_gang_move_pays_weighs_the_whole_gang_at_its_straggler_s_speed() -> None
     assert not gang_move_pays([one, young], 0.6, 120.0, 3600.0).move
     assert not gang_move_pays([one], 1.0, 0.0, 3600.0).move  # full clocks: staying costs nothing
     assert not gang_move_pays([], 0.5, 0.0, 3600.0).move
+
+
+def test_gang_move_pays_prices_the_place_the_gang_would_land_on() -> None:
+    """Leaving also costs the remaining work at the new place's predicted clock ratio: with no cooler place (the
+    gang would throttle as much again) moving never pays; a place at 90 % clocks costs its slowdown."""
+    one = MemberWork(gpus=8, age_s=7200.0, lost_s=60.0)
+    assert gang_move_pays([one, one], 0.6, 120.0, 3600.0).move  # a cooler place (full clocks) by default
+    again = gang_move_pays([one, one], 0.6, 120.0, 3600.0, new_clock_ratio=0.6)
+    assert not again.move and again.leave_gpu_s == pytest.approx(180.0 * 16 + 3600 * 0.4 / 0.6 * 16)
+    warm = gang_move_pays([one, one], 0.6, 120.0, 3600.0, new_clock_ratio=0.9)
+    assert warm.move and warm.leave_gpu_s == pytest.approx(180.0 * 16 + 3600 * 0.1 / 0.9 * 16)
 
 
 def _throttling_gang(lost_straggler_s: float, lost_others_s: float, members: int = 4) -> tuple[Any, ...]:

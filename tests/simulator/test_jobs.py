@@ -265,3 +265,27 @@ def test_kelvin_s_operator_moves_a_straggling_job_when_the_gang_rule_says_it_pay
     assert all(o.moves == 0 for o in tas.jobs)
     rows = {r["scheduler"]: r for r in aggregate([moved, tas])}
     assert rows["kelvin-pod"]["straggler_moves"] == 1 and rows["tas-greedy"]["straggler_moves"] == 0
+
+
+def test_a_straggling_job_is_not_moved_when_no_cooler_node_has_room_for_it() -> None:
+    """a holds the well cooled node for 2 h; b runs on the poorly cooled one. Moving b at a checkpoint would free its
+    node and put it back there (the only room): it would pay the lost work and the restart and throttle again (the
+    old rule moved it twice, for more straggler GPU-hours than staying). The move is priced at the straggler's speed
+    where it would land, so b stays."""
+    from scheduler_plugin.simulator.jobs.remediation import Remediation, cooler_place
+
+    jf, fleet, poor = _one_poor_node(2)
+    jobs = [JobSpec("a", 0.0, 7200.0, 1, 8), JobSpec("b", 1.0, 3600.0, 1, 8)]
+    m = simulate_jobs(jobs, jf, build_scheduler("kelvin-pod", jf, 1), seed=1, fleet=fleet, poor=poor)
+    a, b = m.jobs
+    assert a.straggler is False and b.straggler is True
+    assert b.moves == 0 and b.straggler_gpu_hours == pytest.approx((3600 / 0.7 - 3600) * 8 / 3600)
+    # at its first checkpoint moving pays towards a cooler place, not back to a throttling one
+    assert Remediation().verdict(1, 8, 600.0, 0.7).move and not Remediation().verdict(1, 8, 600.0, 0.7, 0.7).move
+    # the room check counts the GPUs the job frees on well cooled nodes, and only whole pods
+    free = np.array([0, 0, 4])
+    cool = np.array([False, False, False])
+    assert not cooler_place(free, ~cool, [(2, 4)], 1, 8)  # every node poorly cooled
+    assert not cooler_place(free, cool, [], 1, 8)  # 4 whole free GPUs: no room for a pod of 8
+    assert cooler_place(free, cool, [(2, 4)], 1, 8)  # its own 4 GPUs on node 2 come free: 8
+    assert not cooler_place(free, np.array([True, False, False]), [(0, 8)], 2, 4)  # its 8 free on a poor node

@@ -32,7 +32,7 @@ from ...model import MILLI_PER_GPU, FleetArrays, GpuRequest
 from ..fleet import apply_placement
 from .cluster import CoolingScenario, JobFleet
 from .network import Network
-from .remediation import Remediation
+from .remediation import Remediation, cooler_place
 from .schedulers import JobScheduler
 from .workload import JobSpec
 
@@ -235,7 +235,10 @@ def simulate_jobs(  # noqa: C901, PLR0913
         j = o.job
         started, extra, base, speed = run[i]
         worked = max(0.0, now - started - extra)  # wall seconds of work in this run, after its restart
-        if not rem.verdict(j.members, j.gpus_per_member, worked, speed).move:
+        assert poor is not None  # checks are only scheduled in the thermal scenario
+        own = [(row, len(gpus)) for row, gpus in running[i]]
+        new_speed = 1.0 if cooler_place(whole_free(), poor, own, j.members, j.gpus_per_member) else speed
+        if not rem.verdict(j.members, j.gpus_per_member, worked, speed, new_speed).move:
             heapq.heappush(events, (now + rem.check_s, 2, i, runs[i]))
             return False
         saved = rem.saved_s(worked) * speed  # full-speed seconds the last checkpoint keeps

@@ -7,13 +7,18 @@ A job with a member on a poorly cooled node runs at the scenario's straggler spe
 at the thermal eviction rule's ``maxRemainingSeconds``) slowed on every member's GPUs, leaving costs every member's
 work since its last checkpoint (jobs checkpoint every ``checkpoint_s``) plus the rule's ``restartSeconds``. A move
 evicts the whole job: its GPUs are freed, its work up to the last checkpoint is kept, it goes back to the queue and
-pays the restart when it starts again. At most ``max_moves`` moves per job (a job that lands on a poorly cooled node
-again is not moved forever). Pure.
+pays the restart when it starts again. A move is priced against where the job would land: when the well cooled nodes
+have no room for it (counting the GPUs it frees there), it would run on a poorly cooled node again, so the rule is
+asked with the straggler's speed at the new place too and the job stays (:func:`cooler_place`). At most
+``max_moves`` moves per job. Pure.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 from ...gang_eviction import GangVerdict, MemberWork, gang_move_pays
 from ...operator_settings import ThermalEvictionConfig
@@ -39,7 +44,22 @@ class Remediation:
         """Work kept by the last checkpoint after ``work_s`` of work."""
         return (work_s // self.checkpoint_s) * self.checkpoint_s if self.checkpoint_s > 0 else 0.0
 
-    def verdict(self, members: int, gpus_per_member: int, work_s: float, speed: float) -> GangVerdict:
-        """Whether moving a job of ``members`` members that has worked ``work_s`` at ``speed`` pays."""
+    def verdict(
+        self, members: int, gpus_per_member: int, work_s: float, speed: float, new_speed: float = 1.0
+    ) -> GangVerdict:
+        """Whether moving a job of ``members`` members that has worked ``work_s`` at ``speed`` pays, when it would
+        run at ``new_speed`` where it lands."""
         m = MemberWork(gpus_per_member, work_s, self.lost_s(work_s))
-        return gang_move_pays([m] * members, speed, self.restart_s, self.max_remaining_s)
+        return gang_move_pays([m] * members, speed, self.restart_s, self.max_remaining_s, new_speed)
+
+
+def cooler_place(
+    whole_free: np.ndarray, poor: np.ndarray, placed: Sequence[tuple[int, int]], members: int, gpus_per_member: int
+) -> bool:
+    """Whether the well cooled nodes have room for a job of ``members`` pods of ``gpus_per_member`` GPUs once it has
+    left: ``whole_free`` (N,) whole free GPUs per node now, ``poor`` (N,) the poorly cooled nodes, ``placed`` the
+    job's (node, GPUs) it would free."""
+    free = whole_free.copy()
+    for row, gpus in placed:
+        free[row] += gpus
+    return int((free[~poor] // max(gpus_per_member, 1)).sum()) >= members
