@@ -233,3 +233,36 @@ def test_pools_are_counted_as_charged_where_they_land(small_trace: tuple[Path, P
         assert demand["pool0"] == 500 and demand["whole0"] == 1000
         want = placed + sum(demand[n] for n, bad in zip(r.pod_names, r.failed, strict=True) if bad)
         assert 100.0 * want / 8000 == pytest.approx(r.arrived_pct[-1])
+
+
+def test_learned_workload_mode_prices_shapes_by_live_scarcity() -> None:
+    """Issue 19: the learned workload is a new object with every pod, so the extender prices it by the weights of
+    the snapshot published last (``prepare``). The simulator publishes no snapshot: with no published weights the
+    score prices the learned workload live on the fleet of each arrival (as the trace-given mode does), so the learned
+    mode is not scored unpriced. Here the 120-core 8-GPU shape has one home (the 128-core node) and weighs more."""
+    nodes = [
+        TraceNode("big", 128_000, 768 * GIB, 8, "G3", 32 * GIB),
+        *(TraceNode(f"small{i}", 64_000, 256 * GIB, 8, "G2", 32 * GIB) for i in range(3)),
+    ]
+    pods = [
+        *(TracePod(f"one{i}", 8000, 16 * GIB, 1, 1000) for i in range(6)),
+        TracePod("huge", 120_000, 600 * GIB, 8, 1000),
+        *(TracePod(f"half{i}", 4000, 8 * GIB, 1, 500) for i in range(4)),
+    ]
+    prep = prepare(trace(nodes, pods))
+    args = {"priorWeight": 0, "coverage": 1.0}  # every learned shape kept, none of the default mix
+    policy = kelvin_policy(
+        PolicyConfig.from_mapping({"scoring": {"fragmentation": {"weight": 1.0, "args": args}}, "pickerArgs": args})
+    )
+    frag = policy.framework.scorers[0].plugin
+    huge_weights: list[float] = []
+
+    def after_arrival(_arrived: float, _target: float) -> None:
+        learned, weights, _ = frag._priced  # type: ignore[attr-defined]
+        cpus = [s.cpu_milli for s, _ in learned.shapes()]
+        if 120_000 in cpus:
+            huge_weights.append(float(weights[cpus.index(120_000)]))
+
+    run(prep, policy, 0, target=1.0, learn_workload=True, progress=after_arrival)
+    assert frag._published is None  # type: ignore[attr-defined]  # nothing published: priced live
+    assert max(huge_weights) > 1.0  # its only home is one node of four
