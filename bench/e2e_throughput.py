@@ -49,6 +49,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 import orjson
@@ -222,27 +223,60 @@ async def _watch_bound(
 ) -> None:
     """Record when each pod of the namespace is first seen bound; set ``done`` once ``want`` are."""
     path = f"/api/v1/namespaces/{namespace}/pods"
+    last = [rv]  # the newest resourceVersion seen: a dropped watch starts again from there
+    drops = 0
     while len(bound_at) < want:
-        params = {"watch": "1", "resourceVersion": rv, "allowWatchBookmarks": "true", "timeoutSeconds": "300"}
-        async with client.stream("GET", path, params=params, timeout=httpx.Timeout(30, read=330)) as stream:
-            stream.raise_for_status()
-            async for line in stream.aiter_lines():
-                if not line:
-                    continue
-                event = orjson.loads(line)
-                obj = event["object"]
-                if event["type"] == "ERROR":
-                    raise RuntimeError(f"pod watch of {namespace}: {obj}")
-                rv = obj["metadata"].get("resourceVersion", rv)
-                name = obj["metadata"].get("name")
-                if event["type"] in ("ADDED", "MODIFIED") and obj.get("spec", {}).get("nodeName"):
-                    bound_at.setdefault(name, time.monotonic())
-                    if len(bound_at) >= want:
-                        done.set()
-                        return
+        try:
+            await _watch_once(client, path, namespace, last, bound_at, want, done)
+        except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
+            drops += 1
+            if drops > 10 * SEND_ATTEMPTS:
+                raise RuntimeError(f"pod watch of {namespace}: dropped {drops} times") from exc
+
+
+async def _watch_once(
+    client: httpx.AsyncClient,
+    path: str,
+    namespace: str,
+    last: list[str],
+    bound_at: dict[str, float],
+    want: int,
+    done: asyncio.Event,
+) -> None:
+    params = {"watch": "1", "resourceVersion": last[0], "allowWatchBookmarks": "true", "timeoutSeconds": "300"}
+    async with client.stream("GET", path, params=params, timeout=httpx.Timeout(30, read=330)) as stream:
+        stream.raise_for_status()
+        async for line in stream.aiter_lines():
+            if not line:
+                continue
+            event = orjson.loads(line)
+            obj = event["object"]
+            if event["type"] == "ERROR":
+                raise RuntimeError(f"pod watch of {namespace}: {obj}")
+            last[0] = obj["metadata"].get("resourceVersion", last[0])
+            name = obj["metadata"].get("name")
+            if event["type"] in ("ADDED", "MODIFIED") and obj.get("spec", {}).get("nodeName"):
+                bound_at.setdefault(name, time.monotonic())
+                if len(bound_at) >= want:
+                    done.set()
+                    return
 
 
 GATE = "kelvin.dev/bench-burst"
+#: a loaded API server drops kept-alive connections (httpx: "Server disconnected without sending a response"); a
+#: request that met that is sent again on a fresh connection, this many times at most
+SEND_ATTEMPTS = 3
+
+
+async def _send(client: httpx.AsyncClient, method: str, url: str, **kwargs: Any) -> tuple[httpx.Response, bool]:
+    """The response, and whether an earlier attempt may have reached the server (dropped on the way back)."""
+    for attempt in range(SEND_ATTEMPTS):
+        try:
+            return await client.request(method, url, **kwargs), attempt > 0
+        except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError):
+            if attempt == SEND_ATTEMPTS - 1:
+                raise
+    raise AssertionError("unreachable")
 
 
 async def _burst(
@@ -250,7 +284,7 @@ async def _burst(
 ) -> None:
     limits = httpx.Limits(max_connections=concurrency + 2, max_keepalive_connections=concurrency + 2)
     path = f"/api/v1/namespaces/{namespace}/pods"
-    names = [f"p{i:05d}" for i in range(rnd.pods)]
+    names = _pod_names(rnd.pods)
     async with httpx.AsyncClient(base_url=cluster.server, verify=_ssl(cluster), timeout=60, limits=limits) as client:
         slots = asyncio.Semaphore(concurrency)
         released_at: dict[str, float] = {}
@@ -263,16 +297,22 @@ async def _burst(
             async with slots:
                 if not gated:
                     released_at[name] = time.monotonic()
-                r = await client.post(path, content=orjson.dumps(pod), headers={"Content-Type": "application/json"})
-            if r.status_code != 201:
+                r, resent = await _send(
+                    client, "POST", path, content=orjson.dumps(pod), headers={"Content-Type": "application/json"}
+                )
+            if r.status_code != 201 and not (resent and r.status_code == 409):  # 409: the first attempt created it
                 raise RuntimeError(f"create pod {namespace}/{name}: {r.status_code} {r.text[:500]}")
 
         async def release(name: str) -> None:
             patch = orjson.dumps([{"op": "remove", "path": "/spec/schedulingGates"}])
             async with slots:
                 released_at[name] = time.monotonic()
-                r = await client.patch(f"{path}/{name}", content=patch,
-                                       headers={"Content-Type": "application/json-patch+json"})  # fmt: skip
+                r, resent = await _send(client, "PATCH", f"{path}/{name}", content=patch,
+                                        headers={"Content-Type": "application/json-patch+json"})  # fmt: skip
+            if r.status_code == 422 and resent:  # the first attempt may have removed the gate already
+                r, _ = await _send(client, "GET", f"{path}/{name}")
+                if r.status_code == 200 and not r.json()["spec"].get("schedulingGates"):
+                    return
             if r.status_code != 200:
                 raise RuntimeError(f"remove the scheduling gate of {namespace}/{name}: {r.status_code} {r.text[:500]}")
 
@@ -305,10 +345,11 @@ async def _burst(
         rnd.to_bind_s = sorted(bound_at[n] - released_at[n] for n in bound_at if n in released_at)
 
 
-def _delete_pods(cluster: LoopbackCluster, namespace: str, timeout_s: float) -> None:
-    body = {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0}
-    # one DeleteCollection of the whole burst: on a loaded machine it takes longer than the client's 30 s default
-    cluster.api.call("DELETE", f"/api/v1/namespaces/{namespace}/pods", json=body, timeout=timeout_s)
+def _delete_pods(cluster: LoopbackCluster, namespace: str, pods: int, concurrency: int, timeout_s: float) -> None:
+    """Delete the burst's pods (``concurrency`` in flight), wait until they are gone, then the namespace. One
+    DeleteCollection is one worker on the API server (``--delete-collection-workers``), deleting a pod at a time:
+    thousands took longer than its 60 s request timeout, then minutes more."""
+    asyncio.run(asyncio.wait_for(_delete_each(cluster, namespace, pods, concurrency), timeout_s))
     wait_for(
         f"the pods of {namespace} deleted",
         lambda: not cluster.api.get(f"/api/v1/namespaces/{namespace}/pods", limit=1)["items"],
@@ -316,6 +357,28 @@ def _delete_pods(cluster: LoopbackCluster, namespace: str, timeout_s: float) -> 
         0.5,
     )
     cluster.api.delete(f"/api/v1/namespaces/{namespace}")
+
+
+async def _delete_each(cluster: LoopbackCluster, namespace: str, pods: int, concurrency: int) -> None:
+    body = orjson.dumps({"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0})
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    async with httpx.AsyncClient(base_url=cluster.server, verify=_ssl(cluster), timeout=60, limits=limits) as client:
+        slots = asyncio.Semaphore(concurrency)
+
+        async def delete(name: str) -> None:
+            async with slots:
+                r, _ = await _send(
+                    client, "DELETE", f"/api/v1/namespaces/{namespace}/pods/{name}", content=body,
+                    headers={"Content-Type": "application/json"},
+                )  # fmt: skip
+            if r.status_code not in (200, 202, 404):  # 404: gone already (an earlier attempt, or never created)
+                raise RuntimeError(f"delete pod {namespace}/{name}: {r.status_code} {r.text[:500]}")
+
+        await asyncio.gather(*(delete(name) for name in _pod_names(pods)))
+
+
+def _pod_names(pods: int) -> list[str]:
+    return [f"p{i:05d}" for i in range(pods)]
 
 
 def run_round(
@@ -359,7 +422,7 @@ def run_round(
         rnd.cpu_s = {name: cpu_seconds(pid) - cpu_before[name] for name, pid in processes.items()}
         if scrapes:
             rnd.breakdown = delta(scrapes.read(rnd.scheduler), before)
-        _delete_pods(cluster, namespace, max(60.0, timeout_s))
+        _delete_pods(cluster, namespace, rnd.pods, concurrency, max(60.0, timeout_s))
 
 
 # -- output ------------------------------------------------------------------------------------------------------------

@@ -29,6 +29,7 @@ import ssl
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -36,6 +37,8 @@ import orjson
 
 LEASE_DURATION_S = 40
 RENEW_INTERVAL_S = 10.0
+# requests in flight for registration and lease renewals: one at a time, 1,000 nodes took longer than a lease lasts
+IN_FLIGHT = 8
 NODE_ADDRESS = "127.0.0.1"
 SHARED_GPU_RESOURCE = "kelvin.dev/shared-gpu"
 
@@ -171,20 +174,32 @@ class Agent:
         self.gpus = gpus
         self.version = version
         self.stopping = threading.Event()
+        # two pools: renewals queued behind a long registration would let the first nodes' Leases lapse
+        self.pool = ThreadPoolExecutor(IN_FLIGHT, thread_name_prefix="register")
+        self.lease_pool = ThreadPoolExecutor(IN_FLIGHT, thread_name_prefix="leases")
+        # the nodes whose Lease exists: the heartbeat renews them while the others are still being registered
+        self.registered: list[str] = []
+        self.registered_lock = threading.Lock()
 
     # ---- nodes ---------------------------------------------------------------------------------------------------
     def register(self) -> None:
-        for name in self.names:
-            # with its status, as a kubelet registers: the node lifecycle controller sees it Ready at once
-            body = {
-                **node_object(name, self.gpus, {}, self.taints.get(name)),
-                "status": node_status(self.gpus, self.version, self.shared_slots.get(name, 0)),
-            }
-            r = self.client.post("/api/v1/nodes", json=body)
-            if r.status_code not in (201, 409):
-                raise RuntimeError(f"create Node {name}: {r.status_code} {r.text}")
-            self.patch_node_status(name)
-            self.renew(name)
+        """Every node and its Lease, ``IN_FLIGHT`` at a time; the first error is raised."""
+        for _ in self.pool.map(self.register_one, self.names):
+            pass
+
+    def register_one(self, name: str) -> None:
+        # with its status, as a kubelet registers: the node lifecycle controller sees it Ready at once
+        body = {
+            **node_object(name, self.gpus, {}, self.taints.get(name)),
+            "status": node_status(self.gpus, self.version, self.shared_slots.get(name, 0)),
+        }
+        r = self.client.post("/api/v1/nodes", json=body)
+        if r.status_code not in (201, 409):
+            raise RuntimeError(f"create Node {name}: {r.status_code} {r.text}")
+        self.patch_node_status(name)
+        self.renew(name)
+        with self.registered_lock:
+            self.registered.append(name)
 
     def patch_node_status(self, name: str) -> None:
         r = self.client.patch(
@@ -210,11 +225,48 @@ class Agent:
 
     def heartbeat_loop(self) -> None:
         while not self.stopping.wait(RENEW_INTERVAL_S):
-            for name in self.names:
-                try:
-                    self.renew(name)
-                except httpx.HTTPError as exc:
+            with self.registered_lock:
+                names = list(self.registered)
+            for _ in self.lease_pool.map(self.renew_logged, names):
+                pass
+            try:
+                lapsed = self.not_ready(set(names))
+            except httpx.HTTPError as exc:
+                print(f"fakenodes: list nodes: {exc}", file=sys.stderr, flush=True)
+                continue
+            for _ in self.lease_pool.map(self.report_status, lapsed):
+                pass
+
+    def renew_logged(self, name: str) -> None:
+        for attempt in range(2):  # a loaded API server drops kept-alive connections: once more on a fresh one
+            try:
+                self.renew(name)
+                return
+            except httpx.TransportError as exc:
+                if attempt:
                     print(f"fakenodes: lease {name}: {exc}", file=sys.stderr, flush=True)
+            except httpx.HTTPError as exc:
+                print(f"fakenodes: lease {name}: {exc}", file=sys.stderr, flush=True)
+                return
+
+    def not_ready(self, names: set[str]) -> list[str]:
+        """Of ``names``, the nodes whose Ready condition is not True: the node lifecycle controller set it Unknown
+        when a Lease lapsed (a loaded API server), and, as a kubelet does, the agent reports its status again."""
+        listing = self.client.get("/api/v1/nodes", params={"labelSelector": "kelvin.dev/e2e-fake-node=true"})
+        listing.raise_for_status()
+        lapsed = []
+        for node in listing.json()["items"]:
+            name = node["metadata"]["name"]
+            conditions = node.get("status", {}).get("conditions", [])
+            if name in names and not any(c["type"] == "Ready" and c["status"] == "True" for c in conditions):
+                lapsed.append(name)
+        return lapsed
+
+    def report_status(self, name: str) -> None:
+        try:
+            self.patch_node_status(name)
+        except httpx.HTTPError as exc:
+            print(f"fakenodes: status {name}: {exc}", file=sys.stderr, flush=True)
 
     # ---- pods ----------------------------------------------------------------------------------------------------
     def handle(self, pod: dict[str, Any]) -> None:
@@ -329,13 +381,13 @@ def main(argv: list[str] | None = None) -> int:
     client = httpx.Client(base_url=args.server, verify=context, timeout=30)
     agent = Agent(client, names, args.gpus, args.kubelet_version, taints, shared_slots)
     signal.signal(signal.SIGTERM, lambda *_: agent.stopping.set())
-    agent.register()
     threads = [
         threading.Thread(target=agent.heartbeat_loop, name="leases", daemon=True),
         threading.Thread(target=agent.watch_loop, name="pods", daemon=True),
     ]
-    for thread in threads:
-        thread.start()
+    threads[0].start()  # renewing the Leases of the nodes registered so far while the rest register
+    agent.register()
+    threads[1].start()
     print("ready", flush=True)
     while not agent.stopping.wait(1):
         if not all(t.is_alive() for t in threads):
