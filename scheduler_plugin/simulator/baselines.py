@@ -179,6 +179,12 @@ class GpuClusteringPolicy(_Baseline):
     """Clusters pods by their GPU request class; remembers the classes it placed on each node (by node name)."""
 
     classes: dict[str, set[int]] = field(default_factory=dict)
+    _names: object = field(default=None, init=False, repr=False)
+    """The fleet's ``names`` that :attr:`_count` and :attr:`_member` are rows of (``None``: not built yet)."""
+    _count: IntA = field(default_factory=lambda: np.zeros(0, dtype=np.int64), init=False, repr=False)
+    """(N,) how many classes :attr:`classes` holds for each row."""
+    _member: dict[int, BoolA] = field(default_factory=dict, init=False, repr=False)
+    """Class -> (N,) the row hosts that class."""
 
     @staticmethod
     def request_class(req: GpuRequest) -> int:
@@ -187,25 +193,43 @@ class GpuClusteringPolicy(_Baseline):
             return 0
         return -1 if req.shared else req.count
 
+    def _rows(self, fleet: FleetArrays) -> None:
+        """:attr:`classes` as per-row arrays of ``fleet`` (rebuilt when the fleet's rows are other ones)."""
+        if self._names is fleet.names:
+            return
+        n = fleet.n_nodes
+        self._names, self._count, self._member = fleet.names, np.zeros(n, dtype=np.int64), {}
+        index = fleet.index
+        for name, have in self.classes.items():
+            row = index.get(name)
+            if row is not None:
+                self._count[row] = len(have)
+                for cls in have:
+                    self._member.setdefault(cls, np.zeros(n, dtype=np.bool_))[row] = True
+
     def score(self, req: GpuRequest, fleet: FleetArrays, idx: IntA, ctx: CycleContext) -> FloatA:
         if not req.wants_gpu:
             return np.zeros(len(idx))
         cls = self.request_class(req)
         free_total = fleet.free_milli[idx].sum(axis=1)
         fill = (MAX_NODE_SCORE // 4) * (MAX_SPEC_GPU_MILLI - free_total) // MAX_SPEC_GPU_MILLI
-        band = np.empty(len(idx))
-        for i, r in enumerate(idx):
-            have = self.classes.get(fleet.names[int(r)], set())
-            if cls in have:
-                band[i] = 3 if len(have) == 1 else 2
-            else:
-                band[i] = 1 if not have else 0
+        self._rows(fleet)
+        count = self._count[idx]
+        member = self._member.get(cls)
+        hosts = member[idx] if member is not None else np.zeros(len(idx), dtype=np.bool_)
+        # this class alone 3, with others 2; an empty node 1, other classes only 0
+        band = np.where(hosts, np.where(count == 1, 3, 2), np.where(count == 0, 1, 0))
         return np.asarray(band * (MAX_NODE_SCORE // 4) + fill, dtype=np.float64)
 
     def pick(self, req: GpuRequest, fleet: FleetArrays, row: int, ctx: CycleContext) -> tuple[int, ...] | None:
         chosen = _tightest_pick(req, fleet, row, ctx)
         if chosen is not None and req.wants_gpu:
-            self.classes.setdefault(fleet.names[row], set()).add(self.request_class(req))
+            cls = self.request_class(req)
+            have = self.classes.setdefault(fleet.names[row], set())
+            have.add(cls)
+            if self._names is fleet.names:
+                self._count[row] = len(have)
+                self._member.setdefault(cls, np.zeros(fleet.n_nodes, dtype=np.bool_))[row] = True
         return chosen
 
 

@@ -15,7 +15,7 @@ from ..model.claim import charge_milli
 from ..policies.fragmentation import DEFAULT_REFERENCE_GPU_MEMORY, WORKLOAD_KEY, Workload, workload_of
 from ..policies.ranking import tied_best
 from .fleet import apply_placement, build_fleet, gpu_memory_bytes
-from .policies import SimPolicy, feasible, rank
+from .policies import SimPolicy, feasible, pick, rank
 from .protocol import DEFAULT_TARGET, arrivals
 from .trace import Trace, TracePod
 
@@ -186,7 +186,7 @@ def run(
         if len(cand):
             tied = tied_best(cand, rank(policy, req, fleet, cand, ctx))
             row = int(tied[np.argmin(node_rank[tied])])
-            gpus = fw.pick(req, fleet, row, ctx)
+            gpus = pick(policy, req, fleet, row, ctx)
         if gpus is None or (req.wants_gpu and len(gpus) != req.count):
             failed.append(True)
             demand_so_far += pod.gpu_demand_milli  # what it would take (a memory pool: on the median GPU)

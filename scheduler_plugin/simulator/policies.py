@@ -65,6 +65,16 @@ def rank(policy: SimPolicy, req: GpuRequest, fleet: FleetArrays, rows: IntA, ctx
     return ranking.rank(policy.framework, req, fleet, rows, ctx, raw=policy.raw)
 
 
+def pick(policy: SimPolicy, req: GpuRequest, fleet: FleetArrays, row: int, ctx: CycleContext) -> tuple[int, ...] | None:
+    """The GPUs the pod gets on ``row``, one of the rows :func:`feasible` passed in the same cycle (``ctx``) on the
+    same, unchanged ``fleet``: :meth:`Framework.pick <scheduler_plugin.policies.framework.Framework.pick>` without
+    running every filter on that row again (they passed it; a replay picks once per arrival)."""
+    if not req.wants_gpu:
+        return ()
+    fw = policy.framework
+    return fw.picker.pick(req, fw.view(fleet, ctx), row, ctx)
+
+
 def single_score(name: str, plugin: ScorePlugin, fit: FitFilter, picker: GpuPicker) -> SimPolicy:
     """A telemetry-blind policy of one score plugin ranked by its raw score (the paper's baselines, kube-scheduler's
     own scoring): the ``fit`` filter only (no staleness or hot-node filter, no ledger), GPUs from ``picker`` (for

@@ -67,3 +67,37 @@ def test_giving_a_placement_back_restores_the_fleet_exactly() -> None:
         apply_placement(f, req, 0, g, sign=-1)
     for col in (*COLUMNS, "cpu_free", "mem_free_host"):
         assert np.array_equal(getattr(f, col), getattr(base, col)), col
+
+
+def test_a_placement_charges_what_the_fleets_charge_does_over_a_random_replay() -> None:
+    """``apply_placement`` works out one pod's charge slot by slot (the simulators' hot path) instead of through
+    :class:`SlotCharges`' arrays: over random placements and releases (whole GPUs, shares, pools larger than the
+    GPU, overcommitted slots, an index the node does not report, an index on two slots) every capacity column and
+    every return value is the fleet's own ``charge``'s."""
+    gpus = [gpu(0, mem_gib=80), gpu(1, mem_gib=40), gpu(2, mem_gib=16), gpu(3, mem_gib=80), gpu(3, mem_gib=24)]
+    fast, ref = fleet(node("a", gpus)).copy(), fleet(node("a", gpus)).copy()
+    rng = np.random.default_rng(7)
+    placed: list[tuple[GpuRequest, tuple[int, ...]]] = []
+    for _ in range(400):
+        if placed and rng.random() < 0.3:
+            req, g = placed.pop(int(rng.integers(len(placed))))
+            sign = -1
+        else:
+            kind = int(rng.integers(4))
+            if kind == 0:
+                req = GpuRequest(count=int(rng.integers(1, 4)), cpu_milli=500)
+            elif kind == 1:
+                req = GpuRequest(count=1, milli=int(rng.integers(1, 1000)), host_memory_bytes=GIB)
+            elif kind == 2:
+                req = GpuRequest(count=1, milli=None, memory_bytes=int(rng.integers(1, 100)) * GIB)
+            else:
+                req = GpuRequest(count=1, milli=int(rng.integers(1, 1000)), memory_bytes=int(rng.integers(1, 50)) * GIB)
+            g = tuple(int(x) for x in rng.choice(6, size=req.count, replace=False))  # 3: two slots; 4, 5: none
+            placed.append((req, g))
+            sign = 1
+        taken = apply_placement(fast, req, 0, g, sign)
+        ref.cpu_free[0] -= sign * req.cpu_milli
+        ref.mem_free_host[0] -= sign * req.host_memory_bytes
+        assert taken == ref.charge([(0, claim_of(req, g))], sign)
+        assert _columns(fast) == _columns(ref)
+        assert fast.cpu_free[0] == ref.cpu_free[0] and fast.mem_free_host[0] == ref.mem_free_host[0]

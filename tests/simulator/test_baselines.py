@@ -48,6 +48,38 @@ def test_gpu_clustering_keeps_classes_together() -> None:
     assert raw[0] > raw[2] > raw[3] > raw[1]
 
 
+def test_gpu_clustering_bands_follow_the_classes_it_remembers() -> None:
+    """The bands are read from per-row arrays kept beside the classes per node name (a loop over the candidates
+    before): over random placements, and on a second fleet with the same node names in another order, every score
+    is the paper's band of the remembered classes plus the fill term."""
+    nodes = [TraceNode(f"n{i}", 64_000, 256 * GIB, 8, "T4") for i in range(12)]
+    f, other = build_fleet(nodes), build_fleet(nodes[::-1])
+    plugin = SIMULATOR.build("score", "gpu-clustering", {}, "t")
+    reqs = [GpuRequest(count=1, milli=300), GpuRequest(count=1), GpuRequest(count=2), GpuRequest(count=0)]
+    rng = np.random.default_rng(3)
+
+    def expected(req: GpuRequest, fleet: FleetArrays) -> list[float]:
+        cls = -1 if req.shared else req.count
+        out = []
+        for r in range(fleet.n_nodes):
+            have = plugin.classes.get(fleet.names[r], set())
+            band = (3 if len(have) == 1 else 2) if cls in have else (1 if not have else 0)
+            fill = 25 * (8000 - int(fleet.free_milli[r].sum())) // 8000
+            out.append(float(band * 25 + fill) if req.wants_gpu else 0.0)
+        return out
+
+    for _ in range(60):
+        req = reqs[int(rng.integers(len(reqs)))]
+        on = f if rng.random() < 0.8 else other
+        rows = np.arange(on.n_nodes)
+        assert plugin.score(req, on, rows, CTX).tolist() == expected(req, on)
+        row = int(rng.integers(on.n_nodes))
+        gpus = plugin.pick(req, on, row, CTX)
+        if gpus is not None:
+            apply_placement(on, req, row, gpus)
+    assert len(plugin.classes) > 3
+
+
 def test_dotproduct_and_random_choose_eligible_gpus() -> None:
     f = fleet4()
     apply_placement(f, GpuRequest(count=1, milli=800), 0, (2,))

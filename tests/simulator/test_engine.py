@@ -8,10 +8,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from scheduler_plugin.policies.fragmentation import WORKLOAD_KEY
 from scheduler_plugin.policies.policy_file import PolicyConfig
 from scheduler_plugin.policies.registry import PolicyConfigError
 from scheduler_plugin.simulator.engine import RunResult, prepare, run
-from scheduler_plugin.simulator.policies import POLICIES, SimPolicy, build_policy, kelvin_policy
+from scheduler_plugin.simulator.fleet import apply_placement
+from scheduler_plugin.simulator.policies import POLICIES, SimPolicy, build_policy, feasible, kelvin_policy, pick, rank
 from scheduler_plugin.simulator.report import CURVE_POINTS
 from scheduler_plugin.simulator.trace import Trace, TraceNode, TracePod, load_trace
 
@@ -266,3 +268,34 @@ def test_learned_workload_mode_prices_shapes_by_live_scarcity() -> None:
     run(prep, policy, 0, target=1.0, learn_workload=True, progress=after_arrival)
     assert frag._published is None  # type: ignore[attr-defined]  # nothing published: priced live
     assert max(huge_weights) > 1.0  # its only home is one node of four
+
+
+@pytest.mark.parametrize("name", ["kelvin", "fgd", "best-fit", "gpu-clustering"])
+def test_the_replays_pick_is_the_frameworks_on_a_row_that_passed_the_cycles_filters(
+    small_trace: tuple[Path, Path], name: str
+) -> None:
+    """The replay picks GPUs on the chosen row without running the filters on it again (``policies.pick``): on
+    every arrival, the same GPUs as :meth:`Framework.pick`, which filters the row first (a fresh policy each, as
+    gpu-clustering remembers what it picked)."""
+    prep = prepare(load_trace(*small_trace))
+    fast, full = build_policy(name, 1), build_policy(name, 1)
+    fleet = prep.fleet.copy()
+    rows = np.arange(fleet.n_nodes, dtype=np.int64)
+    picked = 0
+    for i in range(40):
+        req = prep.requests[i % len(prep.requests)]
+        ctx_fast, ctx_full = fast.framework.context(fleet, 0.0), full.framework.context(fleet, 0.0)
+        for ctx in (ctx_fast, ctx_full):
+            ctx.state.write(WORKLOAD_KEY, prep.workload)
+        cand = feasible(fast, req, fleet, rows, ctx_fast)
+        assert cand.tolist() == feasible(full, req, fleet, rows, ctx_full).tolist()
+        if not len(cand):
+            continue
+        row = int(cand[np.argmax(rank(fast, req, fleet, cand, ctx_fast))])
+        rank(full, req, fleet, cand, ctx_full)
+        gpus = pick(fast, req, fleet, row, ctx_fast)
+        assert gpus == full.framework.pick(req, fleet, row, ctx_full)
+        if gpus is not None:
+            apply_placement(fleet, req, row, gpus)
+            picked += bool(gpus)
+    assert picked >= 5
