@@ -34,9 +34,9 @@ from ..model.quantity import format_gib
 from ..model.snapshot import IndexKey
 from .base import BoolA, CycleContext, IntA, Rejection, StateKey
 from .eligibility import (
+    STATIC_COLUMNS,
     GpuLimits,
     capacity_ok,
-    STATIC_COLUMNS,
     cycle_eligible,
     few_rows,
     limits_of,
@@ -46,7 +46,6 @@ from .eligibility import (
     too_hot,
 )
 from .policy_file import FilterPolicy
-from .row_memo import RowMemo
 from .reasons import (
     Fits,
     GpuAboveMaxTemperature,
@@ -65,6 +64,7 @@ from .reasons import (
     WrongModel,
     celsius,
 )
+from .row_memo import RowMemo
 from .topology import WIRING_COLUMNS, TopologyArgs, TopologyTables
 
 ObjA = npt.NDArray[np.object_]
