@@ -224,9 +224,8 @@ class FitFilter:
         :meth:`filter` of many candidates in the same cycle, the rejections are the memo's."""
         hit = ctx.state.find(FIT_ROWS_KEY)
         if hit is not None and hit[0] is fleet and hit[1] is req:
-            why = hit[3][rows]
-            if all(r is not None for r in why.tolist()):
-                reasons: list[Rejection] = why.tolist()
+            if not hit[2][rows].any():  # every one of the rows fails: the memo holds its rejection
+                reasons: list[Rejection] = hit[3][rows].tolist()
                 return reasons
         return self._reasons(req, fleet, rows)
 
