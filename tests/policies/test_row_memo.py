@@ -15,6 +15,7 @@ from scheduler_plugin.policies.base import CycleContext, Rejection
 from scheduler_plugin.policies.fit import FitFilter, shape_of
 from scheduler_plugin.policies.policy_file import FilterPolicy
 from scheduler_plugin.policies.row_memo import RowMemo
+from scheduler_plugin.policies.topology import TopologyArgs, TopologyScore
 from tests.fleet_helpers import dgx, fleet, gpu, node, nvlink_pairs, pcie_box, request, shared, whole
 
 BASE = fleet(
@@ -122,3 +123,32 @@ def test_shapes_on_one_snapshot_each_get_their_own_answer() -> None:
     for _ in range(2):  # the second round reads the memos the first filled
         for req in SHAPES:
             assert memo(fit, req, base) == cold(fit, req, base), req
+
+
+def topology_memo(score: TopologyScore, req: GpuRequest, f: FleetArrays) -> list[float]:
+    """Every row at once (the memo's path)."""
+    return [float(x) for x in score.score(req, f, np.arange(f.n_nodes, dtype=np.int64), CycleContext(now=0.0))]
+
+
+def topology_cold(score: TopologyScore, req: GpuRequest, f: FleetArrays) -> list[float]:
+    """Each row alone (one row is "few": computed, the memo not read)."""
+    return [float(score.score(req, f, np.array([r]), CycleContext(now=0.0))[0]) for r in range(f.n_nodes)]
+
+
+@pytest.mark.parametrize("req", [request(1), request(2), request(1, memory="20Gi"), request(1, models="H100")])
+def test_topology_scores_follow_binds_expiry_snapshots_and_shapes(req: GpuRequest) -> None:
+    score = TopologyScore(TopologyArgs())
+    base = fresh()
+    same = np.testing.assert_array_equal  # NaN where no GPU is usable: equal to NaN
+    first = topology_memo(score, req, base)
+    same(first, topology_cold(score, req, base))
+    bound = base.with_assumed({"h": [whole("n1", 1)], "f": [whole("n2", 0, 2)], "c": [whole("n3", 1)]})  # binds
+    after_bind = topology_memo(score, req, bound)
+    assert not np.array_equal(after_bind, first, equal_nan=True)
+    same(after_bind, topology_cold(score, req, bound))
+    same(topology_memo(score, req, base), first)  # the ledger entry expired
+    unwired = dataclasses.replace(base, nvlink=np.zeros_like(base.nvlink))  # a new snapshot: no NVLink at all
+    same(topology_memo(score, req, unwired), topology_cold(score, req, unwired))
+    other = request(3)  # another shape on the first snapshot
+    same(topology_memo(score, req, base), first)
+    same(topology_memo(score, other, base), topology_cold(score, other, base))
