@@ -13,6 +13,7 @@ from scheduler_plugin.model import FleetArrays, GpuAssignment, GpuRequest, Throt
 from scheduler_plugin.model.snapshot import SnapshotIndex
 from scheduler_plugin.policies.base import CycleContext, Rejection
 from scheduler_plugin.policies.fit import FitFilter, shape_of
+from scheduler_plugin.policies.noise import NoiseArgs, NoiseScore
 from scheduler_plugin.policies.policy_file import FilterPolicy
 from scheduler_plugin.policies.row_memo import RowMemo
 from scheduler_plugin.policies.topology import TopologyArgs, TopologyScore
@@ -152,3 +153,27 @@ def test_topology_scores_follow_binds_expiry_snapshots_and_shapes(req: GpuReques
     other = request(3)  # another shape on the first snapshot
     same(topology_memo(score, req, base), first)
     same(topology_memo(score, other, base), topology_cold(score, other, base))
+
+
+def noise_memo(score: NoiseScore, f: FleetArrays) -> list[float]:
+    return [float(x) for x in score.score(request(1), f, np.arange(f.n_nodes, dtype=np.int64), CycleContext(now=0.0))]
+
+
+def noise_cold(score: NoiseScore, f: FleetArrays) -> list[float]:
+    return [float(score.score(request(1), f, np.array([r]), CycleContext(now=0.0))[0]) for r in range(f.n_nodes)]
+
+
+def test_whole_gpu_noise_follows_binds_expiry_and_snapshots() -> None:
+    score = NoiseScore(NoiseArgs())
+    base = fresh()
+    first = noise_memo(score, base)
+    assert first == noise_cold(score, base)
+    bound = base.with_assumed({"h": [whole("n1", 1)], "e": [shared("n2", 3, milli=200)]})  # two more tenants
+    after_bind = noise_memo(score, bound)
+    assert after_bind != first
+    assert after_bind == noise_cold(score, bound)
+    assert noise_memo(score, base) == first  # the ledger entries expired
+    busy = dataclasses.replace(base, util=np.full_like(base.util, 0.9))  # a new snapshot: every GPU busy
+    after_snapshot = noise_memo(score, busy)
+    assert after_snapshot != first
+    assert after_snapshot == noise_cold(score, busy)
