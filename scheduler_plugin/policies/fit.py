@@ -223,10 +223,10 @@ class FitFilter:
         gathered with numpy for the rows it rejects; each distinct set of figures is one object, worded once. After
         :meth:`filter` of many candidates in the same cycle, the rejections are the memo's."""
         hit = ctx.state.find(FIT_ROWS_KEY)
-        if hit is not None and hit[0] is fleet and hit[1] is req:
-            if not hit[2][rows].any():  # every one of the rows fails: the memo holds its rejection
-                reasons: list[Rejection] = hit[3][rows].tolist()
-                return reasons
+        # when every one of the rows fails, the memo holds its rejection
+        if hit is not None and hit[0] is fleet and hit[1] is req and not hit[2][rows].any():
+            reasons: list[Rejection] = hit[3][rows].tolist()
+            return reasons
         return self._reasons(req, fleet, rows)
 
     def _reasons(self, req: GpuRequest, fleet: FleetArrays, rows: IntA) -> list[Rejection]:
