@@ -31,11 +31,14 @@ import numpy.typing as npt
 from ..model import GIB, THERMAL_THROTTLE_MASK, FleetArrays, GpuRequest, Topology, throttle_reason_names
 from ..model.gpu_models import unknown_items
 from ..model.quantity import format_gib
-from .base import BoolA, CycleContext, IntA, Rejection
+from ..model.snapshot import IndexKey
+from .base import BoolA, CycleContext, IntA, Rejection, StateKey
 from .eligibility import (
+    STATIC_COLUMNS,
     GpuLimits,
     capacity_ok,
     cycle_eligible,
+    few_rows,
     limits_of,
     model_ok,
     size_ok,
@@ -61,7 +64,26 @@ from .reasons import (
     WrongModel,
     celsius,
 )
-from .topology import TopologyArgs, TopologyTables
+from .row_memo import RowMemo
+from .topology import WIRING_COLUMNS, TopologyArgs, TopologyTables
+
+ObjA = npt.NDArray[np.object_]
+
+FIT_COLUMNS = tuple(dict.fromkeys((*STATIC_COLUMNS, *WIRING_COLUMNS, "gpu_count", "gpu_index", "models")))
+"""The telemetry columns the fit filter's verdicts and reasons read (the capacity columns are content-checked)."""
+
+_MAX_SHAPES = 64
+
+
+def shape_of(req: GpuRequest) -> tuple[object, ...]:
+    """Everything of ``req`` the fit filter's verdicts and reasons read (its counts, shares, models, topology,
+    temperature cap): pods of one shape share one :class:`~.row_memo.RowMemo`."""
+    return (req.count, req.milli, req.memory_bytes, req.models, req.topology, req.max_temperature)
+
+
+FIT_ROWS_KEY: StateKey[tuple[FleetArrays, GpuRequest, BoolA, ObjA]] = StateKey("kelvin.fit_rows")
+"""Cycle state: (fleet, request, per-row verdict, per-row rejection) of the cycle's fit memo lookup (filter and its
+reasons read it once)."""
 
 
 class _Check(IntEnum):
@@ -139,6 +161,9 @@ class FitFilter:
         )
         targs = topology or TopologyArgs()
         self.tables = TopologyTables(targs.qualities(), targs.worst_link_share)
+        self._rows_key = IndexKey[RowMemo]("fit.rows", FIT_COLUMNS, limit=_MAX_SHAPES)
+        """Snapshot index: this filter's :class:`~.row_memo.RowMemo` per request shape (its own key: its limits and
+        tables are its own)."""
 
     def prepare(self, fleet: FleetArrays) -> None:
         """When a snapshot is published: its wiring patterns (the NVLink cliques this filter checks)."""
@@ -150,10 +175,44 @@ class FitFilter:
     def filter(self, req: GpuRequest, fleet: FleetArrays, idx: IntA, ctx: CycleContext) -> BoolA:
         if not req.wants_gpu:
             return np.ones(idx.shape[0], dtype=np.bool_)
+        memo = self._memo(req, fleet, idx, ctx)
+        if memo is not None:
+            return memo[0][idx]
+        return self._filter(req, fleet, idx, ctx)
+
+    def _memo(self, req: GpuRequest, fleet: FleetArrays, idx: IntA, ctx: CycleContext) -> tuple[BoolA, ObjA] | None:
+        """(verdict, rejection) of every row of ``fleet`` from this shape's :class:`~.row_memo.RowMemo` (rows that
+        pass: None), once per cycle; None for a few candidates or limits other than this filter's (computed
+        directly)."""
+        hit = ctx.state.find(FIT_ROWS_KEY)
+        if hit is not None and hit[0] is fleet and hit[1] is req:
+            return hit[2], hit[3]
+        if few_rows(idx.size, fleet) or limits_of(ctx) != self.limits:
+            return None
+        memo = fleet.derive(self._rows_key, lambda _: RowMemo(), shape_of(req))
+        ok, why = memo.values(fleet, ctx, lambda f, rows: self._rows(req, f, rows))
+        ctx.state.write(FIT_ROWS_KEY, (fleet, req, ok, why))
+        return ok, why
+
+    def _rows(self, req: GpuRequest, fleet: FleetArrays, rows: IntA) -> tuple[BoolA, ObjA]:
+        """The memo's values of ``rows``: the verdict, and the rejection of each row that fails (None where it
+        passes), as computed without the memo."""
+        ok = self._fits(req, fleet, rows, static_ok(req, fleet, rows, self.limits) & capacity_ok(req, fleet, rows))
+        why = np.full(rows.size, None, dtype=object)
+        bad = np.flatnonzero(~ok)
+        if bad.size:
+            why[bad] = self._reasons(req, fleet, rows[bad])
+        return ok, why
+
+    def _filter(self, req: GpuRequest, fleet: FleetArrays, idx: IntA, ctx: CycleContext) -> BoolA:
         if limits_of(ctx) == self.limits:
             elig = cycle_eligible(req, fleet, idx, ctx)
         else:
             elig = static_ok(req, fleet, idx, self.limits) & capacity_ok(req, fleet, idx)
+        return self._fits(req, fleet, idx, elig)
+
+    def _fits(self, req: GpuRequest, fleet: FleetArrays, idx: IntA, elig: BoolA) -> BoolA:
+        """(n,) ``count`` of the row's GPUs are eligible (``elig``), NVLink-linked when the pod requires it."""
         ok = elig.sum(axis=1) >= req.count
         if self._needs_clique(req):
             ok &= self.tables.has_clique(fleet, idx, elig, req.count)
@@ -161,7 +220,16 @@ class FitFilter:
 
     def reasons(self, req: GpuRequest, fleet: FleetArrays, rows: IntA, ctx: CycleContext) -> list[Rejection]:
         """Why each of ``rows`` fails (rows that pass get :class:`Fits`, for explain). The figures of each check are
-        gathered with numpy for the rows it rejects; each distinct set of figures is one object, worded once."""
+        gathered with numpy for the rows it rejects; each distinct set of figures is one object, worded once. After
+        :meth:`filter` of many candidates in the same cycle, the rejections are the memo's."""
+        hit = ctx.state.find(FIT_ROWS_KEY)
+        # when every one of the rows fails, the memo holds its rejection
+        if hit is not None and hit[0] is fleet and hit[1] is req and not hit[2][rows].any():
+            reasons: list[Rejection] = hit[3][rows].tolist()
+            return reasons
+        return self._reasons(req, fleet, rows)
+
+    def _reasons(self, req: GpuRequest, fleet: FleetArrays, rows: IntA) -> list[Rejection]:
         k = req.count
         mo = model_ok(req, fleet, rows)
         so = mo & size_ok(req, fleet, rows)
@@ -279,7 +347,7 @@ class FitFilter:
         _fill(out, m, [gpu_mem, free_tenths, gpu_milli, free_milli, total, short], made)
 
     def explain(self, req: GpuRequest, fleet: FleetArrays, row: int, ctx: CycleContext) -> Rejection:
-        return self.reasons(req, fleet, np.array([row], dtype=np.int64), ctx)[0]
+        return self._reasons(req, fleet, np.array([row], dtype=np.int64))[0]
 
     def gpu_lines(self, req: GpuRequest, fleet: FleetArrays, row: int) -> list[str]:
         """One line per GPU of the node: what it offers and whether the pod could use it (for explain)."""

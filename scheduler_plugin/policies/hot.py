@@ -30,6 +30,7 @@ class HotNodeFilter:
         self.cfg = cfg
         self.enabled = enabled
         self._hot_key = IndexKey[BoolA]("hotness.hot_gpus", HOT_COLUMNS)
+        self._hot_rows_key = IndexKey[BoolA]("hotness.hot_rows", HOT_COLUMNS)
         self._reasons_key = IndexKey[npt.NDArray[np.object_]]("hotness.reasons", (*HOT_COLUMNS, "gpu_index"))
 
     def _trigger(self, fleet: FleetArrays) -> BoolA:
@@ -39,14 +40,19 @@ class HotNodeFilter:
         """(N, G) GPUs meeting the entry rule; in the snapshot index (once per snapshot)."""
         return fleet.derive(self._hot_key, self._trigger)
 
+    def _hot_rows(self, fleet: FleetArrays) -> BoolA:
+        """(N,) nodes with a GPU meeting the entry rule; in the snapshot index (once per snapshot)."""
+        return fleet.derive(self._hot_rows_key, lambda f: np.asarray(self._hot_gpus(f).any(axis=1), dtype=np.bool_))
+
     def prepare(self, fleet: FleetArrays) -> None:
         if self.enabled:
             self._hot_reasons(fleet)  # the hot GPUs, and the hot rows' reasons
+            self._hot_rows(fleet)
 
     def filter(self, req: GpuRequest, fleet: FleetArrays, idx: IntA, ctx: CycleContext) -> BoolA:
         if not self.enabled or not req.wants_gpu:
             return np.ones(idx.shape[0], dtype=np.bool_)
-        return np.asarray(~self._hot_gpus(fleet)[idx].any(axis=1), dtype=np.bool_)
+        return ~self._hot_rows(fleet)[idx]
 
     def reasons(self, req: GpuRequest, fleet: FleetArrays, rows: IntA, ctx: CycleContext) -> list[Rejection]:
         """One :class:`Rejection` per row (only rejected rows are asked for). They depend on the snapshot only, not

@@ -15,6 +15,8 @@ Normalised absolutely (``normalize.unit``).
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,9 +26,11 @@ from pydantic import Field, model_validator
 from ..model import FleetArrays, GpuRequest
 from ..model.snapshot import IndexKey
 from .base import BoolA, CycleContext, FloatA, IntA
-from .eligibility import cycle_eligible
+from .eligibility import cycle_eligible, few_rows
+from .fragmentation.row_stamps import changed_rows
 from .normalize import unit
 from .policy_file import CamelModel
+from .row_memo import RECOMPUTE_ALL_SHARE
 
 
 class NoiseArgs(CamelModel):
@@ -100,6 +104,37 @@ class _FleetNoise:
     n_present: npt.NDArray[np.int64]  # (N,) GPUs, at least 1
 
 
+class _NodeQuiet:
+    """The whole-GPU score of every node, with the ``tenants`` column it was computed from. Kept in the snapshot
+    index under the telemetry columns it reads (a replaced column: a new holder); the rows whose ``tenants`` differ
+    from the copy kept are recomputed (a bind adds a tenant to one row), the rest reused. Copy on write: the values
+    handed out are never written. Thread-safe."""
+
+    __slots__ = ("_lock", "_state")
+
+    def __init__(self) -> None:
+        self._state: tuple[npt.NDArray[np.int32], FloatA] | None = None
+        self._lock = threading.Lock()
+
+    def values(self, fleet: FleetArrays, compute: Callable[[IntA], FloatA]) -> FloatA:
+        tenants = fleet.tenants
+        with self._lock:
+            state = self._state
+            if state is not None and state[0].shape == tenants.shape:
+                rows = changed_rows((state[0], tenants))
+                if not rows.size:
+                    return state[1]
+                if rows.size * RECOMPUTE_ALL_SHARE < fleet.n_nodes:
+                    kept_tenants, values = state[0].copy(), state[1].copy()
+                    kept_tenants[rows] = tenants[rows]
+                    values[rows] = compute(rows)
+                    self._state = (kept_tenants, values)
+                    return values
+            values = compute(np.arange(fleet.n_nodes, dtype=np.int64))
+            self._state = (tenants.copy(), values)
+            return values
+
+
 class NoiseScore:
     """Co-tenant pressure on shared GPUs; node-level XID errors and load for whole GPUs."""
 
@@ -108,6 +143,7 @@ class NoiseScore:
     def __init__(self, args: NoiseArgs) -> None:
         self.args = args
         self._noise_key = IndexKey[_FleetNoise]("noise.telemetry", TELEMETRY_COLUMNS)
+        self._quiet_key = IndexKey[_NodeQuiet]("noise.node_rows", TELEMETRY_COLUMNS)
 
     def prepare(self, fleet: FleetArrays) -> None:
         fleet.derive(self._noise_key, self._noise_of)
@@ -133,7 +169,10 @@ class NoiseScore:
             return np.zeros(0)
         fn = fleet.derive(self._noise_key, self._noise_of)
         if not req.shared:
-            return self._node(fleet, idx, fn)
+            if few_rows(idx.size, fleet):
+                return self._node(fleet, idx, fn)
+            memo = fleet.derive(self._quiet_key, lambda _: _NodeQuiet())
+            return np.asarray(memo.values(fleet, lambda rows: self._node(fleet, rows, fn))[idx], dtype=np.float64)
         elig = cycle_eligible(req, fleet, idx, ctx)
         pressure = _pressure(fn.terms[idx], fleet.tenants[idx], fleet.gpu_present[idx], self.args)
         quiet = (1.0 - pressure) * fn.xid_factor[idx]

@@ -9,11 +9,25 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from ...model import FleetArrays, GpuRequest, Topology
+from ...model.snapshot import IndexKey
 from ..base import BoolA, CycleContext, FloatA, IntA
-from ..eligibility import cycle_eligible, mask_bits, whole_free
+from ..eligibility import (
+    STATIC_COLUMNS,
+    GpuLimits,
+    cycle_eligible,
+    eligible_gpus,
+    few_rows,
+    limits_of,
+    mask_bits,
+    whole_free,
+)
 from ..normalize import unit
 from ..policy_file import CamelModel
-from .tables import EXACT_COMBINATIONS, LEVEL_NAMES, TopologyTables, best_set, set_quality
+from ..row_memo import RowMemo
+from .tables import EXACT_COMBINATIONS, LEVEL_NAMES, WIRING_COLUMNS, TopologyTables, best_set, set_quality
+
+SCORE_COLUMNS = tuple(dict.fromkeys((*STATIC_COLUMNS, *WIRING_COLUMNS, "models")))
+"""The telemetry columns the topology score of a row reads (its capacity is content-checked by the row memo)."""
 
 
 class TopologyArgs(CamelModel):
@@ -64,10 +78,28 @@ class _TopologyPlugin:
 class TopologyScore(_TopologyPlugin):
     """Prefer nodes whose usable GPUs form the best-connected group; keep single pods off intact groups."""
 
+    def __init__(self, args: TopologyArgs) -> None:
+        super().__init__(args)
+        self._rows_key = IndexKey[RowMemo]("topology.score_rows", SCORE_COLUMNS, limit=64)
+        """Snapshot index: the raw score of every row per request shape (:class:`~..row_memo.RowMemo`)."""
+
     def score(self, req: GpuRequest, fleet: FleetArrays, idx: IntA, ctx: CycleContext) -> FloatA:
+        """The raw score of each row: a function of the row alone (its eligible GPUs and wiring), so for many
+        candidates it is read from the shape's row memo (the rows charged since recomputed); for a few, computed."""
         if not req.wants_gpu or idx.size == 0:
             return np.ones(idx.shape[0], dtype=np.float64)
-        elig = cycle_eligible(req, fleet, idx, ctx)
+        if few_rows(idx.size, fleet):
+            return self._raw(req, fleet, idx, cycle_eligible(req, fleet, idx, ctx))
+        limits = limits_of(ctx)
+        shape = (req.count, req.milli, req.memory_bytes, req.models, req.max_temperature, limits)
+        memo = fleet.derive(self._rows_key, lambda _: RowMemo(), shape)
+        (raw,) = memo.values(fleet, ctx, lambda f, rows: (self._rows(req, f, rows, limits),))
+        return np.asarray(raw[idx], dtype=np.float64)
+
+    def _rows(self, req: GpuRequest, fleet: FleetArrays, rows: IntA, limits: GpuLimits) -> FloatA:
+        return self._raw(req, fleet, rows, eligible_gpus(req, fleet, rows, limits))
+
+    def _raw(self, req: GpuRequest, fleet: FleetArrays, idx: IntA, elig: BoolA) -> FloatA:
         if req.count >= 2:
             q = self.tables.best_quality(fleet, idx, elig, req.count)
             return np.where(np.isfinite(q), q, np.nan)

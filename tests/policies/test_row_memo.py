@@ -1,0 +1,179 @@
+"""The per-row memos (:mod:`scheduler_plugin.policies.row_memo`) never serve a stale entry: after a bind (a ledger
+overlay charging one row), a ledger expiry (the overlay gone), a new snapshot and a pod of another shape, the memo's
+answer equals a cold computation, and only the rows that changed are recomputed."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from scheduler_plugin.model import FleetArrays, GpuAssignment, GpuRequest, ThrottleReason
+from scheduler_plugin.model.snapshot import SnapshotIndex
+from scheduler_plugin.policies.base import CycleContext, Rejection
+from scheduler_plugin.policies.fit import FitFilter, shape_of
+from scheduler_plugin.policies.noise import NoiseArgs, NoiseScore
+from scheduler_plugin.policies.policy_file import FilterPolicy
+from scheduler_plugin.policies.row_memo import RowMemo
+from scheduler_plugin.policies.topology import TopologyArgs, TopologyScore
+from tests.fleet_helpers import dgx, fleet, gpu, node, nvlink_pairs, pcie_box, request, shared, whole
+
+BASE = fleet(
+    node("a", [gpu(0), gpu(1, temp=90), gpu(2, model="H100", mem_gib=40), gpu(3)], assignments=[whole("x", 3)]),
+    node("b", [gpu(0, throttle=int(ThrottleReason.HW_THERMAL_SLOWDOWN)), gpu(1, mem_gib=24)]),
+    node("c", [gpu(0, model="H100"), gpu(1, model="H100")], assignments=[shared("y", 0, milli=600, mem_gib=30)]),
+    node("d", []),
+    dgx("e", 4, assignments=[whole("z", 0, 1)]),
+    pcie_box("f", 4),
+    nvlink_pairs("g", 4, assignments=[whole("w", 0)]),
+    dgx("h", 4),
+)
+
+SHAPES = [
+    request(1),
+    request(2),
+    request(2, topology="nvlink-required"),
+    request(1, memory="20Gi"),
+    request(1, share=300),
+    request(1, models="H100"),
+    request(1, max_temp=60),
+]
+
+
+def cold(fit: FitFilter, req: GpuRequest, f: FleetArrays) -> list[Rejection | None]:
+    """Each row judged alone (one row is "few": the memo is not used), a passing row as None."""
+    out: list[Rejection | None] = []
+    for r in range(f.n_nodes):
+        one = np.array([r], dtype=np.int64)
+        ok = bool(fit.filter(req, f, one, CycleContext(now=0.0))[0])
+        out.append(None if ok else fit.reasons(req, f, one, CycleContext(now=0.0))[0])
+    return out
+
+
+def memo(fit: FitFilter, req: GpuRequest, f: FleetArrays) -> list[Rejection | None]:
+    """Every row at once (the memo's path): the verdicts and the rejections of the rows that fail."""
+    every = np.arange(f.n_nodes, dtype=np.int64)
+    ctx = CycleContext(now=0.0)
+    ok = fit.filter(req, f, every, ctx)
+    bad = every[~ok]
+    why = dict(zip(bad.tolist(), fit.reasons(req, f, bad, ctx), strict=True))
+    return [why.get(r) for r in range(f.n_nodes)]
+
+
+def fresh() -> FleetArrays:
+    """:data:`BASE` with an empty snapshot index of its own (no memo left by another test)."""
+    return dataclasses.replace(BASE, derived=SnapshotIndex())
+
+
+def computed(fit: FitFilter, req: GpuRequest, f: FleetArrays) -> int:
+    """How many rows the memo of ``req``'s shape has computed in all."""
+    holder = f.derive(fit._rows_key, lambda _: RowMemo(), shape_of(req))
+    return holder.computed_rows
+
+
+def test_bind_expiry_snapshot_and_shape_each_change_the_answer_and_match_a_cold_computation() -> None:
+    fit = FitFilter(FilterPolicy())
+    base = fresh()
+    one_gpu = request(1)
+    first = memo(fit, one_gpu, base)
+    assert first == cold(fit, one_gpu, base)
+    assert computed(fit, one_gpu, base) == base.n_nodes
+    assert memo(fit, one_gpu, base) == first and computed(fit, one_gpu, base) == base.n_nodes  # reused
+
+    # a bind: the overlay takes node f's four free GPUs; only that row is recomputed
+    bound = base.with_assumed({"f": [whole("new", 0, 1, 2, 3)]})
+    after_bind = memo(fit, one_gpu, bound)
+    assert after_bind != first
+    assert after_bind == cold(fit, one_gpu, bound)
+    assert computed(fit, one_gpu, base) == base.n_nodes + 1
+
+    # the ledger entry expires: the snapshot without the overlay again
+    assert memo(fit, one_gpu, base) == first == cold(fit, one_gpu, base)
+
+    # a new snapshot: every GPU hot (a replaced telemetry column)
+    hotter = dataclasses.replace(base, temp=np.full_like(base.temp, 95.0))
+    after_snapshot = memo(fit, one_gpu, hotter)
+    assert after_snapshot != first
+    assert after_snapshot == cold(fit, one_gpu, hotter)
+
+    # a pod of another shape on the same fleet
+    nvlink = request(2, topology="nvlink-required")
+    other = memo(fit, nvlink, base)
+    assert other != first
+    assert other == cold(fit, nvlink, base)
+
+
+@pytest.mark.parametrize("req", SHAPES, ids=lambda r: r.describe() + str(r.topology) + str(r.models))
+def test_every_shape_matches_a_cold_computation_through_a_run_of_binds(req: GpuRequest) -> None:
+    fit = FitFilter(FilterPolicy())
+    base = fresh()
+    current = base
+    binds = [("e", whole("b1", 2)), ("f", shared("b2", 1, milli=500, mem_gib=20)), ("h", whole("b3", 0, 1, 2, 3))]
+    assumed: dict[str, list[GpuAssignment]] = {}
+    assert memo(fit, req, current) == cold(fit, req, current)
+    for name, a in binds:
+        assumed.setdefault(name, []).append(a)
+        current = base.with_assumed(assumed)
+        assert memo(fit, req, current) == cold(fit, req, current)
+
+
+def test_shapes_on_one_snapshot_each_get_their_own_answer() -> None:
+    fit = FitFilter(FilterPolicy())
+    base = fresh()
+    for _ in range(2):  # the second round reads the memos the first filled
+        for req in SHAPES:
+            assert memo(fit, req, base) == cold(fit, req, base), req
+
+
+def topology_memo(score: TopologyScore, req: GpuRequest, f: FleetArrays) -> list[float]:
+    """Every row at once (the memo's path)."""
+    return [float(x) for x in score.score(req, f, np.arange(f.n_nodes, dtype=np.int64), CycleContext(now=0.0))]
+
+
+def topology_cold(score: TopologyScore, req: GpuRequest, f: FleetArrays) -> list[float]:
+    """Each row alone (one row is "few": computed, the memo not read)."""
+    return [float(score.score(req, f, np.array([r]), CycleContext(now=0.0))[0]) for r in range(f.n_nodes)]
+
+
+@pytest.mark.parametrize("req", [request(1), request(2), request(1, memory="20Gi"), request(1, models="H100")])
+def test_topology_scores_follow_binds_expiry_snapshots_and_shapes(req: GpuRequest) -> None:
+    score = TopologyScore(TopologyArgs())
+    base = fresh()
+    same = np.testing.assert_array_equal  # NaN where no GPU is usable: equal to NaN
+    first = topology_memo(score, req, base)
+    same(first, topology_cold(score, req, base))
+    bound = base.with_assumed({"h": [whole("n1", 1)], "f": [whole("n2", 0, 2)], "c": [whole("n3", 1)]})  # binds
+    after_bind = topology_memo(score, req, bound)
+    assert not np.array_equal(after_bind, first, equal_nan=True)
+    same(after_bind, topology_cold(score, req, bound))
+    same(topology_memo(score, req, base), first)  # the ledger entry expired
+    unwired = dataclasses.replace(base, nvlink=np.zeros_like(base.nvlink))  # a new snapshot: no NVLink at all
+    same(topology_memo(score, req, unwired), topology_cold(score, req, unwired))
+    other = request(3)  # another shape on the first snapshot
+    same(topology_memo(score, req, base), first)
+    same(topology_memo(score, other, base), topology_cold(score, other, base))
+
+
+def noise_memo(score: NoiseScore, f: FleetArrays) -> list[float]:
+    return [float(x) for x in score.score(request(1), f, np.arange(f.n_nodes, dtype=np.int64), CycleContext(now=0.0))]
+
+
+def noise_cold(score: NoiseScore, f: FleetArrays) -> list[float]:
+    return [float(score.score(request(1), f, np.array([r]), CycleContext(now=0.0))[0]) for r in range(f.n_nodes)]
+
+
+def test_whole_gpu_noise_follows_binds_expiry_and_snapshots() -> None:
+    score = NoiseScore(NoiseArgs())
+    base = fresh()
+    first = noise_memo(score, base)
+    assert first == noise_cold(score, base)
+    bound = base.with_assumed({"h": [whole("n1", 1)], "e": [shared("n2", 3, milli=200)]})  # two more tenants
+    after_bind = noise_memo(score, bound)
+    assert after_bind != first
+    assert after_bind == noise_cold(score, bound)
+    assert noise_memo(score, base) == first  # the ledger entries expired
+    busy = dataclasses.replace(base, util=np.full_like(base.util, 0.9))  # a new snapshot: every GPU busy
+    after_snapshot = noise_memo(score, busy)
+    assert after_snapshot != first
+    assert after_snapshot == noise_cold(score, busy)
