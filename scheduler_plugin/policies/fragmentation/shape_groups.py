@@ -6,10 +6,12 @@ model list (a pinned pod's shape is a shape of its own) fit alike apart from the
 once, as a *group*: the group's probability on a node is the summed probability of its members that admit the node's
 model (a per-model table, gathered per node). An unrestricted workload's groups are its shapes, one each.
 
-The sums are plain additions in shape order (``np.add.reduce`` over the leading axis, which accumulates one group
-after another): every row's F is computed from that row alone, so it does not depend on how many rows are computed
-together (a BLAS matrix product's rounding did: a one-row product took another path than a many-row one, whose sums
-these equal bit for bit), and no BLAS threads are involved.
+The sums are plain additions in shape order, one group after another (every threshold's groups are gathered into a
+block padded with zeros, :attr:`ShapeGroups.pad`, and the block's rows are added in turn: what ``np.add.reduce`` over
+the leading axis of each threshold's groups gives, bit for bit, in one gather and a few additions instead of one
+reduction per threshold): every row's F is computed from that row alone, so it does not depend on how many rows are
+computed together (a BLAS matrix product's rounding did: a one-row product took another path than a many-row one,
+whose sums these equal bit for bit), and no BLAS threads are involved.
 """
 
 from __future__ import annotations
@@ -45,6 +47,11 @@ class ShapeGroups:
     """(G, 1) the group's probability when every member admits every node (unrestricted workloads)."""
     restricted: bool
     """Some shape restricts GPU models: the probability is per node (:meth:`node_mass`)."""
+    of_shape: IntA
+    """(M,) each shape's group (CPU-only shapes: ``G``, one past the last group)."""
+    pad: IntA
+    """(K, T) the groups of threshold t in order down column t (K: the most groups of one threshold), padded with
+    ``G`` (a zero row): :meth:`fit_mass` adds row after row."""
     _node_mass: list[tuple[tuple[str, ...], npt.NDArray[np.int32], FloatA]] = field(default_factory=list)
 
     @classmethod
@@ -60,6 +67,13 @@ class ShapeGroups:
         threshold = np.array([k[0] for k, _ in ordered], dtype=np.int64)
         bounds = np.searchsorted(threshold, np.arange(len(w.thresholds) + 1), side="left").astype(np.int64)
         prob = np.array([float(w.prob[ms[0]]) if len(ms) == 1 else _summed(w, ms) for _, ms in ordered])
+        of_shape = np.full(len(w), len(members), dtype=np.int64)
+        for g, ms in enumerate(members):
+            of_shape[ms] = g
+        sizes = np.diff(bounds)
+        pad = np.full((max(int(sizes.max(initial=0)), 1), len(sizes)), len(members), dtype=np.int64)
+        for t, (lo, hi) in enumerate(zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True)):
+            pad[: hi - lo, t] = np.arange(lo, hi)
         return cls(
             members,
             bounds,
@@ -69,6 +83,8 @@ class ShapeGroups:
             np.asarray(w.host_memory, dtype=np.int64)[first],
             prob.reshape(-1, 1),
             not w.unrestricted,
+            of_shape,
+            pad,
         )
 
     def mass(self, acc: BoolA, w: Workload) -> FloatA:
@@ -99,22 +115,17 @@ class ShapeGroups:
         GPUs with at least each threshold free; ``cpu``: (P,) free millicores; ``mass``: (P, G) :meth:`mass` of the
         rows, ``None`` when unrestricted; ``mem``: (P,) free host memory, ``None`` when not checked."""
         ok = cpu[None, :] >= self.cpu_milli[:, None]
-        ok &= gpus_at_least.T[self.threshold] >= self.count[:, None]
+        have = np.take(gpus_at_least, self.threshold, axis=1).T  # (G, P): GPUs free at each group's threshold
+        ok &= have >= self.count[:, None]
         if mem is not None:
             ok &= mem[None, :] >= self.host_memory[:, None]
         vals = np.where(ok, self.prob if mass is None else mass.T, 0.0)
-        out = np.empty((len(cpu), len(self.bounds) - 1), dtype=np.float64)
-        for t in range(len(self.bounds) - 1):
-            out[:, t] = _in_order(vals[self.bounds[t] : self.bounds[t + 1]])
-        return out
-
-
-def _in_order(block: FloatA) -> FloatA:
-    """The column sums of ``block`` added row after row. ``np.add.reduce`` over the leading axis does that for two
-    columns or more; for one column numpy reduces along the contiguous axis pairwise, so that case accumulates."""
-    if block.shape[1] > 1 or len(block) == 0:
-        return np.asarray(np.add.reduce(block, axis=0), dtype=np.float64)
-    return np.asarray(np.add.accumulate(block, axis=0)[-1], dtype=np.float64)
+        # (K, T, P): each threshold's groups padded with the zero row G, added in order (np.add.reduce of each block)
+        block = np.concatenate((vals, np.zeros((1, len(cpu)))))[self.pad]
+        acc = block[0]
+        for k in range(1, len(block)):
+            acc += block[k]
+        return np.ascontiguousarray(acc.T)  # (P, T) in C order: the caller's row sums take numpy's pairwise path
 
 
 def _summed(w: Workload, ms: list[int]) -> float:
