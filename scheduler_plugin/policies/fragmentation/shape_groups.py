@@ -16,6 +16,7 @@ whose sums these equal bit for bit), and no BLAS threads are involved.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -53,6 +54,9 @@ class ShapeGroups:
     """(K, T) the groups of threshold t in order down column t (K: the most groups of one threshold), padded with
     ``G`` (a zero row): :meth:`fit_mass` adds row after row."""
     _node_mass: list[tuple[tuple[str, ...], npt.NDArray[np.int32], FloatA]] = field(default_factory=list)
+    _access: dict[tuple[str, ...], BoolA] = field(default_factory=dict)
+    """:meth:`Workload.access_table` per fleet model list, shared by the groups of every workload of the same shapes
+    (the table reads the shapes' model lists only)."""
 
     @classmethod
     def of(cls, w: Workload) -> ShapeGroups:
@@ -66,7 +70,7 @@ class ShapeGroups:
         first = np.array([ms[0] for _, ms in ordered], dtype=np.int64)
         threshold = np.array([k[0] for k, _ in ordered], dtype=np.int64)
         bounds = np.searchsorted(threshold, np.arange(len(w.thresholds) + 1), side="left").astype(np.int64)
-        prob = np.array([float(w.prob[ms[0]]) if len(ms) == 1 else _summed(w, ms) for _, ms in ordered])
+        prob = _group_prob(w, members)
         of_shape = np.full(len(w), len(members), dtype=np.int64)
         for g, ms in enumerate(members):
             of_shape[ms] = g
@@ -87,6 +91,11 @@ class ShapeGroups:
             pad,
         )
 
+    def like(self, w: Workload) -> ShapeGroups:
+        """The groups of ``w``, a workload of the same shapes as the one these were built for (:func:`_structure`)
+        with other probabilities: what :meth:`of` gives, without grouping the shapes again."""
+        return dataclasses.replace(self, prob=_group_prob(w, self.members), _node_mass=[])
+
     def mass(self, acc: BoolA, w: Workload) -> FloatA:
         """(P, G) per row of ``acc`` ((P, M): shape m admits the row's node) each group's summed probability over its
         admitting members, added in member order."""
@@ -105,7 +114,10 @@ class ShapeGroups:
         for models, model_id, per_node in cached:
             if model_id is fleet.model_id and models == fleet.models:
                 return per_node
-        table = self.mass(w.access_table(fleet.models), w)
+        access = self._access.get(fleet.models)
+        if access is None:
+            access = self._access[fleet.models] = w.access_table(fleet.models)
+        table = self.mass(access, w)
         per_node = np.asarray(table[fleet.model_id[:, 0]], dtype=np.float64)  # model id -1 (no GPU) -> the last row
         cached[:] = [(fleet.models, fleet.model_id, per_node), *cached[: _FLEETS - 1]]
         return per_node
@@ -135,16 +147,40 @@ def _summed(w: Workload, ms: list[int]) -> float:
     return total
 
 
+def _group_prob(w: Workload, members: tuple[IntA, ...]) -> FloatA:
+    """(G, 1) each group's summed probability, its members added in order."""
+    probs = w.prob.tolist()
+    out = [probs[ms[0]] if len(ms) == 1 else _summed(w, ms.tolist()) for ms in members]
+    return np.array(out, dtype=np.float64).reshape(-1, 1)
+
+
+def _structure(w: Workload) -> tuple[object, ...]:
+    """What :meth:`ShapeGroups.of` and the access tables read of ``w`` besides the probabilities: workloads with
+    the same structure group alike (the extender's learned workload is a new object with every pod, mostly of the
+    same shapes)."""
+    assert w.host_memory is not None  # set by Workload.__post_init__
+    arrays = (w.gpu_shapes, w.share_index, w.cpu_milli, w.count, w.host_memory)
+    return (w.models, len(w.thresholds), *((a.dtype.str, a.tobytes()) for a in arrays))
+
+
 _GROUPS: dict[int, tuple[Workload, ShapeGroups]] = {}
+_STRUCTURES: dict[tuple[object, ...], ShapeGroups] = {}
 
 
 def shape_groups(w: Workload) -> ShapeGroups:
     """:meth:`ShapeGroups.of` ``w``, cached per workload object (the last few; an entry holds its workload, so the id
-    is not reused while it is cached)."""
+    is not reused while it is cached); a workload of the shapes of one seen before is grouped like it
+    (:meth:`ShapeGroups.like`)."""
     hit = _GROUPS.get(id(w))
     if hit is not None and hit[0] is w:
         return hit[1]
-    groups = ShapeGroups.of(w)
+    key = _structure(w)
+    template = _STRUCTURES.get(key)
+    groups = ShapeGroups.of(w) if template is None else template.like(w)
+    if template is None:
+        if len(_STRUCTURES) >= _CACHE_SIZE:
+            _STRUCTURES.clear()
+        _STRUCTURES[key] = groups
     if len(_GROUPS) >= _CACHE_SIZE:
         _GROUPS.clear()
     _GROUPS[id(w)] = (w, groups)
