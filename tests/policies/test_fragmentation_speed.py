@@ -65,12 +65,12 @@ def _in_order_reference(groups: ShapeGroups, gpus_at_least: Any, cpu: Any, mass:
     return out
 
 
-@pytest.mark.parametrize("rows", [1, 2, 40])
+@pytest.mark.parametrize("rows", [1, 2, 40, 200])
 def test_fit_mass_adds_each_thresholds_groups_in_order_bit_for_bit(rows: int) -> None:
     rng = np.random.default_rng(rows)
     for trial in range(20):
         w = _workload(rng, int(rng.integers(1, 30)))
-        fleet = _fleet(trial)
+        fleet = _fleet(trial, nodes=max(40, rows))
         sel = np.sort(rng.choice(fleet.n_nodes, size=rows, replace=False))
         st = free_stats(fleet.free_milli[sel], w)
         groups = shape_groups(w)
