@@ -18,7 +18,7 @@ from ...model.snapshot import IndexKey
 from .. import eligibility
 from ..base import BoolA, CycleContext, FloatA, IntA
 from ..eligibility import cycle_demand, cycle_eligible, few_rows
-from .row_stamps import moved, row_stamps
+from .row_stamps import cycle_row_stamps, moved, row_stamps
 from .shape_groups import shape_groups
 from .workload import DEFAULT_LEVELS, Workload
 
@@ -135,9 +135,8 @@ class _FragMemo:
     after_memo: _AfterMemo
 
     @classmethod
-    def of(cls, fleet: FleetArrays, st: FreeStats, w: Workload, mem_aware: bool) -> _FragMemo:
+    def of(cls, fleet: FleetArrays, st: FreeStats, w: Workload, mem_aware: bool, stamps: IntA) -> _FragMemo:
         mass = _node_mass(w, fleet)
-        stamps = row_stamps(fleet)
         frag = _frag(st, fleet.cpu_free, mass, w, fleet.mem_free_host if mem_aware else None)
         return cls(w, mem_aware, mass, fleet.free_milli.shape, frag, stamps, _AfterMemo())
 
@@ -170,12 +169,12 @@ class _FragMemo:
             and (w.unrestricted or self.mass is _node_mass(w, fleet))
         )
 
-    def updated(self, fleet: FleetArrays, st: FreeStats) -> _FragMemo:
-        """This memo with the rows whose content changed since recomputed (``st``: the fleet's stats now)."""
-        stamps = row_stamps(fleet)
+    def updated(self, fleet: FleetArrays, st: FreeStats, stamps: IntA) -> _FragMemo:
+        """This memo with the rows whose content changed since recomputed (``st``: the fleet's stats now, ``stamps``
+        its :func:`.row_stamps`)."""
         changed = moved(self.stamps, stamps)
         if changed is None:
-            return _FragMemo.of(fleet, st, self.workload, self.mem_aware)
+            return _FragMemo.of(fleet, st, self.workload, self.mem_aware, stamps)
         if not len(changed):
             return self
         cpu, mem = fleet.cpu_free[changed], fleet.mem_free_host[changed] if self.mem_aware else None
@@ -208,10 +207,9 @@ class FleetFreeStats:
         self._memo: _FragMemo | None = None
         self._last: tuple[Workload, bool] | None = None
 
-    def _all(self, fleet: FleetArrays, w: Workload) -> FreeStats:
+    def _all(self, fleet: FleetArrays, w: Workload, stamps: IntA) -> FreeStats:
         th, st = self._thresholds, self._stats
         now = fleet.free_milli
-        stamps = row_stamps(fleet)
         changed = moved(self._stamps, stamps)
         if st is None or changed is None or th is None or not np.array_equal(th, w.thresholds):
             st = free_stats(now, w)
@@ -223,7 +221,7 @@ class FleetFreeStats:
         return st
 
     def rows(self, fleet: FleetArrays, rows: IntA, w: Workload) -> FreeStats:
-        return _take(self._all(fleet, w), rows)
+        return _take(self._all(fleet, w, row_stamps(fleet)), rows)
 
     def holds(self, w: Workload, mem_aware: bool) -> bool:
         """Whether F is memoised for ``w`` (then :meth:`before` serves a few rows as cheaply as computing them)."""
@@ -238,10 +236,18 @@ class FleetFreeStats:
         return sub, frag
 
     def before_memo(
-        self, fleet: FleetArrays, rows: IntA, w: Workload, mass: FloatA | None, mem_aware: bool
+        self,
+        fleet: FleetArrays,
+        rows: IntA,
+        w: Workload,
+        mass: FloatA | None,
+        mem_aware: bool,
+        stamps: IntA | None = None,
     ) -> tuple[FreeStats, FloatA, _FragMemo | None]:
-        """:meth:`before`, and the memo of F it served them from (``None``: computed for ``rows`` alone)."""
-        st = self._all(fleet, w)
+        """:meth:`before`, and the memo of F it served them from (``None``: computed for ``rows`` alone);
+        ``stamps``: :func:`.row_stamps` of ``fleet`` when the caller has them (the cycle's)."""
+        stamps = row_stamps(fleet) if stamps is None else stamps
+        st = self._all(fleet, w, stamps)
         sub = _take(st, rows)
         memo, last = self._memo, self._last
         self._last = (w, mem_aware)
@@ -249,9 +255,9 @@ class FleetFreeStats:
             if last is None or last[0] is not w or last[1] != mem_aware:
                 mem = fleet.mem_free_host[rows] if mem_aware else None
                 return sub, _frag(sub, fleet.cpu_free[rows], mass, w, mem), None
-            memo = _FragMemo.of(fleet, st, w, mem_aware)
+            memo = _FragMemo.of(fleet, st, w, mem_aware, stamps)
         else:
-            memo = memo.updated(fleet, st)
+            memo = memo.updated(fleet, st, stamps)
         self._memo = memo
         return sub, memo.frag[rows], memo
 
@@ -415,7 +421,8 @@ def placements(
         st_before = free_stats(free, w)
         before = _frag(st_before, cpu, mass, w, mem)
     else:
-        st_before, before, fm = fleet_free_stats(fleet).before_memo(fleet, rows, w, mass, memory_aware)
+        stamps = None if ctx is None else cycle_row_stamps(fleet, ctx)
+        st_before, before, fm = fleet_free_stats(fleet).before_memo(fleet, rows, w, mass, memory_aware, stamps)
     # What F after a placement depends on besides the node's content and the demand placed: the memo's key.
     key = (req.wants_gpu, req.shared, req.count, req.cpu_milli, req.host_memory_bytes if memory_aware else 0)
     new_mem = mem - req.host_memory_bytes if mem is not None else None

@@ -302,7 +302,8 @@ class FragmentationPolicy(FragmentationBase):
         if table is not None and not fleet_usable(fleet).holds(w, self.memory_aware):
             weights = weights_for(w, table)  # a learned workload: the weights of the last published snapshot
         else:
-            weights = fleet_scarcity(w, fleet, self.memory_aware, self.args.scarcity_cap)
+            stamps = cycle_row_stamps(fleet, ctx)
+            weights = fleet_scarcity(w, fleet, self.memory_aware, self.args.scarcity_cap, stamps)
         last = self._priced
         if last is not None and last[0] is w and np.array_equal(last[1], weights):
             priced = last[2]

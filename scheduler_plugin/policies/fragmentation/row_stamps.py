@@ -47,8 +47,9 @@ def changed_rows(*pairs: tuple[npt.NDArray[Any], npt.NDArray[Any]]) -> IntA:
 class RowStamps:
     """Per row of a fleet, a stamp of the content of its :data:`CAPACITY` columns: a new stamp (unique across all
     holders) whenever a row's content changes; the same array object while nothing changed. Kept in the snapshot
-    index (:func:`row_stamps`), shared by the snapshot, its overlays and its copies. Updates build new arrays and
-    replace them in one assignment (copy on write): a stamps array handed out is never written."""
+    index (:func:`row_stamps`), shared by the snapshot, its overlays and its copies. An update builds a new stamps
+    array (copy on write: a stamps array handed out is never written) and brings the holder's private copies of the
+    columns up to date in place, under the lock."""
 
     __slots__ = ("_lock", "_state")
 
@@ -69,14 +70,11 @@ class RowStamps:
             rows = changed_rows(*zip(old, now, strict=True))
             if not len(rows):
                 return stamps
-            kept = []
-            for a, b in zip(old, now, strict=True):
-                c = a.copy()
-                c[rows] = b[rows]
-                kept.append(c)
+            for a, b in zip(old, now, strict=True):  # private copies, never handed out: updated in place
+                a[rows] = b[rows]
             stamps = stamps.copy()
             stamps[rows] = next_stamp()
-            self._state = (tuple(kept), stamps)
+            self._state = (old, stamps)
             return stamps
 
 

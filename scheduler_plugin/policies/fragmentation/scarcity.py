@@ -26,13 +26,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import numpy.typing as npt
 
 from ...model import FleetArrays
 from ...model.snapshot import IndexKey
 from ..base import BoolA, FloatA, IntA
 from .gradient import FLEET_FREE_TOTALS, FleetFreeTotals, free_stats
-from .row_stamps import changed_rows
+from .row_stamps import moved, row_stamps
 from .shape_groups import shape_groups
 from .workload import PodShape, Workload
 
@@ -42,11 +41,7 @@ STEPS_PER_DOUBLING = 2
 
 def _group_of_shape(w: Workload) -> IntA:
     """(M,) each shape's group in :func:`shape_groups` (CPU-only shapes: one past the last group)."""
-    groups = shape_groups(w)
-    out = np.full(len(w), len(groups.members), dtype=np.int64)
-    for g, ms in enumerate(groups.members):
-        out[ms] = g
-    return out
+    return shape_groups(w).of_shape
 
 
 def _node_usable(w: Workload, gpus_at_least: IntA, free_at_least: FloatA, cpu: IntA, mem: IntA | None) -> FloatA:
@@ -109,9 +104,8 @@ def scarcity_weights(usable: FloatA, free_total: float, cap: float = DEFAULT_SCA
 class _UsableMemo:
     workload: Workload
     memory_aware: bool
-    free: npt.NDArray[np.int32]
-    cpu: IntA
-    mem: IntA
+    stamps: IntA
+    """(N,) :func:`.row_stamps` of the rows' content ``node`` was computed for."""
     node: FloatA
     """(N, G + 1) :func:`_node_usable` of every row."""
     total: FloatA
@@ -121,8 +115,8 @@ class _UsableMemo:
 class FleetUsable:
     """Every shape's usable free thousandths over a fleet (:func:`usable_capacity`), kept in the snapshot index and
     updated by the rows whose content changed (the simulator writes one node per arrival; content-checked like the
-    fleet's F memo). The values are sums of integers (thousandths) in float64, so updating them gives what summing
-    afresh gives."""
+    fleet's F memo, by the fleet's :func:`.row_stamps`). The values are sums of integers (thousandths) in float64, so
+    updating them gives what summing afresh gives."""
 
     __slots__ = ("_memo",)
 
@@ -134,33 +128,31 @@ class FleetUsable:
         memo = self._memo
         return memo is not None and memo.workload is w and memo.memory_aware == memory_aware
 
-    def usable(self, fleet: FleetArrays, w: Workload, memory_aware: bool) -> FloatA:
+    def usable(self, fleet: FleetArrays, w: Workload, memory_aware: bool, stamps: IntA | None = None) -> FloatA:
+        """(M,) every shape's usable free thousandths on ``fleet`` now; ``stamps``: :func:`.row_stamps` of ``fleet``
+        when the caller has them (the cycle's)."""
         free, cpu, mem = fleet.free_milli, fleet.cpu_free, fleet.mem_free_host
+        stamps = row_stamps(fleet) if stamps is None else stamps
         access = None if w.unrestricted else w.node_access(fleet)
         group = _group_of_shape(w)
         memo = self._memo
-        if memo is None or memo.workload is not w or memo.memory_aware != memory_aware or memo.free.shape != free.shape:
+        same = memo is not None and memo.workload is w and memo.memory_aware == memory_aware
+        changed = moved(memo.stamps, stamps) if memo is not None and same else None
+        if changed is None:
             st = free_stats(free, w)
             node = _node_usable(w, st.gpus_at_least, st.free_at_least, cpu, mem if memory_aware else None)
-            self._memo = _UsableMemo(
-                w, memory_aware, free.copy(), cpu.copy(), mem.copy(), node, _per_shape(node, group, access)
-            )
+            self._memo = _UsableMemo(w, memory_aware, stamps, node, _per_shape(node, group, access))
             return self._memo.total
-        changed = changed_rows((memo.free, free), (memo.cpu, cpu), (memo.mem, mem))
+        assert memo is not None
         if not len(changed):
             return memo.total
         st = free_stats(free[changed], w)
         sub = _node_usable(w, st.gpus_at_least, st.free_at_least, cpu[changed], mem[changed] if memory_aware else None)
         acc = None if access is None else access[changed]
         total = memo.total + _per_shape(sub, group, acc) - _per_shape(memo.node[changed], group, acc)
-        node, new_free, new_cpu, new_mem = memo.node.copy(), memo.free.copy(), memo.cpu.copy(), memo.mem.copy()
-        node[changed], new_free[changed], new_cpu[changed], new_mem[changed] = (
-            sub,
-            free[changed],
-            cpu[changed],
-            mem[changed],
-        )
-        self._memo = _UsableMemo(w, memory_aware, new_free, new_cpu, new_mem, node, total)
+        node = memo.node.copy()
+        node[changed] = sub
+        self._memo = _UsableMemo(w, memory_aware, stamps, node, total)
         return total
 
 
@@ -172,10 +164,18 @@ def fleet_usable(fleet: FleetArrays) -> FleetUsable:
     return fleet.derive(FLEET_USABLE, lambda _: FleetUsable())
 
 
-def fleet_scarcity(w: Workload, fleet: FleetArrays, memory_aware: bool, cap: float = DEFAULT_SCARCITY_CAP) -> FloatA:
-    """:func:`scarcity_weights` of ``w``'s shapes on the whole ``fleet`` now."""
-    usable = fleet_usable(fleet).usable(fleet, w, memory_aware)
-    free_total, _ = fleet.derive(FLEET_FREE_TOTALS, lambda _: FleetFreeTotals()).totals(fleet)
+def fleet_scarcity(
+    w: Workload,
+    fleet: FleetArrays,
+    memory_aware: bool,
+    cap: float = DEFAULT_SCARCITY_CAP,
+    stamps: IntA | None = None,
+) -> FloatA:
+    """:func:`scarcity_weights` of ``w``'s shapes on the whole ``fleet`` now (``stamps``: :func:`.row_stamps` of
+    ``fleet`` when the caller has them)."""
+    stamps = row_stamps(fleet) if stamps is None else stamps
+    usable = fleet_usable(fleet).usable(fleet, w, memory_aware, stamps)
+    free_total, _ = fleet.derive(FLEET_FREE_TOTALS, lambda _: FleetFreeTotals()).totals(fleet, stamps)
     return scarcity_weights(usable, float(free_total), cap)
 
 
