@@ -45,6 +45,9 @@ class GpuRequest:
     pod_key: str = ""
     pod_uid: str = ""
     priority: int = 0
+    pending_since: float | None = None
+    """Unix time the pod began waiting to be placed (its creation; a pod evicted and created again waits anew),
+    ``None`` when unknown. The ``thermal`` policy prices a pod's wait against the throttling of placing it now."""
 
     @property
     def wants_gpu(self) -> bool:
