@@ -37,8 +37,9 @@ throttles for its whole run. So the policy also refuses nodes, pricing both outc
 pod (its size cancels): placed on a node whose GPUs are predicted to settle at or above slowdown under load, the pod
 throttles for its run (``holdRunSeconds``, the run a pending pod is assumed to have ahead); waiting costs the time
 it waits. The node's odds of throttling are ``p``: the share of its GPUs with a learned cooling figure that would
-throttle under load (cooling belongs to the chassis), or for a node none of whose GPUs has been learned, that share
-over every learned GPU of the fleet (the prior's own figure is the worst learned, not evidence about this node). A
+throttle under load (cooling belongs to the chassis), or for a node none of whose GPUs has been learned, the mean of
+that share over the nodes with a learned GPU (the prior's own figure is the worst learned, not evidence about this
+node). A
 pod that has waited ``w`` seconds (``GpuRequest.pending_since``) is refused a node while::
 
     w < p * holdRunSeconds
@@ -164,17 +165,18 @@ def gpu_quality(fleet: FleetArrays, idx: IntA, args: ThermalArgs) -> FloatA:
 def throttle_odds(fleet: FleetArrays, args: ThermalArgs) -> FloatA:
     """(N,) the odds that a pod's GPUs would throttle under load on each node: the share of the node's GPUs with a
     learned (or reported) cooling figure whose predicted temperature under load (:func:`loaded_temp`) is at or above
-    slowdown; for a node with none, the same share over the whole fleet's (0 while nothing is known)."""
+    slowdown; for a node with none, the mean of that share over the nodes with one (cooling belongs to the chassis: a
+    poorly cooled node is avoided once known, so few of its GPUs are ever learned, and a share of GPUs would
+    under-count it); 0 while nothing is known."""
     rows = np.arange(fleet.n_nodes, dtype=np.int64)
     with np.errstate(invalid="ignore"):
         throttles = loaded_temp(fleet, rows, args) >= fleet.slowdown  # NaN (unknown) compares False
     known = fleet.gpu_present & (fleet.cooling_samples != 0) & np.isfinite(fleet.thermal_resistance)
     n_known = known.sum(axis=1)
-    n_throttles = (throttles & known).sum(axis=1)
-    total = int(n_known.sum())
-    fleet_share = float(n_throttles.sum()) / total if total else 0.0
-    own = n_throttles / np.maximum(n_known, 1)
-    return np.asarray(np.where(n_known > 0, own, fleet_share), dtype=np.float64)
+    own = (throttles & known).sum(axis=1) / np.maximum(n_known, 1)
+    seen = n_known > 0
+    fleet_share = float(own[seen].mean()) if seen.any() else 0.0
+    return np.asarray(np.where(seen, own, fleet_share), dtype=np.float64)
 
 
 @dataclass(frozen=True, slots=True)
