@@ -190,7 +190,7 @@ def test_explain_says_whether_the_cooling_figure_is_learned_or_assumed() -> None
 def held(req: GpuRequest, *nodes: GpuNode, now: float = NOW, args: ThermalArgs | None = None) -> list[bool]:
     f = fleet(*nodes)
     s = SCORE if args is None else ThermalScore(args)
-    return s.filter(req, f, np.arange(f.n_nodes), CycleContext(now=now)).tolist()
+    return [bool(x) for x in s.filter(req, f, np.arange(f.n_nodes), CycleContext(now=now))]
 
 
 def pending(count: int, waited_s: float) -> GpuRequest:
