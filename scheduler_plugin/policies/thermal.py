@@ -34,7 +34,8 @@ Normalised absolutely (``normalize.unit``): raw 1 is 10 points on every node, so
 Holding a pod rather than running it throttled (``holdRunSeconds``): a score cannot make a pod wait, and when the only
 nodes with room are poorly cooled ones (kept whole because the score avoids them) the next big pod takes one and
 throttles for its whole run. So the policy also refuses nodes, pricing both outcomes in GPU-seconds per GPU of the
-pod (its size cancels): placed on a node whose GPUs are predicted to settle at or above slowdown under load, the pod
+pod (its size cancels): placed on a node whose GPUs are predicted to settle under load at or above slowdown (less
+``holdHeadroomCelsius``, the prediction's error), the pod
 throttles for its run (``holdRunSeconds``, the run a pending pod is assumed to have ahead); waiting costs the time
 it waits. The node's odds of throttling are ``p``: the share of its GPUs with a learned cooling figure that would
 throttle under load (cooling belongs to the chassis), or for a node none of whose GPUs has been learned, the mean of
@@ -107,6 +108,11 @@ class ThermalArgs(CamelModel):
     (a GPU whose job just ended is still hot but is cooling towards its idle temperature)."""
     busy_above_util: float = Field(0.05, ge=0, lt=1)
     """A GPU counts as busy (for the typical power under load) above this utilisation."""
+    hold_headroom_celsius: float = Field(4.0, ge=0, le=30)
+    """For holding a pod: a GPU predicted under load to settle within this of slowdown counts as one that would
+    throttle. The prediction is a few degrees off (one reading's trend over ``settleSeconds``, the inlet drifting over a
+    run, a pod's own intensity), and 4 is how far below an H100's slowdown (87 °C) the operator calls a GPU hot
+    (83 °C: the node would be tainted and its pods judged for eviction)."""
     hold_run_seconds: float = Field(3600.0, ge=0, le=86400)
     """The run a pending pod is assumed to have ahead, all of it throttled on a node predicted to throttle under
     load: a pod is refused such a node while it has waited less than this times the node's odds of throttling (0:
@@ -164,13 +170,13 @@ def gpu_quality(fleet: FleetArrays, idx: IntA, args: ThermalArgs) -> FloatA:
 
 def throttle_odds(fleet: FleetArrays, args: ThermalArgs) -> FloatA:
     """(N,) the odds that a pod's GPUs would throttle under load on each node: the share of the node's GPUs with a
-    learned (or reported) cooling figure whose predicted temperature under load (:func:`loaded_temp`) is at or above
-    slowdown; for a node with none, the mean of that share over the nodes with one (cooling belongs to the chassis: a
-    poorly cooled node is avoided once known, so few of its GPUs are ever learned, and a share of GPUs would
-    under-count it); 0 while nothing is known."""
+    learned (or reported) cooling figure whose predicted temperature under load (:func:`loaded_temp`) is within
+    ``holdHeadroomCelsius`` of slowdown or above; for a node with none, the mean of that share over the nodes with
+    one (cooling belongs to the chassis: a poorly cooled node is avoided once known, so few of its GPUs are ever
+    learned, and a share of GPUs would under-count it); 0 while nothing is known."""
     rows = np.arange(fleet.n_nodes, dtype=np.int64)
     with np.errstate(invalid="ignore"):
-        throttles = loaded_temp(fleet, rows, args) >= fleet.slowdown  # NaN (unknown) compares False
+        throttles = loaded_temp(fleet, rows, args) >= fleet.slowdown - args.hold_headroom_celsius  # NaN: False
     known = fleet.gpu_present & (fleet.cooling_samples != 0) & np.isfinite(fleet.thermal_resistance)
     n_known = known.sum(axis=1)
     own = (throttles & known).sum(axis=1) / np.maximum(n_known, 1)
@@ -184,6 +190,8 @@ class HeldForCooling(Rejection):
     """The pod is held rather than placed where it would throttle (the ``thermal`` policy's ``holdRunSeconds``)."""
 
     kind: ClassVar[RejectionKind] = RejectionKind.THERMAL
+    unresolvable: ClassVar[bool] = True
+    """Preempting the node's pods would not cool it: the pod waits for a node where it would not throttle."""
     odds: float
     """The node's odds of throttling under load (:func:`throttle_odds`)."""
     waited_s: float
