@@ -35,7 +35,7 @@ Holding a pod rather than running it throttled (``holdRunSeconds``): a score can
 nodes with room are poorly cooled ones (kept whole because the score avoids them) the next big pod takes one and
 throttles for its whole run. So the policy also refuses nodes, pricing both outcomes in GPU-seconds per GPU of the
 pod (its size cancels): placed on a node whose GPUs are predicted to settle under load at or above slowdown (less
-``holdHeadroomCelsius``, the prediction's error), the pod
+``holdHeadroomCelsius``, 0 by default), the pod
 throttles for its run (``holdRunSeconds``, the run a pending pod is assumed to have ahead); waiting costs the time
 it waits. The node's odds of throttling are ``p``: the share of its GPUs with a learned cooling figure that would
 throttle under load (cooling belongs to the chassis), or for a node none of whose GPUs has been learned, the mean of
@@ -108,11 +108,11 @@ class ThermalArgs(CamelModel):
     (a GPU whose job just ended is still hot but is cooling towards its idle temperature)."""
     busy_above_util: float = Field(0.05, ge=0, lt=1)
     """A GPU counts as busy (for the typical power under load) above this utilisation."""
-    hold_headroom_celsius: float = Field(4.0, ge=0, le=30)
+    hold_headroom_celsius: float = Field(0.0, ge=0, le=30)
     """For holding a pod: a GPU predicted under load to settle within this of slowdown counts as one that would
-    throttle. The prediction is a few degrees off (one reading's trend over ``settleSeconds``, the inlet drifting over a
-    run, a pod's own intensity), and 4 is how far below an H100's slowdown (87 °C) the operator calls a GPU hot
-    (83 °C: the node would be tainted and its pods judged for eviction)."""
+    throttle (the prediction is a few degrees off: one reading's trend over ``settleSeconds``, the inlet drifting over
+    a run, a pod's own intensity). 0: at or above slowdown only (4, the operator's hot line on an H100, was measured
+    no better: docs/simulator.md)."""
     hold_run_seconds: float = Field(3600.0, ge=0, le=86400)
     """The run a pending pod is assumed to have ahead, all of it throttled on a node predicted to throttle under
     load: a pod is refused such a node while it has waited less than this times the node's odds of throttling (0:
