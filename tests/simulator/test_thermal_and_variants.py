@@ -75,6 +75,7 @@ def test_the_operator_evicts_from_hot_nodes_and_pays_for_it() -> None:
     assert pays.cost_gpu_minutes < warm.cost_gpu_minutes
 
 
+@pytest.mark.slow
 def test_kelvin_holds_a_pod_rather_than_place_it_where_it_would_throttle(monkeypatch: pytest.MonkeyPatch) -> None:
     """The scenario tells the policy how long each pod has waited (``GpuRequest.pending_since``), so kelvin's thermal
     policy can hold a pod from a node its learned cooling says would throttle (``holdRunSeconds``); with the hold off
