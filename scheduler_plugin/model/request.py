@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
@@ -18,6 +18,7 @@ from .deprecation import REMOVED_IN
 from .gpu import MIB, MILLI_PER_GPU
 from .pod import PodResources, RequestError, or_empty, pod_key, pod_parts
 from .quantity import QuantityError, parse_bytes, parse_cpu_milli, parse_quantity
+from .times import parse_time
 
 
 class Topology(StrEnum):
@@ -45,6 +46,9 @@ class GpuRequest:
     pod_key: str = ""
     pod_uid: str = ""
     priority: int = 0
+    pending_since: float | None = None
+    """Unix time the pod began waiting to be placed (its creation; a pod evicted and created again waits anew),
+    ``None`` when unknown. The ``thermal`` policy prices a pod's wait against the throttling of placing it now."""
 
     @property
     def wants_gpu(self) -> bool:
@@ -117,7 +121,11 @@ def parse_pod(pod: Mapping[str, Any], *, lenient_gpu_memory: bool = False) -> Gp
         count = 1
     cpu = res.request("cpu", parse_cpu_milli, unit=" millicores")
     mem = res.request("memory", parse_bytes, unit=" bytes")
-    return request_from_annotations(
+    created = meta.get("creationTimestamp")
+    pending_since = None if created is None else parse_time(created)
+    if created is not None and pending_since is None:
+        raise RequestError("metadata.creationTimestamp", created, "must be an RFC 3339 time")
+    req = request_from_annotations(
         annotations,
         count=count,
         cpu_milli=cpu,
@@ -127,6 +135,7 @@ def parse_pod(pod: Mapping[str, Any], *, lenient_gpu_memory: bool = False) -> Gp
         priority=raw_priority,
         lenient_gpu_memory=lenient_gpu_memory,
     )
+    return req if pending_since is None else replace(req, pending_since=pending_since)
 
 
 def parse_bound_pod(pod: Mapping[str, Any]) -> tuple[GpuRequest, str | None]:

@@ -31,19 +31,38 @@ it by ``throttlePenalty`` and by the clock ratio (SM clock / max). A node's raw 
 
 Normalised absolutely (``normalize.unit``): raw 1 is 10 points on every node, so a hot fleet scores low everywhere.
 
+Holding a pod rather than running it throttled (``holdRunSeconds``): a score cannot make a pod wait, and when the only
+nodes with room are poorly cooled ones (kept whole because the score avoids them) the next big pod takes one and
+throttles for its whole run. So the policy also refuses nodes, pricing both outcomes in GPU-seconds per GPU of the
+pod (its size cancels): placed on a node whose GPUs are predicted to settle under load at or above slowdown (less
+``holdHeadroomCelsius``, 0 by default), the pod
+throttles for its run (``holdRunSeconds``, the run a pending pod is assumed to have ahead); waiting costs the time
+it waits. The node's odds of throttling are ``p``: the share of its GPUs with a learned cooling figure that would
+throttle under load (cooling belongs to the chassis), or for a node none of whose GPUs has been learned, the mean of
+that share over the nodes with a learned GPU (the prior's own figure is the worst learned, not evidence about this
+node). A
+pod that has waited ``w`` seconds (``GpuRequest.pending_since``) is refused a node while::
+
+    w < p * holdRunSeconds
+
+so a pod waits for a well-cooled node at most as long as the throttling it expects to avoid (the rent-or-buy bound:
+never more than twice the cost of the better choice in hindsight), and takes a poorly cooled node once it has waited
+that long. A pod whose waiting time is unknown, or a fleet with nothing learned, is never held.
+
 The predicates below (:func:`headroom_c`, :func:`predicted_temp`) are pure functions on scalars and arrays alike.
 """
 
 from __future__ import annotations
 
-from typing import overload
+from dataclasses import dataclass
+from typing import ClassVar, overload
 
 import numpy as np
 from pydantic import Field
 
 from ..model import SLOWDOWN_MASK, THERMAL_THROTTLE_MASK, FleetArrays, GpuRequest, throttle_reason_names
 from ..model.snapshot import IndexKey
-from .base import CycleContext, FloatA, IntA
+from .base import BoolA, CycleContext, FloatA, IntA, Rejection, RejectionKind
 from .eligibility import cycle_eligible
 from .normalize import unit
 from .policy_file import CamelModel
@@ -89,6 +108,15 @@ class ThermalArgs(CamelModel):
     (a GPU whose job just ended is still hot but is cooling towards its idle temperature)."""
     busy_above_util: float = Field(0.05, ge=0, lt=1)
     """A GPU counts as busy (for the typical power under load) above this utilisation."""
+    hold_headroom_celsius: float = Field(0.0, ge=0, le=30)
+    """For holding a pod: a GPU predicted under load to settle within this of slowdown counts as one that would
+    throttle (the prediction is a few degrees off: one reading's trend over ``settleSeconds``, the inlet drifting over
+    a run, a pod's own intensity). 0: at or above slowdown only (4, the operator's hot line on an H100, was measured
+    no better: docs/simulator.md)."""
+    hold_run_seconds: float = Field(3600.0, ge=0, le=86400)
+    """The run a pending pod is assumed to have ahead, all of it throttled on a node predicted to throttle under
+    load: a pod is refused such a node while it has waited less than this times the node's odds of throttling (0:
+    never hold). The default is the operator's ``maxRemainingSeconds``, the most remaining work it assumes a pod has."""
 
     @property
     def trend_from_headroom(self) -> float:
@@ -140,6 +168,47 @@ def gpu_quality(fleet: FleetArrays, idx: IntA, args: ThermalArgs) -> FloatA:
     return np.where(fleet.gpu_present[idx], q, np.nan)
 
 
+def throttle_odds(fleet: FleetArrays, args: ThermalArgs) -> FloatA:
+    """(N,) the odds that a pod's GPUs would throttle under load on each node: the share of the node's GPUs with a
+    learned (or reported) cooling figure whose predicted temperature under load (:func:`loaded_temp`) is within
+    ``holdHeadroomCelsius`` of slowdown or above; for a node with none, the mean of that share over the nodes with
+    one (cooling belongs to the chassis: a poorly cooled node is avoided once known, so few of its GPUs are ever
+    learned, and a share of GPUs would under-count it); 0 while nothing is known."""
+    rows = np.arange(fleet.n_nodes, dtype=np.int64)
+    with np.errstate(invalid="ignore"):
+        throttles = loaded_temp(fleet, rows, args) >= fleet.slowdown - args.hold_headroom_celsius  # NaN: False
+    known = fleet.gpu_present & (fleet.cooling_samples != 0) & np.isfinite(fleet.thermal_resistance)
+    n_known = known.sum(axis=1)
+    own = (throttles & known).sum(axis=1) / np.maximum(n_known, 1)
+    seen = n_known > 0
+    fleet_share = float(own[seen].mean()) if seen.any() else 0.0
+    return np.asarray(np.where(seen, own, fleet_share), dtype=np.float64)
+
+
+@dataclass(frozen=True, slots=True)
+class HeldForCooling(Rejection):
+    """The pod is held rather than placed where it would throttle (the ``thermal`` policy's ``holdRunSeconds``)."""
+
+    kind: ClassVar[RejectionKind] = RejectionKind.THERMAL
+    unresolvable: ClassVar[bool] = True
+    """Preempting the node's pods would not cool it: the pod waits for a node where it would not throttle."""
+    odds: float
+    """The node's odds of throttling under load (:func:`throttle_odds`)."""
+    waited_s: float
+    hold_s: float
+    """How long the pod is held from this node: ``odds * holdRunSeconds``."""
+
+    def words(self) -> str:
+        what = "its GPUs" if self.odds >= 1 else f"{self.odds:.0%} odds that its GPUs"
+        return (
+            f"{what} would throttle under load: the pod has waited {self.waited_s:.0f} s of the {self.hold_s:.0f} s "
+            "of throttling that placing it here is expected to cost"
+        )
+
+    def need(self) -> str:
+        return "the pod waits for a node where it would not throttle"
+
+
 def versus_slowdown(headroom: float) -> str:
     """``"9.2 °C below slowdown"`` for a headroom of 9.2, ``"4.0 °C above slowdown"`` for -4.0."""
     side = "above" if headroom < 0 else "below"
@@ -181,6 +250,7 @@ class ThermalScore:
     def __init__(self, args: ThermalArgs) -> None:
         self.args = args
         self._quality_key = IndexKey[tuple[FloatA, FloatA]]("thermal.quality", QUALITY_COLUMNS)
+        self._odds_key = IndexKey[FloatA]("thermal.throttle_odds", (*QUALITY_COLUMNS, "cooling_samples"))
 
     def _quality_of(self, fleet: FleetArrays) -> tuple[FloatA, FloatA]:
         """(N, G) quality of every GPU and (N,) the worst per node: telemetry only, so once per snapshot."""
@@ -192,6 +262,33 @@ class ThermalScore:
 
     def prepare(self, fleet: FleetArrays) -> None:
         fleet.derive(self._quality_key, self._quality_of)
+        if self.restricts():
+            fleet.derive(self._odds_key, self._odds_of)
+
+    def _odds_of(self, fleet: FleetArrays) -> FloatA:
+        return throttle_odds(fleet, self.args)
+
+    # --- holding a pod rather than placing it where it would throttle (RestrictsPlacement) ---------------------------
+
+    def restricts(self) -> bool:
+        return self.args.hold_run_seconds > 0
+
+    def _hold(self, req: GpuRequest, fleet: FleetArrays, idx: IntA, ctx: CycleContext) -> tuple[float, FloatA]:
+        """How long the pod has waited, and how long each node of ``idx`` holds it (0: not held)."""
+        if not req.wants_gpu or req.pending_since is None or not self.restricts():
+            return 0.0, np.zeros(idx.shape[0])
+        odds = fleet.derive(self._odds_key, self._odds_of)[idx]
+        return max(0.0, ctx.now - req.pending_since), odds * self.args.hold_run_seconds
+
+    def filter(self, req: GpuRequest, fleet: FleetArrays, idx: IntA, ctx: CycleContext) -> BoolA:
+        waited, hold = self._hold(req, fleet, idx, ctx)
+        return np.asarray(waited >= hold, dtype=np.bool_)
+
+    def reasons(self, req: GpuRequest, fleet: FleetArrays, rows: IntA, ctx: CycleContext) -> list[Rejection]:
+        rows = np.asarray(rows, dtype=np.int64)
+        waited, hold = self._hold(req, fleet, rows, ctx)
+        run = self.args.hold_run_seconds
+        return [HeldForCooling(h / run if run else 0.0, waited, h) for h in hold.tolist()]
 
     def score(self, req: GpuRequest, fleet: FleetArrays, idx: IntA, ctx: CycleContext) -> FloatA:
         if idx.size == 0:

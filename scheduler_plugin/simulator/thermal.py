@@ -159,7 +159,7 @@ def thermal_policy(name: str) -> SimPolicy:
     if name == "kelvin-no-thermal":
         base = PolicyConfig()
         scoring = {k: v for k, v in base.scoring.items() if k != "thermal"}
-        scoring["thermal"] = ScorerConfig(weight=0.0)
+        scoring["thermal"] = ScorerConfig(weight=0.0, args={"holdRunSeconds": 0})  # nor holds pods
         cfg = base.model_copy(
             update={"scoring": scoring, "filters": FilterPolicy(thermal_hard_limits=False, throttle_hard_limit=False)}
         )
@@ -341,6 +341,7 @@ def run_thermal(  # noqa: C901
                 host_memory_bytes=sc.memory_per_gpu * pod.gpus,
                 pod_key=pod.key,
                 pod_uid=pod.key,
+                pending_since=job.queued_at,
             )
             ctx = policy.framework.context(fleet, t)
             cand = feasible(policy, req, fleet, rows, ctx)

@@ -69,7 +69,8 @@ def test_explain_offline(pod_file: Path) -> None:
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
     assert data["node"] == "gpu-node-2" and data["request"] == "2 whole GPUs"
-    assert [f["filter"] for f in data["filters"]] == ["telemetry", "fit", "hotness"]
+    # the thermal policy holds a pod from a node where it would throttle (holdRunSeconds): a filter too
+    assert [f["filter"] for f in data["filters"]] == ["telemetry", "fit", "hotness", "thermal"]
     text = runner.invoke(app, ["explain", str(pod_file), "gpu-node-2", "--fleet-nodes", "6"])
     assert text.exit_code == 0 and "filter fit" in text.output
     missing = runner.invoke(app, ["explain", str(pod_file), "gpu-node-99", "--fleet-nodes", "6"])

@@ -121,3 +121,13 @@ def test_readable_request_counts_what_can_be_read() -> None:
     p = pod_of([c("i", gpus=2)], [c("a", gpus=1), {"name": "b", "resources": {"limits": {GPU: "lots"}}}])
     assert readable_request(p, GPU, parse_gpu_count) == 2
     assert readable_request({"spec": {"containers": "x"}}, GPU, parse_gpu_count) == 0
+
+
+def test_a_pod_waits_from_its_creation() -> None:
+    """The thermal policy prices a pod's wait (``pending_since``) from its ``creationTimestamp``."""
+    assert parse_pod(pod_of([], [c("a", gpus=1)])).pending_since is None
+    r = parse_pod(pod_of([], [c("a", gpus=1)], creationTimestamp="2026-01-02T03:04:05Z"))
+    assert r.pending_since == 1767323045.0
+    with pytest.raises(RequestError) as e:
+        parse_pod(pod_of([], [c("a", gpus=1)], creationTimestamp="yesterday"))
+    assert e.value.field == "metadata.creationTimestamp" and "RFC 3339" in e.value.problem

@@ -9,11 +9,14 @@ import pytest
 
 from scheduler_plugin.model import FleetArrays, GpuNode, GpuRequest, ThrottleReason
 from scheduler_plugin.policies.base import CycleContext
+from scheduler_plugin.policies.framework import Framework
+from scheduler_plugin.policies.policy_file import PolicyConfig
 from scheduler_plugin.policies.thermal import (
     ThermalArgs,
     ThermalScore,
     headroom_c,
     predicted_temp,
+    throttle_odds,
 )
 from scheduler_plugin.telemetry.cooling import CoolingEstimator
 from tests.fleet_helpers import NOW, fleet, gpu, node, request
@@ -179,3 +182,59 @@ def test_explain_says_whether_the_cooling_figure_is_learned_or_assumed() -> None
     assert "(cooling 0.048 °C/W assumed (the worst learned for its model" in idle
     (busy,) = SCORE.explain(request(1), f, 1, ctx)
     assert "(cooling 0.048 °C/W learned from 2 readings under load since 60 s ago" in busy
+
+
+# --- holding a pod rather than placing it where it would throttle (holdRunSeconds) ---------------------------------
+
+
+def held(req: GpuRequest, *nodes: GpuNode, now: float = NOW, args: ThermalArgs | None = None) -> list[bool]:
+    f = fleet(*nodes)
+    s = SCORE if args is None else ThermalScore(args)
+    return [bool(x) for x in s.filter(req, f, np.arange(f.n_nodes), CycleContext(now=now))]
+
+
+def pending(count: int, waited_s: float) -> GpuRequest:
+    return replace(request(count), pending_since=NOW - waited_s)
+
+
+def test_a_pod_waits_rather_than_run_where_it_would_throttle() -> None:
+    poor, good = cooled("poor", r=0.09), cooled("good", r=0.06)  # under load 96.7 °C / 77.8 °C
+    # waited 10 min of the 60 min of throttling a run there would cost: only the well-cooled node takes it
+    assert held(pending(1, 600), poor, good, BUSY) == [False, True, True]
+    # waited as long as the throttling it would avoid: it takes the poorly cooled node rather than wait on
+    assert held(pending(1, 3600), poor, good, BUSY) == [True, True, True]
+    assert held(pending(1, 600), poor, BUSY, args=ThermalArgs(hold_run_seconds=300)) == [True, True]
+    assert held(pending(1, 0), poor, BUSY, args=ThermalArgs(hold_run_seconds=0)) == [True, True]
+    # a pod whose waiting time is unknown is never held; nor is a pod without GPUs
+    assert held(request(1), poor, BUSY) == [True, True]
+    assert held(replace(request(0), pending_since=NOW), poor, BUSY) == [True, True]
+
+
+def test_a_node_never_loaded_is_held_by_the_fleet_share_of_throttling_gpus() -> None:
+    est = CoolingEstimator()
+    for at in (NOW - 60, NOW):
+        f = learning_fleet(at)  # the busy GPU learns r = 0.048: it would not throttle under load
+        est.fill(f)
+    odds = throttle_odds(f, ThermalArgs())
+    assert odds.tolist() == [0.0, 0.0]  # the idle GPU is unknown: the fleet's share, 0 of 1 learned
+    poor2 = node("poor2", [replace(cooled("p", r=0.09).gpus[0], index=i) for i in range(2)])
+    hot = fleet(cooled("poor", r=0.09), cooled("good", r=0.06), BUSY, cooled("unknown", r=0.06), poor2)
+    hot.cooling_samples[3] = 0  # its figure is only the prior: the share of known nodes, 2 of 4 (GPUs: 3 of 5)
+    assert throttle_odds(hot, ThermalArgs()).tolist() == [1.0, 0.0, 0.0, 0.5, 1.0]
+    ctx = CycleContext(now=NOW)
+    keep = SCORE.filter(pending(1, 1000), hot, np.arange(5), ctx).tolist()
+    assert keep == [False, True, True, False, False]  # held 1,800 s from the unknown node, 3,600 s from poor ones
+    assert SCORE.filter(pending(1, 1800), hot, np.arange(5), ctx).tolist() == [False, True, True, True, False]
+
+
+def test_the_framework_holds_the_pod_and_says_why() -> None:
+    fw = Framework.from_config(PolicyConfig())
+    f = fleet(cooled("poor", r=0.09), BUSY)
+    ctx = fw.context(f, NOW)
+    out = fw.filter(pending(1, 600), f, np.arange(2), ctx)
+    assert out.passed.tolist() == [1]
+    assert out.rejected[0].reason == (
+        "its GPUs would throttle under load: the pod has waited 600 s of the 3600 s of throttling that placing it "
+        "here is expected to cost"
+    )
+    assert fw.filter(request(1), f, np.arange(2), fw.context(f, NOW)).passed.tolist() == [0, 1]

@@ -11,8 +11,11 @@ import pytest
 
 from scheduler_plugin.model import GpuRequest
 from scheduler_plugin.policies.base import CycleContext
+from scheduler_plugin.policies.policy_file import PolicyConfig, ScorerConfig
+from scheduler_plugin.simulator import thermal
 from scheduler_plugin.simulator.fleet import apply_placement, build_fleet
 from scheduler_plugin.simulator.node_resources import LeastAllocated, NodeResourcesFit
+from scheduler_plugin.simulator.policies import kelvin_policy
 from scheduler_plugin.simulator.thermal import (
     THERMAL_POLICIES,
     ThermalScenario,
@@ -70,6 +73,24 @@ def test_the_operator_evicts_from_hot_nodes_and_pays_for_it() -> None:
     pays = run_thermal(sc, "kelvin+operator")
     assert pays.evictions < warm.evictions
     assert pays.cost_gpu_minutes < warm.cost_gpu_minutes
+
+
+@pytest.mark.slow
+def test_kelvin_holds_a_pod_rather_than_place_it_where_it_would_throttle(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The scenario tells the policy how long each pod has waited (``GpuRequest.pending_since``), so kelvin's thermal
+    policy can hold a pod from a node its learned cooling says would throttle (``holdRunSeconds``); with the hold off
+    the same pods go where they fit at once."""
+    sc = ThermalScenario(nodes=8, hours=1.5, seed=1, poor_cooling_fraction=0.25)
+    held = run_thermal(sc, "kelvin")
+    at_once = run_thermal(sc, "kelvin-no-thermal")  # nor does the policy without the thermal score hold
+    base = PolicyConfig()
+    thermal_args = {**base.scoring["thermal"].args, "holdRunSeconds": 0}
+    scoring = {**base.scoring, "thermal": ScorerConfig(weight=base.scoring["thermal"].weight, args=thermal_args)}
+    no_hold = kelvin_policy(base.model_copy(update={"scoring": scoring}), "kelvin")
+    monkeypatch.setattr(thermal, "thermal_policy", lambda name: no_hold)
+    unheld = run_thermal(sc, "kelvin")
+    assert held.mean_wait_s > unheld.mean_wait_s + 30 and at_once.mean_wait_s < held.mean_wait_s
+    assert held.throttled_gpu_minutes <= unheld.throttled_gpu_minutes
 
 
 def test_least_allocated_spreads_and_node_resources_fit_checks_cpu() -> None:
