@@ -58,6 +58,18 @@ def test_the_default_mix_is_forgotten_once_pods_contradict_it() -> None:
     assert left < prior_share * 200 / 4200 / 2  # less than half what never forgetting it would leave
 
 
+def test_the_first_pods_that_contradict_the_default_mix_outweigh_it() -> None:
+    """The first window is 25 pods: a default mix they contradict (its 8-GPU pods are 7 % of it, a quarter of it
+    multi-GPU) weighs as much as they do from then on, not 200 pods. Kept at 200 pseudo-pods, it made the first
+    thousand decisions protect homes for multi-GPU pods the Alibaba trace's M does not have (0 % of its shapes)."""
+    est = WorkloadEstimator()
+    for r in stream(100, seed=4):
+        est.observe(r)
+    assert est.drifts >= 1
+    multi = sum(p for s, p in est.workload().shapes() if s.gpus >= 2)
+    assert multi < 0.25 * 25 / 125 + 1e-9  # the default mix at 25 pseudo-pods among 125 (200 of 300: 0.167)
+
+
 def test_a_changed_mix_is_tracked_within_a_few_windows() -> None:
     est = WorkloadEstimator(prior_weight=0.0, coverage=1.0, drift_window_pods=500)
     for r in stream(20_000, seed=3):

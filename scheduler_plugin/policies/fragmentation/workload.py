@@ -29,6 +29,9 @@ DEFAULT_REFERENCE_GPU_MEMORY = 80 * GIB
 DEFAULT_STRANDING_WEIGHT = 4.0
 _SEEN_KEYS = 20_000
 _MIN_EXPECTED = 5.0
+_FIRST_WINDOW = 25
+"""Pods of the first drift window: until ``drift_window_pods`` have been seen, each window is as long as what came
+before it (25, 25, 50, 100, ...), so a default mix the first pods contradict is forgotten within them."""
 """A cell of the drift test needs this many pods expected in the smaller sample; rarer shapes are pooled."""
 
 
@@ -269,13 +272,15 @@ def drift_pvalue(history: Mapping[PodShape, float], window: Mapping[PodShape, fl
 class WorkloadEstimator:
     """A histogram of observed pod shapes, seeded with a prior, that forgets only what a test says is out of date.
 
-    Every ``drift_window_pods`` pods, the counts of those pods are tested against the weights of the ones before
-    (the prior included): when :func:`drift_pvalue` is below ``drift_significance``, the mix has changed, and the
-    older weights are scaled down to weigh as much as the window (each further window that still differs halves
-    what is left of the old mix). While the mix stays the same nothing is forgotten, so the estimate keeps sharpening
-    with every pod instead of being the noisy mix of the last few thousand (what a fixed half-life learns). With
-    ``half_life_pods`` set, a fixed exponential decay instead (new observations weigh ``2 ** (1 / half_life_pods)``
-    times the previous one) and no test.
+    Every ``drift_window_pods`` pods (at first, every time the pods seen have doubled, from 25), the counts of those
+    pods are tested against the weights of the ones before (the prior included): when :func:`drift_pvalue` is below
+    ``drift_significance``, the mix has changed, and the older weights are scaled down to weigh as much as the window
+    (each further window that still differs halves what is left of the old mix). The default mix is history like any
+    other: the first 25 pods that contradict it make it weigh 25 pseudo-pods instead of ``prior_weight``. While the
+    mix stays the same nothing is forgotten, so the estimate keeps sharpening with every pod instead of being the
+    noisy mix of the last few thousand (what a fixed half-life learns). With ``half_life_pods`` set, a fixed
+    exponential decay instead (new observations weigh ``2 ** (1 / half_life_pods)`` times the previous one) and no
+    test.
 
     Each pod is counted once (by ``pod_uid`` or ``pod_key``) even when the scheduler retries it. What it is fed is
     clamped first (:func:`bounded_request`): no request can store a value that later breaks scoring for others.
@@ -303,6 +308,7 @@ class WorkloadEstimator:
         self._window_pods = drift_window_pods if half_life_pods is None else 0
         self._significance = drift_significance
         self._window: dict[PodShape, float] = {}
+        self._in_window = 0
         self._inc = 1.0
         self._coverage = coverage
         self._max_shapes = max_shapes
@@ -344,12 +350,14 @@ class WorkloadEstimator:
         self._cached = None
         if self._window_pods:
             self._window[s] = self._window.get(s, 0.0) + 1.0
-            if self.observed % self._window_pods == 0:
+            self._in_window += 1
+            before = self.observed - self._in_window
+            if self._in_window >= max(_FIRST_WINDOW, min(self._window_pods, before)):
                 self._test_drift()
 
     def _test_drift(self) -> None:
         """End of a window: forget the older weights if the window's mix differs from theirs."""
-        window, self._window = self._window, {}
+        window, self._window, self._in_window = self._window, {}, 0
         history = {k: v - window.get(k, 0.0) for k, v in self._weights.items()}
         history = {k: v for k, v in history.items() if v > 1e-9}
         if drift_pvalue(history, window) >= self._significance:
