@@ -37,8 +37,9 @@ Two scorers share that maths:
 Everything is vectorised over candidate (node, GPU) placements: one call scores 5,000 nodes x 8 GPUs.
 
 The target workload comes from the cycle state (``ctx.state``, key :data:`WORKLOAD_KEY`) when the caller supplies one
-(the simulator computes it from the trace); otherwise from the plugin's :class:`WorkloadEstimator`, a decayed
-histogram of the pods that arrived, seeded with a default mix until enough pods have been seen. Scoring, picking and
+(the simulator computes it from the trace); otherwise from the plugin's :class:`WorkloadEstimator`, a histogram of
+the pods that arrived, seeded with a default mix, which forgets older pods only when a test on the counts finds the
+recent mix changed. Scoring, picking and
 explaining only read the estimator; it learns in one explicit step, the plugin's ``observe`` (called by
 ``Framework.observe``, once per arriving pod; :func:`learn` for callers without a framework).
 
@@ -72,7 +73,8 @@ from .plugin import (
 )
 from .workload import (
     DEFAULT_COVERAGE,
-    DEFAULT_HALF_LIFE_PODS,
+    DEFAULT_DRIFT_SIGNIFICANCE,
+    DEFAULT_DRIFT_WINDOW_PODS,
     DEFAULT_LEVELS,
     DEFAULT_MAX_SHAPES,
     DEFAULT_PRIOR_WEIGHT,
@@ -85,13 +87,15 @@ from .workload import (
     Workload,
     WorkloadEstimator,
     bounded_request,
+    drift_pvalue,
     shape_of,
     workload_of,
 )
 
 __all__ = [
     "DEFAULT_COVERAGE",
-    "DEFAULT_HALF_LIFE_PODS",
+    "DEFAULT_DRIFT_SIGNIFICANCE",
+    "DEFAULT_DRIFT_WINDOW_PODS",
     "DEFAULT_LEVELS",
     "DEFAULT_MAX_SHAPES",
     "DEFAULT_PRIOR_WEIGHT",
@@ -114,6 +118,7 @@ __all__ = [
     "best_per_row",
     "bounded_request",
     "cpu_surplus_factor",
+    "drift_pvalue",
     "eligible_gpus",
     "fgd_value",
     "learn",

@@ -33,7 +33,8 @@ from .scarcity import DEFAULT_SCARCITY_CAP, by_shape, fleet_scarcity, fleet_usab
 from .score_memo import ScoreMemo, shape_key
 from .workload import (
     DEFAULT_COVERAGE,
-    DEFAULT_HALF_LIFE_PODS,
+    DEFAULT_DRIFT_SIGNIFICANCE,
+    DEFAULT_DRIFT_WINDOW_PODS,
     DEFAULT_LEVELS,
     DEFAULT_PRIOR_WEIGHT,
     DEFAULT_STRANDING_WEIGHT,
@@ -69,7 +70,23 @@ class FragmentationArgs(CamelModel):
 
     levels: int = Field(DEFAULT_LEVELS, ge=2, le=100_000, description="steps of the quantised score (FGD: 100)")
     memory_aware: bool = Field(True, description="typical pods must also fit the node's free host memory")
-    half_life_pods: float = Field(DEFAULT_HALF_LIFE_PODS, gt=0, description="decay of the learned workload, in pods")
+    half_life_pods: float | None = Field(
+        None,
+        gt=0,
+        description="a fixed decay of the learned workload, in pods (unset: forget only when the mix drifts)",
+    )
+    drift_window_pods: int = Field(
+        DEFAULT_DRIFT_WINDOW_PODS,
+        ge=50,
+        le=1_000_000,
+        description="pods per test of the learned mix against the older one (without halfLifePods)",
+    )
+    drift_significance: float = Field(
+        DEFAULT_DRIFT_SIGNIFICANCE,
+        gt=0,
+        lt=1,
+        description="p-value under which a window's mix counts as drifted and older pods are forgotten",
+    )
     prior_weight: float = Field(DEFAULT_PRIOR_WEIGHT, ge=0, description="pseudo-pods of the default workload")
     coverage: float = Field(DEFAULT_COVERAGE, gt=0, le=1, description="share of pods the workload's shapes cover")
     reference_gpu_memory_gib: float = Field(80, gt=0, description="GPU size for converting memory pools to shares")
@@ -99,9 +116,16 @@ class FragmentationArgs(CamelModel):
         DEFAULT_REPLAN_DRIFT, gt=0, le=2, description="re-solve the packing plan when the share mix moved this far (L1)"
     )
 
-    def workload_settings(self) -> tuple[float, float, float, float]:
+    def workload_settings(self) -> tuple[float | None, int, float, float, float, float]:
         """The arguments that decide what the workload estimator learns."""
-        return (self.half_life_pods, self.prior_weight, self.coverage, self.reference_gpu_memory_gib)
+        return (
+            self.half_life_pods,
+            self.drift_window_pods,
+            self.drift_significance,
+            self.prior_weight,
+            self.coverage,
+            self.reference_gpu_memory_gib,
+        )
 
 
 @dataclass(slots=True)
@@ -126,6 +150,8 @@ class FragmentationBase:
     def create(cls, args: FragmentationArgs) -> Self:
         est = WorkloadEstimator(
             half_life_pods=args.half_life_pods,
+            drift_window_pods=args.drift_window_pods,
+            drift_significance=args.drift_significance,
             prior_weight=args.prior_weight,
             coverage=args.coverage,
             reference_gpu_memory=int(args.reference_gpu_memory_gib * GIB),

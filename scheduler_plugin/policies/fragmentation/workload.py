@@ -1,5 +1,6 @@
 """The target workload of the fragmentation policies: pod shapes, their probabilities, and the estimator that learns
-them from arriving pods (a decayed histogram seeded with a default mix)."""
+them from arriving pods (a histogram seeded with a default mix, which forgets its past only when a test on the counts
+finds that the recent mix differs from it)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
+from scipy.special import chdtrc
 
 from ...model import GIB, MILLI_PER_GPU, FleetArrays, GpuRequest
 from ...model.claim import charge_milli
@@ -18,13 +20,19 @@ from ...model.request import MAX_GPUS_PER_POD
 from ..base import BoolA, FloatA, IntA
 
 DEFAULT_COVERAGE = 0.95
-DEFAULT_HALF_LIFE_PODS = 2000.0
+DEFAULT_DRIFT_WINDOW_PODS = 500
+DEFAULT_DRIFT_SIGNIFICANCE = 1e-3
 DEFAULT_PRIOR_WEIGHT = 200.0
 DEFAULT_LEVELS = 100
 DEFAULT_MAX_SHAPES = 512
 DEFAULT_REFERENCE_GPU_MEMORY = 80 * GIB
 DEFAULT_STRANDING_WEIGHT = 4.0
 _SEEN_KEYS = 20_000
+_MIN_EXPECTED = 5.0
+_FIRST_WINDOW = 25
+"""Pods of the first drift window: until ``drift_window_pods`` have been seen, each window is as long as what came
+before it (25, 25, 50, 100, ...), so a default mix the first pods contradict is forgotten within them."""
+"""A cell of the drift test needs this many pods expected in the smaller sample; rarer shapes are pooled."""
 
 
 class PodShape(NamedTuple):
@@ -233,8 +241,46 @@ def bounded_request(req: GpuRequest) -> GpuRequest:
     return replace(req, cpu_milli=cpu, host_memory_bytes=mem, count=count)
 
 
+def drift_pvalue(history: Mapping[PodShape, float], window: Mapping[PodShape, float]) -> float:
+    """p-value of "``window`` (the counts of the last pods) is drawn from the same shape mix as ``history`` (the
+    weights before them)": Pearson's chi-square test of homogeneity on the 2 x K table of the two samples. Shapes
+    whose pooled share would put fewer than 5 pods in the smaller sample are pooled into one cell (a new shape the
+    history never saw lands there too), dropped if even that cell is that small. 1.0 when there is nothing to test."""
+    h_total = sum(history.values())
+    w_total = sum(window.values())
+    if h_total <= 0 or w_total <= 0:
+        return 1.0
+    keys = list(history.keys() | window.keys())
+    h = np.array([max(history.get(k, 0.0), 0.0) for k in keys], dtype=np.float64)
+    w = np.array([max(window.get(k, 0.0), 0.0) for k in keys], dtype=np.float64)
+    share = (h + w) / (h_total + w_total)
+    small = share * min(h_total, w_total) < _MIN_EXPECTED
+    h_cells, w_cells = list(h[~small]), list(w[~small])
+    pooled = float(share[small].sum())
+    if pooled * min(h_total, w_total) >= _MIN_EXPECTED:
+        h_cells.append(float(h[small].sum()))
+        w_cells.append(float(w[small].sum()))
+    if len(h_cells) < 2:
+        return 1.0
+    hc, wc = np.array(h_cells), np.array(w_cells)
+    hs, ws = float(hc.sum()), float(wc.sum())
+    p = (hc + wc) / (hs + ws)
+    stat = float((((hc - hs * p) ** 2) / (hs * p)).sum() + (((wc - ws * p) ** 2) / (ws * p)).sum())
+    return float(chdtrc(len(hc) - 1, stat))
+
+
 class WorkloadEstimator:
-    """A decayed histogram of observed pod shapes (half-life in pods), seeded with a prior.
+    """A histogram of observed pod shapes, seeded with a prior, that forgets only what a test says is out of date.
+
+    Every ``drift_window_pods`` pods (at first, every time the pods seen have doubled, from 25), the counts of those
+    pods are tested against the weights of the ones before (the prior included): when :func:`drift_pvalue` is below
+    ``drift_significance``, the mix has changed, and the older weights are scaled down to weigh as much as the window
+    (each further window that still differs halves what is left of the old mix). The default mix is history like any
+    other: the first 25 pods that contradict it make it weigh 25 pseudo-pods instead of ``prior_weight``. While the
+    mix stays the same nothing is forgotten, so the estimate keeps sharpening with every pod instead of being the
+    noisy mix of the last few thousand (what a fixed half-life learns). With ``half_life_pods`` set, a fixed
+    exponential decay instead (new observations weigh ``2 ** (1 / half_life_pods)`` times the previous one) and no
+    test.
 
     Each pod is counted once (by ``pod_uid`` or ``pod_key``) even when the scheduler retries it. What it is fed is
     clamped first (:func:`bounded_request`): no request can store a value that later breaks scoring for others.
@@ -243,14 +289,26 @@ class WorkloadEstimator:
     def __init__(
         self,
         *,
-        half_life_pods: float = DEFAULT_HALF_LIFE_PODS,
+        half_life_pods: float | None = None,
+        drift_window_pods: int = DEFAULT_DRIFT_WINDOW_PODS,
+        drift_significance: float = DEFAULT_DRIFT_SIGNIFICANCE,
         prior: Mapping[PodShape, float] | None = None,
         prior_weight: float = DEFAULT_PRIOR_WEIGHT,
         coverage: float = DEFAULT_COVERAGE,
         max_shapes: int = DEFAULT_MAX_SHAPES,
         reference_gpu_memory: int = DEFAULT_REFERENCE_GPU_MEMORY,
     ) -> None:
-        self._growth = 2.0 ** (1.0 / half_life_pods)
+        if half_life_pods is not None and not half_life_pods > 0:
+            raise ValueError(f"half_life_pods: must be positive, got {half_life_pods}")
+        if drift_window_pods < 1:
+            raise ValueError(f"drift_window_pods: must be at least 1, got {drift_window_pods}")
+        if not 0 < drift_significance < 1:
+            raise ValueError(f"drift_significance: must be between 0 and 1, got {drift_significance}")
+        self._growth = 1.0 if half_life_pods is None else 2.0 ** (1.0 / half_life_pods)
+        self._window_pods = drift_window_pods if half_life_pods is None else 0
+        self._significance = drift_significance
+        self._window: dict[PodShape, float] = {}
+        self._in_window = 0
         self._inc = 1.0
         self._coverage = coverage
         self._max_shapes = max_shapes
@@ -262,6 +320,8 @@ class WorkloadEstimator:
         self._seen: OrderedDict[str, None] = OrderedDict()
         self._cached: Workload | None = None
         self.observed = 0
+        self.drifts = 0
+        """How many windows the test found drifted (each made the estimator forget)."""
 
     def observe(self, req: GpuRequest) -> None:
         key = req.pod_uid or req.pod_key
@@ -288,6 +348,30 @@ class WorkloadEstimator:
             self._memory = {k: v for k, v in self._memory.items() if k in self._weights}
         self.observed += 1
         self._cached = None
+        if self._window_pods:
+            self._window[s] = self._window.get(s, 0.0) + 1.0
+            self._in_window += 1
+            before = self.observed - self._in_window
+            if self._in_window >= max(_FIRST_WINDOW, min(self._window_pods, before)):
+                self._test_drift()
+
+    def _test_drift(self) -> None:
+        """End of a window: forget the older weights if the window's mix differs from theirs."""
+        window, self._window, self._in_window = self._window, {}, 0
+        history = {k: v - window.get(k, 0.0) for k, v in self._weights.items()}
+        history = {k: v for k, v in history.items() if v > 1e-9}
+        if drift_pvalue(history, window) >= self._significance:
+            return
+        self.drifts += 1
+        keep = min(1.0, sum(window.values()) / sum(history.values()))
+        for k in self._weights:
+            old = history.get(k, 0.0)
+            self._weights[k] -= (1.0 - keep) * old
+            if k in self._memory and self._weights[k] + (1.0 - keep) * old > 0:
+                # the shape's mean host memory is kept: scale its sum with its weight
+                self._memory[k] *= self._weights[k] / (self._weights[k] + (1.0 - keep) * old)
+        self._weights = {k: v for k, v in self._weights.items() if v > 1e-9}
+        self._memory = {k: v for k, v in self._memory.items() if k in self._weights}
 
     def workload(self) -> Workload:
         if self._cached is None:
