@@ -11,7 +11,6 @@ from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
-from scipy.special import chdtrc
 
 from ...model import GIB, MILLI_PER_GPU, FleetArrays, GpuRequest
 from ...model.claim import charge_milli
@@ -29,10 +28,10 @@ DEFAULT_REFERENCE_GPU_MEMORY = 80 * GIB
 DEFAULT_STRANDING_WEIGHT = 4.0
 _SEEN_KEYS = 20_000
 _MIN_EXPECTED = 5.0
+"""A cell of the drift test needs this many pods expected in the smaller sample; rarer shapes are pooled."""
 _FIRST_WINDOW = 25
 """Pods of the first drift window: until ``drift_window_pods`` have been seen, each window is as long as what came
 before it (25, 25, 50, 100, ...), so a default mix the first pods contradict is forgotten within them."""
-"""A cell of the drift test needs this many pods expected in the smaller sample; rarer shapes are pooled."""
 
 
 class PodShape(NamedTuple):
@@ -266,6 +265,10 @@ def drift_pvalue(history: Mapping[PodShape, float], window: Mapping[PodShape, fl
     hs, ws = float(hc.sum()), float(wc.sum())
     p = (hc + wc) / (hs + ws)
     stat = float((((hc - hs * p) ** 2) / (hs * p)).sum() + (((wc - ws * p) ** 2) / (ws * p)).sum())
+    # imported here, as packing.py imports scipy: a second or more at every start otherwise (scipy.stats'
+    # chi2_contingency computes the same statistic and costs seconds more to import)
+    from scipy.special import chdtrc
+
     return float(chdtrc(len(hc) - 1, stat))
 
 
