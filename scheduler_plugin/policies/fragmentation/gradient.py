@@ -585,7 +585,7 @@ def cpu_surplus_factor(fleet: FleetArrays, w: Workload, full_at: float, stamps: 
 
     Counting the GPU pods' CPU alone, a fleet whose CPU-only demand is 2.5x the trace's looked CPU-rich until late:
     the term, at full weight while the CPU-only pods used up the CPU, cost 1.0 point of GPUs (1/4-scale trace,
-    seeds 42-44: 11.42 % unallocated, fgd 10.85, 10.42 counting them)."""
+    seeds 42-44: 11.42 % unallocated, fgd 10.70, 10.42 counting them)."""
     gpu_free, cpu_free = fleet.derive(FLEET_FREE_TOTALS, lambda _: FleetFreeTotals()).totals(fleet, stamps)
     need = (w.cpu_per_milli + w.cpu_only_per_milli) * float(gpu_free)
     if need <= 0:

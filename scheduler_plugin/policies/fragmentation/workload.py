@@ -102,9 +102,7 @@ class Workload:
         cpu = float((self.prob[gpu] * self.cpu_milli[gpu]).sum()) / gpu_milli if gpu_milli > 0 else 0.0
         object.__setattr__(self, "cpu_per_milli", cpu if self.cpu_ratio is None else self.cpu_ratio)
         cpu_only = float((self.prob[~gpu] * self.cpu_milli[~gpu]).sum()) / gpu_milli if gpu_milli > 0 else 0.0
-        object.__setattr__(
-            self, "cpu_only_per_milli", cpu_only if self.cpu_only_ratio is None else self.cpu_only_ratio
-        )
+        object.__setattr__(self, "cpu_only_per_milli", cpu_only if self.cpu_only_ratio is None else self.cpu_only_ratio)
 
     def priced(self, weights: FloatA) -> Workload:
         """This workload with each shape's probability multiplied by ``weights`` ((M,), >= 0; not renormalised: a
