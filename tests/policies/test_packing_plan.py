@@ -248,7 +248,7 @@ def test_the_cpu_surplus_counts_the_cpu_only_pods_that_arrive_with_the_gpu_deman
     # against them alone the fleet looks CPU-rich (167 % surplus: the full stranding weight). But for every GPU pod a
     # 12-core CPU-only pod arrives: filling the free GPU brings 4 x (6 + 12) = 72 cores of demand, more than is free.
     # Counting only the GPU pods, the term stayed on at full weight while the CPU-only pods used up the CPU (CPU-only
-    # demand 2.5x the trace's, 1/4 scale, seeds 42-44: 11.42 % of GPUs unallocated, fgd 10.85; 10.42 counting them).
+    # demand 2.5x the trace's, 1/4 scale, seeds 42-44: 11.42 % of GPUs unallocated, fgd 10.70; 10.42 counting them).
     fleet = build_arrays([node("poor", [0, 0], cpu=16_000), node("rich", [0, 0], cpu=48_000)])
     w = workload((PodShape(6000, 1000, 1, None), 1), (PodShape(12_000, 0, 0, None), 1))
     assert w.cpu_per_milli == pytest.approx(6.0)
