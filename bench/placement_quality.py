@@ -54,7 +54,7 @@ from scheduler_plugin.model import MILLI_PER_GPU  # noqa: E402
 from scheduler_plugin.policies.packing import share_distribution, solve  # noqa: E402
 from scheduler_plugin.simulator.engine import Prepared, RunResult, prepare, run  # noqa: E402
 from scheduler_plugin.simulator.policies import build_policy  # noqa: E402
-from scheduler_plugin.simulator.protocol import arrival_order  # noqa: E402
+from scheduler_plugin.simulator.protocol import DEFAULT_TARGET, arrival_order  # noqa: E402
 from scheduler_plugin.simulator.report import plot_curves, read_curve_csv, write_curve_csv, write_plot  # noqa: E402
 from scheduler_plugin.simulator.thermal import (  # noqa: E402
     THERMAL_POLICIES,
@@ -82,6 +82,9 @@ MARGIN_PP = 0.3
 """kelvin must leave at least this many points fewer GPUs unallocated than fgd on every variant."""
 LEARNED_PP = 0.1
 """kelvin learning the workload must be within this many points of kelvin given the trace's M."""
+VARIANT_TARGET = 1.0
+"""The variant runs stop once 100 % of the GPU capacity has arrived: the table reads the allocation there only, and
+a run's allocation up to a point does not depend on the arrivals after it (about a quarter of a run's time saved)."""
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -109,20 +112,27 @@ def published(path: Path) -> dict[str, tuple[float, float]]:
 _PREP: dict[str, Prepared] = {}
 
 
-def _job(args: tuple[str, Trace, str, int, bool]) -> RunResult:
-    key, trace, policy, seed, learn = args
+def _job(args: tuple[str, Trace, str, int, bool, float]) -> RunResult:
+    key, trace, policy, seed, learn, target = args
     prep = _PREP.get(key)
     if prep is None:
         prep = _PREP[key] = prepare(trace)
-    r = run(prep, build_policy(policy, seed), seed, learn_workload=learn)
+    r = run(prep, build_policy(policy, seed), seed, learn_workload=learn, target=target)
     r.fleet = None  # keep the result small across processes
     return r
 
 
 def run_all(
-    key: str, trace: Trace, policies: Sequence[str], seeds: Sequence[int], jobs: int, learn: bool = False
+    key: str,
+    trace: Trace,
+    policies: Sequence[str],
+    seeds: Sequence[int],
+    jobs: int,
+    learn: bool = False,
+    target: float = DEFAULT_TARGET,
 ) -> list[RunResult]:
-    work = [(key, trace, p, s, learn) for p in policies for s in seeds]
+    """Every (policy, seed) run of ``trace``, until ``target`` x the GPU capacity has arrived."""
+    work = [(key, trace, p, s, learn, target) for p in policies for s in seeds]
     if jobs <= 1:
         return [_job(w) for w in work]
     with ProcessPoolExecutor(max_workers=jobs) as pool:
@@ -220,14 +230,14 @@ def variant_table(
     for family, level in todo:
         vt = variant(trace, family, level, seed=0)
         key = f"{family}@{level:g}"
-        runs = run_all(key, vt, VARIANT_POLICIES, seeds, jobs)
+        runs = run_all(key, vt, VARIANT_POLICIES, seeds, jobs, target=VARIANT_TARGET)
         by = {p: [r for r in runs if r.policy == p] for p in VARIANT_POLICIES}
         un = {p: _unallocated(v) for p, v in by.items()}
         margin = un["fgd"] - un["kelvin"]
         ok = margin >= MARGIN_PP
         row = [family, FAMILIES[family].describe_level(level), f"{len(vt.pods):,}", *(f"{un[p]:.2f}" for p in un)]
         if learned:
-            lr = _unallocated(run_all(key, vt, ["kelvin"], seeds, jobs, learn=True))
+            lr = _unallocated(run_all(key, vt, ["kelvin"], seeds, jobs, learn=True, target=VARIANT_TARGET))
             row.append(f"{lr:.2f} ({lr - un['kelvin']:+.2f})")
             ok = ok and lr - un["kelvin"] <= LEARNED_PP
         wins += ok

@@ -243,6 +243,29 @@ def test_without_a_cpu_surplus_cpu_only_pods_are_not_steered_by_stranding_either
     assert kelvin.score(req, fleet, rows, ctx).tolist() == fgd_like.score(req, fleet, rows, ctx).tolist()
 
 
+def test_the_cpu_surplus_counts_the_cpu_only_pods_that_arrive_with_the_gpu_demand() -> None:
+    # 64 free cores, 4 free GPUs. The GPU pods ask 6 millicores per thousandth of GPU: 24 cores feed the free GPUs, so
+    # against them alone the fleet looks CPU-rich (167 % surplus: the full stranding weight). But for every GPU pod a
+    # 12-core CPU-only pod arrives: filling the free GPU brings 4 x (6 + 12) = 72 cores of demand, more than is free.
+    # Counting only the GPU pods, the term stayed on at full weight while the CPU-only pods used up the CPU (CPU-only
+    # demand 2.5x the trace's, 1/4 scale, seeds 42-44: 11.42 % of GPUs unallocated, fgd 10.70; 10.42 counting them).
+    fleet = build_arrays([node("poor", [0, 0], cpu=16_000), node("rich", [0, 0], cpu=48_000)])
+    w = workload((PodShape(6000, 1000, 1, None), 1), (PodShape(12_000, 0, 0, None), 1))
+    assert w.cpu_per_milli == pytest.approx(6.0)
+    assert w.cpu_only_per_milli == pytest.approx(12.0)
+    assert fragmentation.cpu_surplus_factor(fleet, w, 0.5) == 0.0
+    priced = w.priced(np.array([3.0, 1.0]))  # pricing by scarcity changes what F charges, not the arriving mix
+    assert (priced.cpu_per_milli, priced.cpu_only_per_milli) == (w.cpu_per_milli, w.cpu_only_per_milli)
+    assert fragmentation.cpu_surplus_factor(fleet, priced, 0.5) == 0.0
+    # Half as many CPU-only pods: 4 x (6 + 6) = 48 cores needed, 64 free: a 33 % surplus, two thirds of the weight.
+    lighter = workload((PodShape(6000, 1000, 1, None), 2), (PodShape(12_000, 0, 0, None), 1))
+    assert fragmentation.cpu_surplus_factor(fleet, lighter, 0.5) == pytest.approx((64 / 48 - 1) / 0.5)
+    # Without CPU-only shapes the need is the GPU pods' alone, as before.
+    gpu_only = workload((PodShape(6000, 1000, 1, None), 1))
+    assert gpu_only.cpu_only_per_milli == 0.0
+    assert fragmentation.cpu_surplus_factor(fleet, gpu_only, 0.5) == 1.0
+
+
 def test_stranding_never_credits_using_up_a_cpu_poor_nodes_gpus() -> None:
     # An empty 8-GPU node short of CPU (24 cores, the workload needs ~4.4 per GPU) and a half-used CPU-rich one. A
     # CPU-light 1-GPU pod on the poor node lowers its stranded GPU; credited (4x dF's scale) that outbid dF, which

@@ -93,6 +93,18 @@ def test_real_trace_slice_replays(traces_dir: Path) -> None:
         assert r.fleet is not None and (r.fleet.free_milli >= 0).all()
 
 
+def test_a_run_stopped_at_100_percent_gives_the_full_runs_figure_there(traces_dir: Path) -> None:
+    # bench/placement_quality.py --variants reads the allocation at 100 % arrived only, so its runs stop there.
+    full = load_trace(traces_dir / "openb_node_list_gpu_node.csv", traces_dir / "openb_pod_list_default.csv")
+    prep = prepare(trace(list(full.nodes[::32]), list(full.pods[::32])))
+    for p in ("best-fit", "kelvin"):
+        short = run(prep, build_policy(p, 43), 43, target=1.0)
+        long = run(prep, build_policy(p, 43), 43, target=1.3)
+        assert len(short.arrived_pct) < len(long.arrived_pct)
+        assert short.alloc_at(100) == long.alloc_at(100)
+        assert short.arrived_pct[-2] <= 100.0 <= short.arrived_pct[-1]
+
+
 def test_default_kelvin_is_its_fragmentation_score_on_a_fleet_without_telemetry() -> None:
     # A trace has no telemetry and no NVLink/switch data: topology (uniform nodes of 2 and 8 GPUs), noise (no measured
     # pressure), thermal and burst must not move any placement away from the fragmentation score's choice. (Before:

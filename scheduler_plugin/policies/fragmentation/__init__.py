@@ -26,8 +26,9 @@ Two scorers share that maths:
   - **CPU stranding** (``strandingWeight``): dF is increased by the GPU a node can no longer feed with its free CPU at
     the workload's CPU-per-GPU ratio (:func:`stranded`; an increase only, never a credit: :func:`stranding_penalty`).
     FGD sees CPU only as a cliff, once a node's CPU is below a shape's request; by then the node's remaining GPUs are
-    lost. The term fades out, for every pod, when the fleet as a whole lacks the CPU to feed its free GPUs
-    (:func:`cpu_surplus_factor`): then every node strands and steering pods only moves the loss. (Kept on for CPU-only
+    lost. The term fades out, for every pod, when the fleet as a whole lacks the CPU to feed its free GPUs and the
+    CPU-only pods that arrive with them (:func:`cpu_surplus_factor`): then every node strands and steering pods only
+    moves the loss. (Kept on for CPU-only
     pods, it spread them over the CPU-rich nodes until every node was just short of CPU, where the lumpy GPU pods no
     longer fit: 0.8 point more GPUs unallocated with 2.5 times the trace's CPU-only demand.)
   - **live scarcity** (``scarcity``, :mod:`.scarcity`): each shape's probability in F is multiplied by how few of

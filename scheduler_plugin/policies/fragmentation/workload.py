@@ -68,6 +68,8 @@ class Workload:
     the rare small shares too (they are what fills the gaps the common ones leave). ``None``: use the kept shapes."""
     cpu_ratio: float | None = None
     """:attr:`cpu_per_milli` as given (a :meth:`priced` copy keeps its source's); ``None``: from the shapes."""
+    cpu_only_ratio: float | None = None
+    """:attr:`cpu_only_per_milli` as given (a :meth:`priced` copy keeps its source's); ``None``: from the shapes."""
     thresholds: IntA = field(init=False, repr=False, compare=False)
     """Distinct per-GPU shares of the GPU shapes (ascending)."""
     share_index: IntA = field(init=False, repr=False, compare=False)
@@ -80,6 +82,9 @@ class Workload:
     """No shape restricts GPU models (every node is accessible to every shape)."""
     cpu_per_milli: float = field(init=False, repr=False, compare=False)
     """Millicores the GPU shapes ask for per thousandth of GPU, weighted by frequency (0 without GPU shapes)."""
+    cpu_only_per_milli: float = field(init=False, repr=False, compare=False)
+    """Millicores the CPU-only shapes ask for per thousandth of GPU the GPU shapes ask for, weighted by frequency: the
+    CPU that arrives with each thousandth of GPU demand on top of the GPU pods' own (0 without GPU shapes)."""
     _access: dict[tuple[str, ...], BoolA] = field(init=False, repr=False, compare=False)
     _node_access: list[tuple[tuple[str, ...], npt.NDArray[np.int32], BoolA]] = field(
         init=False, repr=False, compare=False
@@ -103,11 +108,14 @@ class Workload:
         gpu_milli = float((self.prob[gpu] * self.milli[gpu] * self.count[gpu]).sum())
         cpu = float((self.prob[gpu] * self.cpu_milli[gpu]).sum()) / gpu_milli if gpu_milli > 0 else 0.0
         object.__setattr__(self, "cpu_per_milli", cpu if self.cpu_ratio is None else self.cpu_ratio)
+        cpu_only = float((self.prob[~gpu] * self.cpu_milli[~gpu]).sum()) / gpu_milli if gpu_milli > 0 else 0.0
+        object.__setattr__(self, "cpu_only_per_milli", cpu_only if self.cpu_only_ratio is None else self.cpu_only_ratio)
 
     def priced(self, weights: FloatA) -> Workload:
         """This workload with each shape's probability multiplied by ``weights`` ((M,), >= 0; not renormalised: a
         weight above 1 adds to what the shape's losses cost). The CPU-per-GPU ratio, the host memory and the shares
-        the packing plan reads stay this workload's: pricing changes what F charges, not the mix that arrives."""
+        the packing plan reads stay this workload's (so do the CPU ratios): pricing changes what F charges, not the mix
+        that arrives."""
         if weights.shape != self.prob.shape:
             raise ValueError(f"weights: expected {len(self.prob)} values, got shape {weights.shape}")
         return Workload(
@@ -119,6 +127,7 @@ class Workload:
             host_memory=self.host_memory,
             shares=self.shares if self.shares is not None else self._own_shares(),
             cpu_ratio=self.cpu_per_milli,
+            cpu_only_ratio=self.cpu_only_per_milli,
         )
 
     def _own_shares(self) -> tuple[IntA, FloatA]:
