@@ -391,24 +391,33 @@ class WorkloadEstimator:
                 self._test_drift()
 
     def _test_drift(self) -> None:
-        """End of a window: forget the older weights if the window's mix differs from theirs."""
+        """End of a window: forget what is left of the prior if the pods seen so far contradict its coarse classes
+        (halving it at least), and the older weights if the window's shapes differ from the pods' before it."""
         window, self._window, self._in_window = self._window, {}, 0
-        history = {k: v - window.get(k, 0.0) for k, v in self._weights.items()}
-        history = {k: v for k, v in history.items() if v > 1e-9}
-        observed = {k: v - self._prior.get(k, 0.0) for k, v in history.items()}
-        observed = {k: v for k, v in observed.items() if v > 1e-9}
-        level = self._significance / 2 if self._prior else self._significance
-        exact = drift_pvalue(observed, window) < level
-        if not exact and not (self._prior and drift_pvalue(coarse_counts(history), coarse_counts(window)) < level):
-            return
-        self.drifts += 1
-        keep = min(1.0, sum(window.values()) / sum(history.values()))
-        for k in self._weights:
-            old = history.get(k, 0.0)
-            self._weights[k] -= (1.0 - keep) * old
-            if k in self._memory and self._weights[k] + (1.0 - keep) * old > 0:
+        w_total = sum(window.values())
+        seen = {k: v - self._prior.get(k, 0.0) for k, v in self._weights.items()}
+        seen = {k: v for k, v in seen.items() if v > 1e-9}
+        before = {k: v - window.get(k, 0.0) for k, v in seen.items()}
+        drifted = drift_pvalue({k: v for k, v in before.items() if v > 1e-9}, window) < self._significance
+        if self._prior and drift_pvalue(coarse_counts(self._prior), coarse_counts(seen)) < self._significance:
+            self.drifts += 1
+            self._forget(dict(self._prior), min(0.5, w_total / sum(self._prior.values())))
+        if drifted:
+            self.drifts += 1
+            history = {k: v - window.get(k, 0.0) for k, v in self._weights.items()}
+            history = {k: v for k, v in history.items() if v > 1e-9}
+            self._forget(history, min(1.0, w_total / sum(history.values())))
+
+    def _forget(self, old: Mapping[PodShape, float], keep: float) -> None:
+        """Scale the weights ``old`` (part of ``_weights``, the prior's share of them included) down by ``keep``."""
+        for k, v in old.items():
+            if k not in self._weights:
+                continue
+            was = self._weights[k]
+            self._weights[k] = was - (1.0 - keep) * v
+            if k in self._memory and was > 0:
                 # the shape's mean host memory is kept: scale its sum with its weight
-                self._memory[k] *= self._weights[k] / (self._weights[k] + (1.0 - keep) * old)
+                self._memory[k] *= self._weights[k] / was
         self._prior = {k: keep * v for k, v in self._prior.items() if keep * v > 1e-9 and k in self._weights}
         self._weights = {k: v for k, v in self._weights.items() if v > 1e-9}
         self._memory = {k: v for k, v in self._memory.items() if k in self._weights}
