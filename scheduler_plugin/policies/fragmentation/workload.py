@@ -301,14 +301,13 @@ class WorkloadEstimator:
     """A histogram of observed pod shapes, seeded with a prior, that forgets only what a test says is out of date.
 
     Every ``drift_window_pods`` pods (at first, every time the pods seen have doubled, from 25), the counts of those
-    pods are tested against the weights of the ones before: when :func:`drift_pvalue` is below
-    ``drift_significance``, the mix has changed, and the older weights are scaled down to weigh as much as the window
-    (each further window that still differs halves what is left of the old mix). Two tests, each at half the
-    significance: the window's exact shapes against the observed pods before it, and its :func:`coarse_class` counts
-    (GPU count, shares a GPU or not) against everything before it, the prior included. The default mix only claims
-    the coarse classes (its CPU figures and share sizes are made up, and no pod matches them exactly), so pods whose
-    GPU counts agree with it keep it at ``prior_weight``, and the first 25 pods that contradict it make it weigh 25
-    pseudo-pods. While the
+    pods are tested against the observed pods before them: when :func:`drift_pvalue` is below
+    ``drift_significance``, the mix has changed, and the older weights (the prior's included) are scaled down to weigh
+    as much as the window (each further window that still differs halves what is left of the old mix). The prior is
+    tested apart, on what it really claims: its :func:`coarse_class` counts (GPU count, shares a GPU or not) against
+    those of every pod seen so far (its CPU figures and share sizes are made up; no pod matches them exactly). Pods
+    whose GPU counts agree with it keep it at ``prior_weight``; pods that contradict it (in 50 pods, or 25 if they
+    are clear enough) cut it to weigh as much as the window, and at least by half each further time. While the
     mix stays the same nothing is forgotten, so the estimate keeps sharpening with every pod instead of being the
     noisy mix of the last few thousand (what a fixed half-life learns). With ``half_life_pods`` set, a fixed
     exponential decay instead (new observations weigh ``2 ** (1 / half_life_pods)`` times the previous one) and no
@@ -349,7 +348,7 @@ class WorkloadEstimator:
         total = sum(base.values()) or 1.0
         self._weights: dict[PodShape, float] = {s: prior_weight * w / total for s, w in base.items()}
         self._prior = {s: w for s, w in self._weights.items() if w > 0} if self._window_pods else {}
-        """What is left of the prior in ``_weights`` (scaled down with them): left out of the exact-shape test."""
+        """What is left of the prior in ``_weights``: tested on its coarse classes, left out of the exact-shape test."""
         self._memory: dict[PodShape, float] = {}
         self._seen: OrderedDict[str, None] = OrderedDict()
         self._cached: Workload | None = None
