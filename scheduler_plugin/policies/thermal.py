@@ -63,9 +63,10 @@ from pydantic import Field
 from ..model import SLOWDOWN_MASK, THERMAL_THROTTLE_MASK, FleetArrays, GpuRequest, throttle_reason_names
 from ..model.snapshot import IndexKey
 from .base import BoolA, CycleContext, FloatA, IntA, Rejection, RejectionKind
-from .eligibility import cycle_eligible
+from .eligibility import STATIC_COLUMNS, GpuLimits, cycle_eligible, eligible_gpus, few_rows, limits_of
 from .normalize import unit
 from .policy_file import CamelModel
+from .row_memo import RowMemo
 
 
 @overload
@@ -241,6 +242,10 @@ QUALITY_COLUMNS = (
     "model_id",
 )
 
+#: The telemetry columns a row's raw score reads: its GPUs' quality and the eligibility of its GPUs for the request
+#: (the capacity columns, written in place, are content-checked by the row memo).
+SCORE_COLUMNS = tuple(dict.fromkeys((*QUALITY_COLUMNS, *STATIC_COLUMNS, "models")))
+
 
 class ThermalScore:
     """Headroom below slowdown, predicted from the trend, with throttling penalised."""
@@ -251,6 +256,8 @@ class ThermalScore:
         self.args = args
         self._quality_key = IndexKey[tuple[FloatA, FloatA]]("thermal.quality", QUALITY_COLUMNS)
         self._odds_key = IndexKey[FloatA]("thermal.throttle_odds", (*QUALITY_COLUMNS, "cooling_samples"))
+        self._rows_key = IndexKey[RowMemo]("thermal.score_rows", SCORE_COLUMNS, limit=64)
+        """Snapshot index: the raw score of every row per request shape (:class:`~.row_memo.RowMemo`)."""
 
     def _quality_of(self, fleet: FleetArrays) -> tuple[FloatA, FloatA]:
         """(N, G) quality of every GPU and (N,) the worst per node: telemetry only, so once per snapshot."""
@@ -291,15 +298,34 @@ class ThermalScore:
         return [HeldForCooling(h / run if run else 0.0, waited, h) for h in hold.tolist()]
 
     def score(self, req: GpuRequest, fleet: FleetArrays, idx: IntA, ctx: CycleContext) -> FloatA:
+        """The raw score of each row: a function of the row alone (its GPUs' quality, a snapshot's, and which of them
+        the pod could get now), so for many candidates it is read from the shape's row memo (the rows charged since
+        recomputed); for a few, computed."""
         if idx.size == 0:
             return np.zeros(0)
+        if not req.wants_gpu:
+            return fleet.derive(self._quality_key, self._quality_of)[1][idx]
+        if few_rows(idx.size, fleet):
+            return self._raw(req, fleet, idx, cycle_eligible(req, fleet, idx, ctx))
+        limits = limits_of(ctx)
+        shape = (req.count, req.milli, req.memory_bytes, req.models, req.max_temperature, limits)
+        memo = fleet.derive(self._rows_key, lambda _: RowMemo(), shape)
+        (raw,) = memo.values(fleet, ctx, lambda f, rows: (self._rows(req, f, rows, limits, ctx),))
+        return np.asarray(raw[idx], dtype=np.float64)
+
+    def _rows(self, req: GpuRequest, fleet: FleetArrays, rows: IntA, limits: GpuLimits, ctx: CycleContext) -> FloatA:
+        """The raw score of ``rows`` for the row memo: every row from the cycle's mask (shared with the fit filter),
+        a few from their own."""
+        if rows.size == fleet.n_nodes:
+            return self._raw(req, fleet, rows, cycle_eligible(req, fleet, rows, ctx))
+        return self._raw(req, fleet, rows, eligible_gpus(req, fleet, rows, limits))
+
+    def _raw(self, req: GpuRequest, fleet: FleetArrays, idx: IntA, elig: BoolA) -> FloatA:
+        """The raw score of the ``idx`` rows of a pod wanting GPUs, ``elig`` the GPUs it could get there."""
         q_all, node_min_all = fleet.derive(self._quality_key, self._quality_of)
         node_min = node_min_all[idx]
-        if not req.wants_gpu:
-            return node_min
         q = q_all[idx]
         present = fleet.gpu_present[idx]
-        elig = cycle_eligible(req, fleet, idx, ctx)
         k = max(1, req.count)
         # a node without enough usable GPUs (only when scored unfiltered) is judged on all of its GPUs
         elig = np.where((elig.sum(axis=1) >= k)[:, None], elig, present)

@@ -1,6 +1,7 @@
 """The per-row memos (:mod:`scheduler_plugin.policies.row_memo`) never serve a stale entry: after a bind (a ledger
 overlay charging one row), a ledger expiry (the overlay gone), a new snapshot and a pod of another shape, the memo's
-answer equals a cold computation, and only the rows that changed are recomputed."""
+answer equals a cold computation, and only the rows that changed are recomputed (the fit filter, the topology, noise
+and thermal scores)."""
 
 from __future__ import annotations
 
@@ -11,11 +12,13 @@ import pytest
 
 from scheduler_plugin.model import FleetArrays, GpuAssignment, GpuRequest, ThrottleReason
 from scheduler_plugin.model.snapshot import SnapshotIndex
-from scheduler_plugin.policies.base import CycleContext, Rejection
+from scheduler_plugin.policies.base import CycleContext, FloatA, Rejection
+from scheduler_plugin.policies.eligibility import GpuLimits
 from scheduler_plugin.policies.fit import FitFilter, shape_of
 from scheduler_plugin.policies.noise import NoiseArgs, NoiseScore
 from scheduler_plugin.policies.policy_file import FilterPolicy
 from scheduler_plugin.policies.row_memo import RowMemo
+from scheduler_plugin.policies.thermal import ThermalArgs, ThermalScore
 from scheduler_plugin.policies.topology import TopologyArgs, TopologyScore
 from tests.fleet_helpers import dgx, fleet, gpu, node, nvlink_pairs, pcie_box, request, shared, whole
 
@@ -177,3 +180,80 @@ def test_whole_gpu_noise_follows_binds_expiry_and_snapshots() -> None:
     after_snapshot = noise_memo(score, busy)
     assert after_snapshot != first
     assert after_snapshot == noise_cold(score, busy)
+
+
+HOT = fleet(
+    node("a", [gpu(0), gpu(1), gpu(2, model="H100", mem_gib=40), gpu(3)]),
+    node("b", [gpu(0, throttle=int(ThrottleReason.SW_POWER_CAP)), gpu(1, mem_gib=24)]),
+    node("c", [gpu(0, model="H100"), gpu(1, model="H100")], assignments=[shared("y", 0, milli=600)]),
+    node("d", []),
+    dgx("e", 4, assignments=[whole("z", 0)]),
+    pcie_box("f", 4),
+    nvlink_pairs("g", 4, assignments=[whole("w", 0)]),
+    dgx("h", 4),
+)
+"""GPUs of graded temperatures (62 to 80 °C, within the comfortable headroom of slowdown): which of them the pod
+could get moves its thermal score."""
+HOT = dataclasses.replace(HOT, temp=62.0 + np.arange(HOT.temp.size, dtype=np.float64).reshape(HOT.temp.shape) % 7 * 3.0)
+
+
+def thermal_memo(score: ThermalScore, req: GpuRequest, f: FleetArrays) -> FloatA:
+    """Every row at once (the memo's path)."""
+    return score.score(req, f, np.arange(f.n_nodes, dtype=np.int64), CycleContext(now=0.0))
+
+
+def thermal_cold(score: ThermalScore, req: GpuRequest, f: FleetArrays) -> FloatA:
+    """Each row alone (one row is "few": computed, the memo not read)."""
+    return np.array([score.score(req, f, np.array([r]), CycleContext(now=0.0))[0] for r in range(f.n_nodes)])
+
+
+def thermal_computed(score: ThermalScore, req: GpuRequest, f: FleetArrays) -> int:
+    shape = (req.count, req.milli, req.memory_bytes, req.models, req.max_temperature, GpuLimits())
+    return f.derive(score._rows_key, lambda _: RowMemo(), shape).computed_rows
+
+
+@pytest.mark.parametrize("req", [request(1), request(2), request(1, memory="20Gi"), request(1, models="H100")])
+def test_thermal_scores_follow_binds_expiry_snapshots_and_shapes(req: GpuRequest) -> None:
+    score = ThermalScore(ThermalArgs())
+    base = dataclasses.replace(HOT, derived=SnapshotIndex())
+    same = np.testing.assert_array_equal  # the same floats; NaN where a node has no GPU
+    first = thermal_memo(score, req, base)
+    same(first, thermal_cold(score, req, base))
+    assert thermal_computed(score, req, base) == base.n_nodes
+    same(thermal_memo(score, req, base), first)
+    assert thermal_computed(score, req, base) == base.n_nodes  # reused
+    for n, bound in enumerate(  # binds, one after the other, take the coolest GPUs of nodes a and c
+        (
+            base.with_assumed({"a": [whole("n1", 0, 2)]}),
+            base.with_assumed({"a": [whole("n1", 0, 2)], "c": [whole("n2", 1)]}),
+        )
+    ):
+        after_bind = thermal_memo(score, req, bound)
+        assert not np.array_equal(after_bind, first, equal_nan=True)
+        same(after_bind, thermal_cold(score, req, bound))
+        assert thermal_computed(score, req, base) == base.n_nodes + n + 1  # the charged row only
+    same(thermal_memo(score, req, base), first)  # the ledger entries expired
+    hotter = dataclasses.replace(base, temp=base.temp + 10.0)  # a new snapshot: every GPU 10 °C hotter
+    after_snapshot = thermal_memo(score, req, hotter)
+    assert not np.array_equal(after_snapshot, first, equal_nan=True)
+    same(after_snapshot, thermal_cold(score, req, hotter))
+    other = request(3)  # another shape on the first snapshot
+    same(thermal_memo(score, other, base), thermal_cold(score, other, base))
+    assert not np.array_equal(thermal_memo(score, other, base), first, equal_nan=True)
+    same(thermal_memo(score, req, base), first)
+
+
+def test_thermal_memo_serves_a_run_of_binds_the_same_floats_as_a_cold_score() -> None:
+    score = ThermalScore(ThermalArgs())
+    base = dataclasses.replace(HOT, derived=SnapshotIndex())
+    assumed: dict[str, list[GpuAssignment]] = {}
+    for name, a in [
+        ("e", whole("b1", 2)),
+        ("f", shared("b2", 1, milli=500)),
+        ("h", whole("b3", 0, 1)),
+        ("a", whole("b4", 3)),
+    ]:
+        assumed.setdefault(name, []).append(a)
+        current = base.with_assumed(assumed)
+        for req in (request(1), request(2), request(1, share=300)):
+            np.testing.assert_array_equal(thermal_memo(score, req, current), thermal_cold(score, req, current))
