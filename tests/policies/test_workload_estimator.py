@@ -70,36 +70,6 @@ def test_the_first_pods_that_contradict_the_default_mix_outweigh_it() -> None:
     assert multi < 0.25 * 25 / 125 + 1e-9  # the default mix at 25 pseudo-pods among 125 (200 of 300: 0.167)
 
 
-def test_a_default_mix_whose_gpu_counts_agree_is_kept() -> None:
-    """The default mix claims only GPU counts and how many pods share a GPU: its CPU figures and share sizes are made
-    up, so pods with other CPU and shares but the same classes (a multi-GPU-heavy cluster, like `kelvin demo`'s)
-    keep its 200 pseudo-pods. Tested on exact shapes it was always "contradicted" by the first 25 pods and its
-    multi-GPU weight dropped to 25 pseudo-pods (the demo then refused 8-GPU pods it had placed: 331 -> 317 GPUs)."""
-    classes = [(0, 0), (1, 300), (1, 1000), (2, 1000), (4, 1000), (8, 1000)]  # (GPUs, per-GPU thousandths)
-    mix = [0.10, 0.25, 0.40, 0.10, 0.08, 0.07]  # DEFAULT_SHAPES' classes
-    picks = np.random.default_rng(5).choice(len(classes), size=400, p=mix)
-    est = WorkloadEstimator(coverage=1.0)
-    prior_8 = dict(est.workload().shapes())[PodShape(64000, 1000, 8, None)]
-    for i, k in enumerate(picks):
-        gpus, milli = classes[k]
-        est.observe(GpuRequest(count=gpus, milli=milli, cpu_milli=12_000 * max(gpus, 1), pod_key=f"ns/d{i}"))
-    assert est.drifts == 0
-    left = dict(est.workload().shapes())[PodShape(64000, 1000, 8, None)]
-    assert left == pytest.approx(prior_8 * 200 / 600)  # never forgotten (exact-shape test: 25 / 425)
-
-
-def test_pods_that_contradict_the_default_mix_s_classes_forget_it() -> None:
-    """The same classes test still forgets the default mix when the pods' GPU counts differ from its (no multi-GPU
-    pods at all here), and after it the exact shapes of the pods seen are tested as before."""
-    est = WorkloadEstimator()
-    pods = [GpuRequest(count=1, cpu_milli=12_000, pod_key=f"ns/w{i}") for i in range(100)]
-    for r in pods:
-        est.observe(r)
-    assert est.drifts >= 1
-    multi = sum(p for s, p in est.workload().shapes() if s.gpus >= 2)
-    assert multi < 0.25 * 25 / 125 + 1e-9
-
-
 def test_a_changed_mix_is_tracked_within_a_few_windows() -> None:
     est = WorkloadEstimator(prior_weight=0.0, coverage=1.0, drift_window_pods=500)
     for r in stream(20_000, seed=3):

@@ -281,33 +281,14 @@ def drift_pvalue(history: Mapping[PodShape, float], window: Mapping[PodShape, fl
     return float(chdtrc(len(hc) - 1, stat))
 
 
-def coarse_class(shape: PodShape) -> tuple[int, bool]:
-    """The class of a shape that the default mix really claims: its GPU count and whether it shares a GPU (a pod
-    without GPUs is ``(0, False)``). Its CPU, its share's size and its models are the default mix's own guesses."""
-    return shape.gpus, 0 < shape.milli < MILLI_PER_GPU
-
-
-def coarse_counts(counts: Mapping[PodShape, float]) -> dict[PodShape, float]:
-    """``counts`` summed per :func:`coarse_class` (keyed by a representative shape, so :func:`drift_pvalue` applies)."""
-    out: dict[PodShape, float] = {}
-    for s, w in counts.items():
-        gpus, shares = coarse_class(s)
-        key = PodShape(0, 1 if shares else (MILLI_PER_GPU if gpus else 0), gpus, None)
-        out[key] = out.get(key, 0.0) + w
-    return out
-
-
 class WorkloadEstimator:
     """A histogram of observed pod shapes, seeded with a prior, that forgets only what a test says is out of date.
 
     Every ``drift_window_pods`` pods (at first, every time the pods seen have doubled, from 25), the counts of those
-    pods are tested against the observed pods before them: when :func:`drift_pvalue` is below
-    ``drift_significance``, the mix has changed, and the older weights (the prior's included) are scaled down to weigh
-    as much as the window (each further window that still differs halves what is left of the old mix). The prior is
-    tested apart, on what it really claims: its :func:`coarse_class` counts (GPU count, shares a GPU or not) against
-    those of every pod seen so far (its CPU figures and share sizes are made up; no pod matches them exactly). Pods
-    whose GPU counts agree with it keep it at ``prior_weight``; pods that contradict it (in 50 pods, or 25 if they
-    are clear enough) cut it to weigh as much as the window, and at least by half each further time. While the
+    pods are tested against the weights of the ones before (the prior included): when :func:`drift_pvalue` is below
+    ``drift_significance``, the mix has changed, and the older weights are scaled down to weigh as much as the window
+    (each further window that still differs halves what is left of the old mix). The default mix is history like any
+    other: the first 25 pods that contradict it make it weigh 25 pseudo-pods instead of ``prior_weight``. While the
     mix stays the same nothing is forgotten, so the estimate keeps sharpening with every pod instead of being the
     noisy mix of the last few thousand (what a fixed half-life learns). With ``half_life_pods`` set, a fixed
     exponential decay instead (new observations weigh ``2 ** (1 / half_life_pods)`` times the previous one) and no
@@ -347,8 +328,6 @@ class WorkloadEstimator:
         base = prior if prior is not None else DEFAULT_SHAPES
         total = sum(base.values()) or 1.0
         self._weights: dict[PodShape, float] = {s: prior_weight * w / total for s, w in base.items()}
-        self._prior = {s: w for s, w in self._weights.items() if w > 0} if self._window_pods else {}
-        """What is left of the prior in ``_weights``: tested on its coarse classes, left out of the exact-shape test."""
         self._memory: dict[PodShape, float] = {}
         self._seen: OrderedDict[str, None] = OrderedDict()
         self._cached: Workload | None = None
@@ -379,7 +358,6 @@ class WorkloadEstimator:
             floor = sorted(self._weights.values())[-self._max_shapes]
             self._weights = {k: v for k, v in self._weights.items() if v >= floor}
             self._memory = {k: v for k, v in self._memory.items() if k in self._weights}
-            self._prior = {k: v for k, v in self._prior.items() if k in self._weights}
         self.observed += 1
         self._cached = None
         if self._window_pods:
@@ -390,34 +368,20 @@ class WorkloadEstimator:
                 self._test_drift()
 
     def _test_drift(self) -> None:
-        """End of a window: forget what is left of the prior if the pods seen so far contradict its coarse classes
-        (halving it at least), and the older weights if the window's shapes differ from the pods' before it."""
+        """End of a window: forget the older weights if the window's mix differs from theirs."""
         window, self._window, self._in_window = self._window, {}, 0
-        w_total = sum(window.values())
-        seen = {k: v - self._prior.get(k, 0.0) for k, v in self._weights.items()}
-        seen = {k: v for k, v in seen.items() if v > 1e-9}
-        before = {k: v - window.get(k, 0.0) for k, v in seen.items()}
-        drifted = drift_pvalue({k: v for k, v in before.items() if v > 1e-9}, window) < self._significance
-        if self._prior and drift_pvalue(coarse_counts(self._prior), coarse_counts(seen)) < self._significance:
-            self.drifts += 1
-            self._forget(dict(self._prior), min(0.5, w_total / sum(self._prior.values())))
-        if drifted:
-            self.drifts += 1
-            history = {k: v - window.get(k, 0.0) for k, v in self._weights.items()}
-            history = {k: v for k, v in history.items() if v > 1e-9}
-            self._forget(history, min(1.0, w_total / sum(history.values())))
-
-    def _forget(self, old: Mapping[PodShape, float], keep: float) -> None:
-        """Scale the weights ``old`` (part of ``_weights``, the prior's share of them included) down by ``keep``."""
-        for k, v in old.items():
-            if k not in self._weights:
-                continue
-            was = self._weights[k]
-            self._weights[k] = was - (1.0 - keep) * v
-            if k in self._memory and was > 0:
+        history = {k: v - window.get(k, 0.0) for k, v in self._weights.items()}
+        history = {k: v for k, v in history.items() if v > 1e-9}
+        if drift_pvalue(history, window) >= self._significance:
+            return
+        self.drifts += 1
+        keep = min(1.0, sum(window.values()) / sum(history.values()))
+        for k in self._weights:
+            old = history.get(k, 0.0)
+            self._weights[k] -= (1.0 - keep) * old
+            if k in self._memory and self._weights[k] + (1.0 - keep) * old > 0:
                 # the shape's mean host memory is kept: scale its sum with its weight
-                self._memory[k] *= self._weights[k] / was
-        self._prior = {k: keep * v for k, v in self._prior.items() if keep * v > 1e-9 and k in self._weights}
+                self._memory[k] *= self._weights[k] / (self._weights[k] + (1.0 - keep) * old)
         self._weights = {k: v for k, v in self._weights.items() if v > 1e-9}
         self._memory = {k: v for k, v in self._memory.items() if k in self._weights}
 
