@@ -51,6 +51,7 @@ class AssumedLedger:
         self._lock = threading.Lock()
         self._assumed: dict[str, _Entry] = {}  # pod_key -> entry (a pod is bound once)
         self._history: list[_Entry] = []  # placements in time order, pruned after the TTL
+        self._history_keys: set[str] = set()  # the pod keys of ``_history`` (a pod is in it at most once)
         self._oldest = math.inf  # no assumed entry is older than this: none expires before it reaches the TTL
         self._history_oldest = math.inf  # the oldest placement of the history (in order: the first one)
         self._version = 0
@@ -98,6 +99,16 @@ class AssumedLedger:
         self._times_view = MappingProxyType(times)
         self._version += 1
 
+    def _append_time(self, node: str, at: float) -> None:
+        """A placement appended to the history: what :meth:`_set_times` of ``{node}`` rebuilds, without reading the
+        history (the node's times so far, then ``at``; the oldest is the older of the two)."""
+        self._history_oldest = min(self._history_oldest, at)
+        times = dict(self._times)
+        times[node] = [*self._times.get(node, ()), at]
+        self._times = times
+        self._times_view = MappingProxyType(times)
+        self._version += 1
+
     def _drop_entries(self, dead: list[_Entry]) -> None:
         """Take the assignments of ``dead`` (entries already removed from ``_assumed``) out of their nodes' lists."""
         if not dead:
@@ -125,10 +136,15 @@ class AssumedLedger:
                         node: [x.assignment for x in self._assumed.values() if x.node == node],
                     }
                 )
+            self._oldest = min(self._oldest, e.at)
+            if key not in self._history_keys:  # a new pod (the common case): one placement more, no scan
+                self._history.append(e)
+                self._history_keys.add(key)
+                self._append_time(node, e.at)
+                return
             gone = {h.node for h in self._history if h.assignment.pod_key == key}
             self._history = [h for h in self._history if h.assignment.pod_key != key]
             self._history.append(e)
-            self._oldest = min(self._oldest, e.at)
             self._set_times(gone | {node})
 
     def _expire(self, now: float) -> None:
@@ -140,9 +156,10 @@ class AssumedLedger:
             self._oldest = min((e.at for e in self._assumed.values()), default=math.inf)
             self._drop_entries(dead)
         if self._history and self._history[0].at <= cutoff:
-            gone = {h.node for h in self._history if h.at <= cutoff}
+            old = [h for h in self._history if h.at <= cutoff]
             self._history = [h for h in self._history if h.at > cutoff]
-            self._set_times(gone)
+            self._history_keys.difference_update(h.assignment.pod_key for h in old)
+            self._set_times({h.node for h in old})
 
     def entries(self, now: float) -> Mapping[str, list[GpuAssignment]]:
         """Live assumed assignments per node (entries older than the TTL are dropped), in the order assumed.
@@ -177,9 +194,14 @@ class AssumedLedger:
             popped = self._assumed.pop(pod_key, None)
             if popped is not None:
                 self._drop_entries([popped])
-            gone = {h.node for h in self._history if h.assignment.pod_key == pod_key}
+            gone = (
+                {h.node for h in self._history if h.assignment.pod_key == pod_key}
+                if pod_key in self._history_keys
+                else ()
+            )
             if gone:
                 self._history = [h for h in self._history if h.assignment.pod_key != pod_key]
+                self._history_keys.discard(pod_key)
                 self._set_times(gone)
             return popped is not None or bool(gone)
 

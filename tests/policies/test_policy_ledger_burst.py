@@ -206,3 +206,50 @@ def test_burst_explain() -> None:
     assert BurstScore(BurstArgs()).explain(request(1), f, 0, ctx) == [
         "2 pods placed here in the last 10 s (fading load 1.70 of 4)"
     ]
+
+
+def test_burst_load_per_row_is_burst_load_to_the_bit() -> None:
+    """The score reads every node's load in numpy: the very floats :func:`burst_load` sums, placement by placement
+    (fractional ages, placements after now, nodes outside the fleet, empty lists)."""
+    names = [f"n{i}" for i in range(6)]
+    f = fleet(*(dgx(n) for n in names))
+    rng = np.random.default_rng(7)
+    score = BurstScore(BurstArgs(window_seconds=7.3))
+    for _ in range(50):
+        placements = {
+            n: (NOW - rng.uniform(-0.5, 9.0, size=int(rng.integers(0, 9)))).tolist()
+            for n in [*rng.choice(names, size=4, replace=False).tolist(), "not-in-fleet"]
+        }
+        ctx = CycleContext(now=NOW, state=CycleState({PLACEMENTS_KEY: placements}))
+        want = np.zeros(len(names))
+        for name, w in burst_load(placements, NOW, 7.3).items():
+            if name in f.index:
+                want[f.index[name]] = w
+        got = score._per_row(f, ctx)
+        assert got.tobytes() == want.tobytes()
+
+
+def test_history_views_match_a_rebuild_after_any_changes() -> None:
+    """Assuming a new pod appends its placement without reading the history: after any mix of binds, re-binds,
+    forgets and expiries the per-node times, the oldest placement and the keys are what a rebuild reads off it."""
+    rng = np.random.default_rng(3)
+    led = AssumedLedger(ttl_s=5)
+    t = NOW
+    for _ in range(400):
+        t += float(rng.uniform(0, 0.3))
+        op = rng.integers(0, 10)
+        key = f"p{int(rng.integers(0, 40))}"
+        node = f"n{int(rng.integers(0, 6))}"
+        if op < 7:
+            led.assume(node, a(key, 0), t)
+        elif op < 9:
+            led.forget(f"default/{key}")
+        else:
+            led.entries(t)
+        read = dict(led.placements(t, led.ttl_s))  # expires first
+        times: dict[str, list[float]] = {}
+        for h in led._history:
+            times.setdefault(h.node, []).append(h.at)
+        assert read == times
+        assert led._history_oldest == min((h.at for h in led._history), default=float("inf"))
+        assert led._history_keys == {h.assignment.pod_key for h in led._history}
