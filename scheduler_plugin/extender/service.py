@@ -52,6 +52,7 @@ from .gang_explain import explain_gang
 from .metrics import ExtenderMetrics
 from .node_labels import NodeLabelLister
 from .pdb_lister import PdbLister
+from .pod_requests import PodRequests
 from .preempt_pending import PendingPreemptions
 from .turns import LoopTurns
 
@@ -191,6 +192,8 @@ class Extender:
 
     def __post_init__(self) -> None:
         self.memo = RequestMemo()
+        #: Pods parsed lately, by their JSON text: prioritize reuses what filter parsed (:mod:`.pod_requests`).
+        self.pods = PodRequests()
         #: NodeNames lists seen lately, decoded and looked up once (kube-scheduler repeats them pod after pod).
         self.names = wire.NameCache()
         self.binds = BindRecords()
@@ -289,7 +292,7 @@ class Extender:
         args = body if isinstance(body, wire.ParsedArgs) else wire.parse_args(body, names=self.names)
         names = args.names
         try:
-            req = parse_pod(args.pod)
+            req = self.pods.request(args)
         except RequestError as exc:
             reason = f"invalid pod: {exc}"
             self.metrics.rejections.labels(RejectionKind.BAD_REQUEST).inc(len(names))
@@ -376,7 +379,7 @@ class Extender:
         cannot read (prioritize errors never block a pod: kube-scheduler ignores them)."""
         args = body if isinstance(body, wire.ParsedArgs) else wire.parse_args(body, names=self.names)
         try:
-            req = parse_pod(args.pod)
+            req = self.pods.request(args)
         except RequestError as exc:
             raise WireError(f"Pod: {exc}") from None
         self.memo.put(req)

@@ -280,6 +280,10 @@ class ParsedArgs:
     (copied out of the body while it is parsed, off the event loop): kelvin reads only ``metadata.name`` and echoes
     the nodes that pass back to kube-scheduler verbatim (it reads only the returned ``Nodes``). ``None`` in names
     mode."""
+    pod_text: bytes | None = None
+    """The Pod's JSON text as it arrived (``pod`` decodes it): kube-scheduler sends the same Pod to filter and then to
+    prioritize, so the extender parses each text into a request once (``extender.pod_requests``). ``None`` when the
+    body was decoded another way (a body of an unexpected shape)."""
 
     @property
     def names(self) -> list[str]:
@@ -305,13 +309,15 @@ class _NodeHead(msgspec.Struct):
 class _Args(msgspec.Struct):
     """``ExtenderArgs`` with each Node object left undecoded (they are most of a big body)."""
 
-    Pod: Any = None
+    Pod: msgspec.Raw = msgspec.Raw(b"null")
+    """Decoded on its own (:data:`_POD`), so that its text is at hand (``ParsedArgs.pod_text``)."""
     Nodes: _NodeList | None = None
     NodeNames: msgspec.Raw = msgspec.Raw(b"null")
     """Left undecoded: a list seen before is not decoded again (:class:`NameCache`)."""
 
 
 _ARGS = msgspec.json.Decoder(_Args)
+_POD = msgspec.json.Decoder()
 _NODE_HEAD = msgspec.json.Decoder(_NodeHead)
 
 
@@ -399,9 +405,11 @@ def parse_args(body: bytes, *, max_node_names: int | None = None, names: NameCac
     if not body:
         raise WireError("empty request body: expected a JSON object with Pod and Nodes or NodeNames")
     names_text: bytes | None = None
+    pod_text: bytes | None = None
     try:
         data = _ARGS.decode(body)
-        pod, names_raw = data.Pod, None
+        pod_text = bytes(data.Pod)
+        pod, names_raw = _POD.decode(pod_text), None
         names_text = bytes(data.NodeNames)
         items = None if data.Nodes is None else data.Nodes.items or []
     except msgspec.ValidationError:  # (a subclass of DecodeError) valid JSON of another shape
@@ -412,7 +420,8 @@ def parse_args(body: bytes, *, max_node_names: int | None = None, names: NameCac
         raise WireError(_TOO_DEEP) from None
     _check_pod(pod)
     if names_text is not None and names_text != b"null":
-        return ParsedArgs(pod=pod, name_list=_cached_name_list(names_text, max_node_names, names), node_objects=None)
+        name_list = _cached_name_list(names_text, max_node_names, names)
+        return ParsedArgs(pod=pod, name_list=name_list, node_objects=None, pod_text=pod_text)
     if names_raw is not None:
         return ParsedArgs(pod=pod, name_list=_name_list(names_raw, max_node_names), node_objects=None)
     if items is None:
@@ -443,7 +452,7 @@ def parse_args(body: bytes, *, max_node_names: int | None = None, names: NameCac
         if name not in seen:
             seen[name] = None
             kept.append(orjson.Fragment(text))
-    return ParsedArgs(pod=pod, name_list=NodeNameList(list(seen), len(items)), node_objects=kept)
+    return ParsedArgs(pod=pod, name_list=NodeNameList(list(seen), len(items)), node_objects=kept, pod_text=pod_text)
 
 
 def parse_binding(body: bytes) -> ExtenderBindingArgs:
