@@ -153,9 +153,13 @@ def solve(sizes: IntA, weights: FloatA) -> PackingPlan | None:
     if res.status != 0 or res.eqlin is None:
         log.warning("packing plan: LP not solved (%s)", res.message)
         return None
-    reduced = cost - a.T @ np.asarray(res.eqlin.marginals, dtype=np.float64)
+    reduced = np.maximum(cost - a.T @ np.asarray(res.eqlin.marginals, dtype=np.float64), 0.0)
+    item_cost = reduced[: len(item_u)]
+    finish = completion_cost(b, item_u, item_v, item_cost, loss_u, reduced[len(item_u) :])
     table = np.full((b + 1, b + 1), np.inf)
-    table[item_u, sizes[item_s]] = np.maximum(reduced[: len(item_u)], 0.0)
+    # A placement's price: its arc's reduced cost plus what finishing the GPU from the level it lands on costs more
+    # than finishing it from where it was (:func:`completion_cost`).
+    table[item_u, sizes[item_s]] = np.maximum(item_cost + finish[item_v] - finish[item_u], 0.0)
     # Unplanned sizes take the prices of the next larger planned size (fits wherever that one fits, and more).
     planned = np.zeros(b + 1, dtype=np.bool_)
     planned[sizes] = True
@@ -167,6 +171,25 @@ def solve(sizes: IntA, weights: FloatA) -> PackingPlan | None:
             table[: b - s + 1, s] = np.where(np.isfinite(table[: b - s + 1, nxt]), table[: b - s + 1, nxt], 0.0)
     demand = float((sizes * weights).sum()) / b
     return PackingPlan(sizes, weights, table, float(res.fun) / demand if demand > 0 else 1.0)
+
+
+def completion_cost(b: int, item_u: IntA, item_v: IntA, item_cost: FloatA, loss_u: IntA, loss_cost: FloatA) -> FloatA:
+    """(b + 1,) per fill level: the cheapest sum of reduced costs of arcs that take a GPU from that level to full
+    (more shares, then the loss arc), 0 at ``b`` and for an empty GPU (it may stay empty).
+
+    The LP's duals are degenerate: many arcs outside every optimal packing still get a reduced cost of 0. A 0.23
+    share on a GPU holding 0.59 is one (openb trace): the arc itself is free, but it leaves 0.18, which only rare
+    shares fill, so every way of finishing that GPU costs 0.08 GPU. An arc's reduced cost alone missed that, and
+    the plan let such placements tie with optimal ones."""
+    finish = np.full(b + 1, np.inf)
+    finish[b] = 0.0
+    finish[loss_u] = loss_cost  # stop here: leave the rest of the GPU empty
+    for level in range(b - 1, 0, -1):  # an arc only goes up: every level above is final when this one is reached
+        at = item_u == level
+        if at.any():
+            finish[level] = min(finish[level], float((item_cost[at] + finish[item_v[at]]).min()))
+    finish[0] = 0.0
+    return np.asarray(np.where(np.isfinite(finish), finish, 0.0), dtype=np.float64)
 
 
 class PlanCache:

@@ -22,6 +22,7 @@ from scheduler_plugin.policies.fragmentation import (
 from scheduler_plugin.policies.packing import (
     LEVELS,
     PlanCache,
+    completion_cost,
     free_units,
     share_distribution,
     size_units,
@@ -69,6 +70,29 @@ def test_plan_prices_the_pairing_fgd_gets_wrong() -> None:
     on_470, on_650, fresh = plan.penalty(np.array([530, 350, 1000]), np.array([320, 320, 320]))
     assert on_650 == 0 and fresh == 0
     assert on_470 > 0
+
+
+def test_a_free_arc_into_a_gap_only_rare_shares_fill_is_priced() -> None:
+    # 0.16s belong in the 0.19 a 0.81 leaves. Stacking one on another 0.16 has a reduced cost of 0 in the LP's
+    # (degenerate) duals, yet the 0.32 GPU it makes can only be finished by more of the rare 0.16s or left part empty.
+    plan = solve(np.array([16, 81]), np.array([74.0, 1078.0]))
+    assert plan is not None
+    on_016, on_081, fresh = plan.penalty(np.array([840, 190, 1000]), np.array([160, 160, 160]))
+    assert on_081 == 0 and fresh == 0
+    assert on_016 > 0
+
+
+def test_completion_cost_is_the_cheapest_way_to_finish_a_gpu() -> None:
+    # Levels 0..4; shares 0 -> 2, 2 -> 4 and 0 -> 3 are free; leaving the rest empty costs 0.7, 0.9, 0.4 at 1, 2, 3.
+    finish = completion_cost(
+        4,
+        np.array([0, 2, 0]),
+        np.array([2, 4, 3]),
+        np.zeros(3),
+        np.array([1, 2, 3]),
+        np.array([0.7, 0.9, 0.4]),
+    )
+    assert finish.tolist() == pytest.approx([0.0, 0.7, 0.0, 0.4, 0.0])
 
 
 def test_an_unplanned_size_takes_the_prices_of_the_next_larger_one() -> None:
