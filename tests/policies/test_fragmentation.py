@@ -665,9 +665,9 @@ def test_a_new_workload_or_cycle_wide_value_recomputes_every_node() -> None:
     memo = ScoreMemo()
     calls: list[int] = []
 
-    def compute(sel: np.ndarray) -> np.ndarray:
+    def compute(sel: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         calls.append(len(sel))
-        return np.asarray(sel, dtype=np.float64) + len(calls)
+        return np.asarray(sel, dtype=np.float64) + len(calls), np.ones(len(sel), dtype=np.bool_)
 
     w1, w2 = _pinned_workload(np.random.default_rng(1), 6), _pinned_workload(np.random.default_rng(2), 6)
     memo.scores("k", fleet, rows, w1, (1.0,), compute)
@@ -679,6 +679,93 @@ def test_a_new_workload_or_cycle_wide_value_recomputes_every_node() -> None:
     assert calls == [10, 10, 10]
     memo.scores("k", fleet, rows, w2, (0.5,), compute)  # another workload: afresh
     assert calls == [10, 10, 10, 10]
+
+
+def test_a_soft_value_that_moves_recomputes_exactly_the_kept_scores_that_read_it_on_every_row() -> None:
+    fleet = _memo_fleet(5)
+    w = _pinned_workload(np.random.default_rng(1), 6)
+    memo = ScoreMemo()
+    computed: list[list[int]] = []
+    soft = [0.5]
+
+    asked: list[np.ndarray] = []
+
+    def compute(sel: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        computed.append(sel.tolist())
+        rows = asked[-1][sel]
+        return rows * soft[0], rows % 3 == 0  # rows 0, 3, 6, ... read the soft value
+
+    def scores(rows: np.ndarray) -> list[float]:
+        asked.append(rows)
+        return memo.scores("k", fleet, rows, w, (), compute, None, (soft[0],)).tolist()
+
+    order = np.arange(12, dtype=np.int64)
+    scores(order)
+    scores(order)  # kept from now on
+    computed.clear()
+    soft[0] = 0.25  # every row 0, 3, 6, 9 read it: those alone are computed again
+    assert scores(order) == [x * (0.25 if x % 3 == 0 else 0.5) for x in range(12)]
+    assert computed == [[0, 3, 6, 9]]
+    computed.clear()
+    first = np.arange(6, dtype=np.int64)  # a call on some rows only, with the value moved again ...
+    soft[0] = 2.0
+    assert scores(first) == [x * (2.0 if x % 3 == 0 else 0.5) for x in range(6)]
+    assert computed == [[0, 3]]
+    computed.clear()
+    # ... leaves rows 6 and 9 stale though they were not asked for
+    assert scores(order) == [x * (2.0 if x % 3 == 0 else 0.5) for x in range(12)]
+    assert computed == [[6, 9]]
+    computed.clear()
+    assert scores(order) == [x * (2.0 if x % 3 == 0 else 0.5) for x in range(12)]
+    assert computed == []
+
+
+def test_kelvin_scores_with_a_moving_stranding_weight_equal_a_plugin_without_memo() -> None:
+    """On a CPU-short fleet the stranding term's surplus factor moves with every CPU-only pod placed; the memo keeps
+    the scores that did not read it, and every score equals a fresh plugin's."""
+    rng = np.random.default_rng(8)
+    nodes = [
+        node(f"n{i}", [int(x) for x in rng.integers(0, 5, size=8) * 125], cpu=int(rng.integers(20, 120)) * 1000)
+        for i in range(48)
+    ]
+    fleet = build_arrays(nodes)
+    w = wl((WHOLE, 3.0), (HALF, 2.0), (PodShape(16000, 250, 1, None), 1.0), (CPU_ONLY, 1.0))
+    rows = np.arange(fleet.n_nodes, dtype=np.int64)
+    args = fragmentation.FragmentationArgs(stranding_full_surplus=10.0)
+    memoised = FragmentationPolicy.create(args)
+    computed: list[int] = []
+    real = ScoreMemo.scores
+
+    def counting(self: ScoreMemo, key: Any, f: Any, r: Any, w_: Any, extra: Any, compute: Any, *a: Any) -> np.ndarray:
+        def counted(sel: np.ndarray) -> Any:
+            computed.append(len(sel))
+            return compute(sel)
+
+        return real(self, key, f, r, w_, extra, counted, *a)
+
+    req = GpuRequest(count=1, milli=500, cpu_milli=12000, pod_key="ns/a")  # CPU-heavy: strands GPU on some nodes
+    factors: set[float] = set()
+    recomputed: list[int] = []
+    mp = pytest.MonkeyPatch()
+    mp.setattr(ScoreMemo, "scores", counting)
+    try:
+        memoised.score(req, fleet, rows, _memo_ctx(w))
+        memoised.score(req, fleet, rows, _memo_ctx(w))
+        for step in range(6):
+            written = (step * 7) % fleet.n_nodes
+            apply_placement(fleet, GpuRequest(count=0, cpu_milli=4000), written, ())
+            computed.clear()
+            ctx = _memo_ctx(w)
+            got = memoised.score(req, fleet, rows, ctx)
+            factors.add(memoised._surplus(fleet, w, ctx))
+            recomputed.append(sum(computed))
+            want = FragmentationPolicy.create(args).score(req, fleet, rows, _memo_ctx(w))
+            assert got.tolist() == want.tolist()
+    finally:
+        mp.undo()
+    assert len(factors) == 6 and all(0 < f < 1 for f in factors)  # the weight moved at every step
+    # more than the written node (the scores that read the weight), fewer than all (the others were kept)
+    assert all(1 < n < fleet.n_nodes for n in recomputed), recomputed
 
 
 def test_row_stamps_move_for_written_rows_only_and_stay_the_same_array_while_nothing_changes() -> None:

@@ -10,7 +10,7 @@ import numpy as np
 from pydantic import Field
 
 from ...model import GIB, MILLI_PER_GPU, FleetArrays, GpuRequest
-from ..base import MAX_EXTENDER_PRIORITY, CycleContext, FloatA, IntA, StateKey
+from ..base import MAX_EXTENDER_PRIORITY, BoolA, CycleContext, FloatA, IntA, StateKey
 from ..eligibility import limits_of
 from ..normalize import minmax
 from ..packing import DEFAULT_REPLAN_DRIFT, PackingPlan, PlanCache
@@ -202,10 +202,22 @@ class FragmentationBase:
         """Per placement: the value the GPUs inside the chosen node are picked by (default: :meth:`_values`)."""
         return self._values(req, fleet, pl, w, ctx)
 
+    def _valued(
+        self, req: GpuRequest, fleet: FleetArrays, pl: Placements, w: Workload, ctx: CycleContext
+    ) -> tuple[FloatA, BoolA]:
+        """:meth:`_values`, and per placement whether its value read the :meth:`_memo_soft` values (default: none)."""
+        return self._values(req, fleet, pl, w, ctx), np.zeros(len(pl.pos), dtype=np.bool_)
+
     def _memo_extra(self, req: GpuRequest, fleet: FleetArrays, w: Workload, ctx: CycleContext) -> tuple[Hashable, ...]:
         """What :meth:`_values` reads besides the placements' own node, the request shape and the workload: values
         shared by every node of the cycle. The score memo (:mod:`.score_memo`) keeps a node's score while these
-        are the same (``is`` or, for floats, ``==``); a subclass whose values read more must return it here."""
+        are the same (``is`` or, for floats, ``==``); a subclass whose values read more must return it here (or in
+        :meth:`_memo_soft`)."""
+        return ()
+
+    def _memo_soft(self, req: GpuRequest, fleet: FleetArrays, w: Workload, ctx: CycleContext) -> tuple[Hashable, ...]:
+        """Values shared by every node of the cycle that only some placements' values read (:meth:`_valued` says
+        which): the score memo recomputes, when they change, only the nodes whose kept score read them."""
         return ()
 
     def score(self, req: GpuRequest, fleet: FleetArrays, idx: IntA, ctx: CycleContext) -> FloatA:
@@ -214,7 +226,7 @@ class FragmentationBase:
         w = self.scored_workload(fleet, ctx)
         idx = np.asarray(idx, dtype=np.int64)
 
-        def compute(sel: IntA) -> FloatA:
+        def compute(sel: IntA) -> tuple[FloatA, BoolA]:
             rows = idx if len(sel) == len(idx) else idx[sel]
             gpus = None
             if req.wants_gpu:  # the cycle's eligibility of every candidate (shared with the filters), then ours
@@ -222,12 +234,15 @@ class FragmentationBase:
                 gpus = (ok, demand) if rows is idx else (ok[sel], demand[sel])
             pl = placements(req, fleet, rows, w, ctx, memory_aware=self.memory_aware, gpus=gpus)
             ctx.state.write(SCORED_KEY, (req, fleet, w, self.memory_aware, rows, pl))
-            best, _ = best_per_row(self._values(req, fleet, pl, w, ctx), pl.pos, len(rows))
-            return best
+            values, reads = self._valued(req, fleet, pl, w, ctx)
+            best, _ = best_per_row(values, pl.pos, len(rows))
+            row_reads = np.zeros(len(rows), dtype=np.bool_)
+            row_reads[pl.pos[reads]] = True
+            return best, row_reads
 
         key = (shape_key(req), limits_of(ctx), self.memory_aware)
-        extra = self._memo_extra(req, fleet, w, ctx)
-        return self.memo.scores(key, fleet, idx, w, extra, compute, lambda: cycle_row_stamps(fleet, ctx))
+        extra, soft = self._memo_extra(req, fleet, w, ctx), self._memo_soft(req, fleet, w, ctx)
+        return self.memo.scores(key, fleet, idx, w, extra, compute, lambda: cycle_row_stamps(fleet, ctx), soft)
 
     def _row_placements(self, req: GpuRequest, fleet: FleetArrays, row: int, ctx: CycleContext) -> Placements:
         """The placements of ``req`` on ``row``: from this cycle's :meth:`score` when it scored that row."""
@@ -295,15 +310,31 @@ class FragmentationPolicy(FragmentationBase):
     """
 
     def _values(self, req: GpuRequest, fleet: FleetArrays, pl: Placements, w: Workload, ctx: CycleContext) -> FloatA:
-        weight = self.args.stranding_weight * self._surplus(fleet, w, ctx)
-        primary = quantised(pl.delta + weight * stranding_penalty(req, pl, w), self.args.levels)
+        return self._valued(req, fleet, pl, w, ctx)[0]
+
+    def _valued(
+        self, req: GpuRequest, fleet: FleetArrays, pl: Placements, w: Workload, ctx: CycleContext
+    ) -> tuple[FloatA, BoolA]:
+        """The values, and which read the stranding weight: those with a stranding penalty (``weight * 0`` adds
+        nothing, whatever the weight, so the others' floats do not depend on it)."""
+        stranding = stranding_penalty(req, pl, w)
+        primary = quantised(pl.delta + self._stranding_weight(fleet, w, ctx) * stranding, self.args.levels)
         penalty = self.plan_penalty(req, pl, w)
         if penalty is not None:
             primary = primary - (self.args.levels + 1) * penalty
-        return primary
+        return primary, stranding != 0
+
+    def _stranding_weight(self, fleet: FleetArrays, w: Workload, ctx: CycleContext) -> float:
+        """``strandingWeight`` times the cycle's :func:`cpu_surplus_factor`."""
+        return self.args.stranding_weight * self._surplus(fleet, w, ctx)
 
     def _memo_extra(self, req: GpuRequest, fleet: FleetArrays, w: Workload, ctx: CycleContext) -> tuple[Hashable, ...]:
-        return (self._surplus(fleet, w, ctx), self._plan(req, w))
+        return (self._plan(req, w),)
+
+    def _memo_soft(self, req: GpuRequest, fleet: FleetArrays, w: Workload, ctx: CycleContext) -> tuple[Hashable, ...]:
+        # the surplus factor moves with the fleet's free CPU (at nearly every arrival once CPU runs short), and only
+        # the placements with a stranding penalty read it
+        return (self._stranding_weight(fleet, w, ctx),)
 
     def _pick_values(
         self, req: GpuRequest, fleet: FleetArrays, pl: Placements, w: Workload, ctx: CycleContext

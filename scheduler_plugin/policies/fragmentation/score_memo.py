@@ -9,6 +9,11 @@ per shape and node with the node's content stamp (:mod:`.row_stamps`), and asks 
 Every value is computed from its own node's data alone (the sums of F row by row, element-wise functions after), so
 a score computed with other nodes or alone has the same bits.
 
+Some shared values are read by a few nodes' scores only (kelvin's stranding weight, which moves with the fleet's free
+CPU at nearly every arrival once CPU runs short, changes only the placements that strand GPU): the plugin passes them
+as ``soft``, and its ``compute`` says per row whether the score it computed read them. When they change, only the
+kept scores that read them are recomputed (the others are the same floats whatever they are).
+
 The memo engages for a workload once it is asked for twice in a row (as the F memo does): the extender's learned
 workload changes with every pod, and then each call computes every candidate as without a memo.
 """
@@ -22,7 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ...model import FleetArrays, GpuRequest
-from ..base import FloatA, IntA
+from ..base import BoolA, FloatA, IntA
 from .row_stamps import row_stamps
 from .workload import Workload
 
@@ -47,10 +52,18 @@ def shape_key(req: GpuRequest) -> Hashable:
     )
 
 
+Computed = tuple[FloatA, BoolA]
+"""What a score computation gives for its rows: the scores, and per row whether the score read the ``soft`` values."""
+
+
 @dataclass(slots=True)
 class _Entry:
     extra: tuple[Hashable, ...]
+    soft: tuple[Hashable, ...]
     stamp: IntA
+    """(N,) the row content stamp each kept score was computed for (0: none kept)."""
+    reads: BoolA
+    """(N,) whether the kept score read ``soft``."""
     value: FloatA
 
 
@@ -71,32 +84,39 @@ class ScoreMemo:
         rows: IntA,
         w: Workload,
         extra: tuple[Hashable, ...],
-        compute: Callable[[IntA], FloatA],
+        compute: Callable[[IntA], Computed],
         stamps: Callable[[], IntA] | None = None,
+        soft: tuple[Hashable, ...] = (),
     ) -> FloatA:
-        """The score of each of ``rows`` for the shape ``key`` with the cycle's shared values ``extra``:
-        kept values where the row's content is the one they were computed for, ``compute(sel)`` (positions into
-        ``rows``, ascending) for the others. ``extra`` is compared with ``is`` or ``==`` element by element;
-        ``stamps()``: :func:`.row_stamps` of ``fleet`` when the caller has them (the cycle's)."""
+        """The score of each of ``rows`` for the shape ``key`` with the cycle's shared values ``extra`` and ``soft``:
+        kept values where the row's content is the one they were computed for (and, for a score that read ``soft``,
+        ``soft`` is the same), ``compute(sel)`` (positions into ``rows``, ascending) for the others. ``extra`` and
+        ``soft`` are compared with ``is`` or ``==`` element by element; ``stamps()``: :func:`.row_stamps` of
+        ``fleet`` when the caller has them (the cycle's)."""
         static = tuple(getattr(fleet, c) for c in STATIC)
         with self._lock:
             if self._workload is not w or not _same(self._static, static):
                 # a workload (or telemetry) not seen in the last call: computed afresh, kept from the next call on
                 self._workload, self._static = w, static
                 self._entries.clear()
-                return compute(np.arange(len(rows), dtype=np.int64))
+                return compute(np.arange(len(rows), dtype=np.int64))[0]
             now_all = row_stamps(fleet) if stamps is None else stamps()
             n = len(now_all)
             hit = self._entries.get(key)
             if hit is None or not _same(hit.extra, extra):
                 if hit is None and len(self._entries) >= max(8, _CELLS // max(n, 1)):
                     self._entries.clear()
-                hit = self._entries[key] = _Entry(extra, np.zeros(n, dtype=np.int64), np.zeros(n))
+                hit = self._entries[key] = _Entry(
+                    extra, soft, np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.bool_), np.zeros(n)
+                )
+            elif not _same(hit.soft, soft):  # the kept scores that read the old values are stale, on every row
+                hit.stamp[hit.reads] = 0
+                hit.soft = soft
             now = now_all[rows]
             stale = np.flatnonzero(hit.stamp[rows] != now)
             if len(stale):
                 at = rows[stale]
-                hit.value[at] = compute(stale)
+                hit.value[at], hit.reads[at] = compute(stale)
                 hit.stamp[at] = now[stale]
             return hit.value[rows]
 
