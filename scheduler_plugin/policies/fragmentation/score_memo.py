@@ -9,8 +9,9 @@ per shape and node with the node's content stamp (:mod:`.row_stamps`), and asks 
 Every value is computed from its own node's data alone (the sums of F row by row, element-wise functions after), so
 a score computed with other nodes or alone has the same bits.
 
-The memo engages for a workload once it is asked for twice in a row (as the F memo does): the extender's learned
-workload changes with every pod, and then each call computes every candidate as without a memo.
+The memo engages for a workload once it is asked for twice in a row (as the F memo does). The extender's learned
+workload is published in steps (:mod:`.publication`): the same object between republications, so the memo serves
+the pods in between; the call after one computes every candidate as without a memo.
 """
 
 from __future__ import annotations
