@@ -143,9 +143,11 @@ def test_the_fleet_memo_follows_in_place_writes_and_matches_a_recount() -> None:
 
 
 def test_a_learned_workload_is_priced_by_the_published_snapshot() -> None:
-    """The extender's workload is learned (a new object with every pod): the weights come from the snapshot published
-    last (``prepare``, off the request path), looked up by shape, and decide like the live ones."""
-    policy = FragmentationPolicy.create(fragmentation.FragmentationArgs(prior_weight=0, coverage=1.0))
+    """The extender's workload is learned (a new object once the mix moved; here with every pod,
+    ``republishDrift`` 0): the weights come from the snapshot published last (``prepare``, off the request path),
+    looked up by shape, and decide like the live ones."""
+    args = fragmentation.FragmentationArgs(prior_weight=0, coverage=1.0, republish_drift=0)
+    policy = FragmentationPolicy.create(args)
     for i, (shape, n) in enumerate([(ONE, 60), (FOUR_LIGHT, 15), (FOUR_HEAVY, 5), (EIGHT_HUGE, 2), (HALF, 18)]):
         for j in range(n):
             policy.observe(

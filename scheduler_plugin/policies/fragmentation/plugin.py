@@ -28,6 +28,7 @@ from .gradient import (
     stranding_change,
     stranding_penalty,
 )
+from .publication import DEFAULT_REPUBLISH_DRIFT, PublishedWorkload
 from .row_stamps import cycle_row_stamps
 from .scarcity import DEFAULT_SCARCITY_CAP, by_shape, fleet_scarcity, fleet_usable, weights_for
 from .score_memo import ScoreMemo, shape_key
@@ -115,9 +116,15 @@ class FragmentationArgs(CamelModel):
     replan_drift: float = Field(
         DEFAULT_REPLAN_DRIFT, gt=0, le=2, description="re-solve the packing plan when the share mix moved this far (L1)"
     )
+    republish_drift: float = Field(
+        DEFAULT_REPUBLISH_DRIFT,
+        ge=0,
+        le=2,
+        description="score against a new learned workload once its shape mix moved this far (L1; 0: every pod)",
+    )
 
-    def workload_settings(self) -> tuple[float | None, int, float, float, float, float]:
-        """The arguments that decide what the workload estimator learns."""
+    def workload_settings(self) -> tuple[float | None, int, float, float, float, float, float]:
+        """The arguments that decide what the workload estimator learns and when it is published."""
         return (
             self.half_life_pods,
             self.drift_window_pods,
@@ -125,6 +132,7 @@ class FragmentationArgs(CamelModel):
             self.prior_weight,
             self.coverage,
             self.reference_gpu_memory_gib,
+            self.republish_drift,
         )
 
 
@@ -135,6 +143,8 @@ class FragmentationBase:
 
     args: FragmentationArgs
     estimator: WorkloadEstimator
+    published: PublishedWorkload
+    """The learned workload the plugin scores against, published in steps (:mod:`.publication`)."""
     name: str = "fragmentation"
     plans: PlanCache = field(default_factory=PlanCache)
     learns: bool = True
@@ -156,7 +166,7 @@ class FragmentationBase:
             coverage=args.coverage,
             reference_gpu_memory=int(args.reference_gpu_memory_gib * GIB),
         )
-        return cls(args, est, plans=PlanCache(args.replan_drift))
+        return cls(args, est, PublishedWorkload(est, args.republish_drift), plans=PlanCache(args.replan_drift))
 
     @property
     def memory_aware(self) -> bool:
@@ -166,12 +176,14 @@ class FragmentationBase:
 
     def bind(self, peers: Sequence[object]) -> None:
         """As the picker, judge by the workload the first fragmentation scorer learns (``peers``: the score
-        plugins): one estimator, one histogram, fed once per pod. Shared only when both learn alike (same estimator
-        settings), the packing plans too when they re-plan alike; otherwise each learns apart."""
+        plugins): one estimator, one histogram, fed once per pod, and one published workload. Shared only when both
+        learn alike (same estimator settings), the packing plans too when they re-plan alike; otherwise each learns
+        apart."""
         source = next((p for p in peers if isinstance(p, FragmentationBase)), None)
         if source is None or source is self or source.args.workload_settings() != self.args.workload_settings():
             return
         self.estimator = source.estimator
+        self.published = source.published
         self.learns = False
         if source.args.replan_drift == self.args.replan_drift:
             self.plans = source.plans
@@ -184,9 +196,10 @@ class FragmentationBase:
     # --- scoring ----------------------------------------------------------------------------------------------------
 
     def workload(self, ctx: CycleContext) -> Workload:
-        """The cycle's target workload: the caller's (``ctx.state[WORKLOAD_KEY]``), else the one learned so far.
-        Only reads the estimator (it learns in :meth:`observe`)."""
-        return ctx.state.compute(WORKLOAD_KEY, self.estimator.workload)
+        """The cycle's target workload: the caller's (``ctx.state[WORKLOAD_KEY]``), else the one learned so far as
+        last published (:mod:`.publication`: the same object until the learned mix has moved). Only reads the
+        estimator (it learns in :meth:`observe`)."""
+        return ctx.state.compute(WORKLOAD_KEY, self.published.workload)
 
     def scored_workload(self, fleet: FleetArrays, ctx: CycleContext) -> Workload:
         """The workload F is computed against on ``fleet``: :meth:`workload` (kelvin prices it by live scarcity)."""
@@ -407,7 +420,7 @@ class FragmentationPolicy(FragmentationBase):
         price the learned workload's shapes by their live scarcity on it (:meth:`scored_workload` looks them up)."""
         self.warm_plan()
         if self.args.scarcity:
-            w = self.estimator.workload()
+            w = self.published.workload()
             if w.gpu_shapes.any():
                 self._published = by_shape(w, fleet_scarcity(w, fleet, self.memory_aware, self.args.scarcity_cap))
 
@@ -416,7 +429,7 @@ class FragmentationPolicy(FragmentationBase):
         half of ``replanDrift``."""
         if not self.args.packing_plan:
             return
-        w = self.estimator.workload()
+        w = self.published.workload()
         if w.shares is not None:
             self.plans.plan(*w.shares, drift=self.args.replan_drift / 2)
 

@@ -17,8 +17,8 @@ stranding ratio and the packing plan keep the workload's own mix.
 Kept in the snapshot index (:class:`FleetUsable`) and updated by the rows whose content changed (the simulator's
 trace-given workload: O(shapes) per arrival besides those rows); the rounding keeps the priced workload the same
 object while no weight crosses a step, so the fleet's F memo keeps serving it. A learned workload is a new object
-with every pod: its weights are computed when a snapshot is published (``prepare``, off the request path) and looked
-up per request by shape (:func:`by_shape`, :func:`weights_for`: O(shapes)).
+when it is republished (:mod:`.publication`): its weights are computed when a snapshot is published (``prepare``,
+off the request path) and looked up per request by shape (:func:`by_shape`, :func:`weights_for`: O(shapes)).
 """
 
 from __future__ import annotations

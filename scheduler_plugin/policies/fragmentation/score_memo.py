@@ -14,8 +14,9 @@ CPU at nearly every arrival once CPU runs short, changes only the placements tha
 as ``soft``, and its ``compute`` says per row whether the score it computed read them. When they change, only the
 kept scores that read them are recomputed (the others are the same floats whatever they are).
 
-The memo engages for a workload once it is asked for twice in a row (as the F memo does): the extender's learned
-workload changes with every pod, and then each call computes every candidate as without a memo.
+The memo engages for a workload once it is asked for twice in a row (as the F memo does). The extender's learned
+workload is published in steps (:mod:`.publication`): the same object between republications, so the memo serves
+the pods in between; the call after one computes every candidate as without a memo.
 """
 
 from __future__ import annotations

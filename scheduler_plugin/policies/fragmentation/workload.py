@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections import Counter, OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 from typing import NamedTuple
 
 import numpy as np
@@ -384,6 +385,10 @@ class WorkloadEstimator:
                 self._memory[k] *= self._weights[k] / (self._weights[k] + (1.0 - keep) * old)
         self._weights = {k: v for k, v in self._weights.items() if v > 1e-9}
         self._memory = {k: v for k, v in self._memory.items() if k in self._weights}
+
+    def weights(self) -> Mapping[PodShape, float]:
+        """The histogram's weight per shape now (read only; not normalised): what :mod:`.publication` compares."""
+        return MappingProxyType(self._weights)
 
     def workload(self) -> Workload:
         if self._cached is None:
