@@ -46,27 +46,28 @@ def test_a_stationary_mix_is_learned_from_every_pod_not_the_last_few_thousand() 
 
 
 def test_the_default_mix_is_forgotten_once_pods_contradict_it() -> None:
-    """The 200 pseudo-pods of the default mix count as history: a mix that differs from it is a drift, and what is
-    left of it then halves window by window (a shape of the prior no pod has keeps no share)."""
+    """The 200 pseudo-pods of the default mix count as history: a mix that differs from it is a drift, so the
+    prior's weight shrinks window by window instead of staying in the estimate for good (a shape of the prior no
+    pod has does not keep its share)."""
     est = WorkloadEstimator(drift_window_pods=500)
+    prior_share = dict(est.workload().shapes())[PodShape(64000, 1000, 8, None)]
     for r in stream(4000, seed=2):
         est.observe(r)
-    assert est.drifts >= 1
-    assert PodShape(64000, 1000, 8, None) not in dict(est.workload().shapes())
+    assert est.drifts >= 2
+    left = dict(est.workload().shapes()).get(PodShape(64000, 1000, 8, None), 0.0)
+    assert left < prior_share * 200 / 4200 / 2  # less than half what never forgetting it would leave
 
 
-def test_the_first_pods_that_contradict_the_default_mix_outweigh_it_and_it_fades() -> None:
+def test_the_first_pods_that_contradict_the_default_mix_outweigh_it() -> None:
     """The first window is 25 pods: a default mix they contradict (its 8-GPU pods are 7 % of it, a quarter of it
-    multi-GPU) weighs as much as they do, not 200 pods, and each later window halves it: after 100 pods (windows
-    ending at 25, 50 and 100) it weighs 6.25 pseudo-pods. Kept at 25 for good (too few for any later test to reject),
-    it was a fifth of the estimate after 100 pods, which at a quarter of the openb trace's size cost up to half a
-    point of GPUs against the trace-given mix."""
-    est = WorkloadEstimator(coverage=1.0)
+    multi-GPU) weighs as much as they do from then on, not 200 pods. Kept at 200 pseudo-pods, it made the first
+    thousand decisions protect homes for multi-GPU pods the Alibaba trace's M does not have (0 % of its shapes)."""
+    est = WorkloadEstimator()
     for r in stream(100, seed=4):
         est.observe(r)
-    assert est.drifts == 1
+    assert est.drifts >= 1
     multi = sum(p for s, p in est.workload().shapes() if s.gpus >= 2)
-    assert multi == pytest.approx(0.25 * 6.25 / 106.25, rel=1e-6)  # kept at 25: 0.25 * 25 / 125 = 0.05
+    assert multi < 0.25 * 25 / 125 + 1e-9  # the default mix at 25 pseudo-pods among 125 (200 of 300: 0.167)
 
 
 def test_a_changed_mix_is_tracked_within_a_few_windows() -> None:

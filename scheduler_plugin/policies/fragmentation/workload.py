@@ -288,9 +288,7 @@ class WorkloadEstimator:
     pods are tested against the weights of the ones before (the prior included): when :func:`drift_pvalue` is below
     ``drift_significance``, the mix has changed, and the older weights are scaled down to weigh as much as the window
     (each further window that still differs halves what is left of the old mix). The default mix is history like any
-    other: the first 25 pods that contradict it make it weigh 25 pseudo-pods instead of ``prior_weight``, and every
-    later window halves what is left of it (25 pseudo-pods are too few for a later test to reject: kept, they were a
-    fifth of the estimate after 100 pods). While the
+    other: the first 25 pods that contradict it make it weigh 25 pseudo-pods instead of ``prior_weight``. While the
     mix stays the same nothing is forgotten, so the estimate keeps sharpening with every pod instead of being the
     noisy mix of the last few thousand (what a fixed half-life learns). With ``half_life_pods`` set, a fixed
     exponential decay instead (new observations weigh ``2 ** (1 / half_life_pods)`` times the previous one) and no
@@ -330,9 +328,6 @@ class WorkloadEstimator:
         base = prior if prior is not None else DEFAULT_SHAPES
         total = sum(base.values()) or 1.0
         self._weights: dict[PodShape, float] = {s: prior_weight * w / total for s, w in base.items()}
-        self._prior: dict[PodShape, float] = dict(self._weights) if self._window_pods else {}
-        """The default mix's pseudo-pods still in ``_weights``: halved by every drift window once it was rejected."""
-        self._prior_rejected = False
         self._memory: dict[PodShape, float] = {}
         self._seen: OrderedDict[str, None] = OrderedDict()
         self._cached: Workload | None = None
@@ -378,11 +373,8 @@ class WorkloadEstimator:
         history = {k: v - window.get(k, 0.0) for k, v in self._weights.items()}
         history = {k: v for k, v in history.items() if v > 1e-9}
         if drift_pvalue(history, window) >= self._significance:
-            if self._prior_rejected:
-                self._fade_prior()
             return
         self.drifts += 1
-        self._prior_rejected = True
         keep = min(1.0, sum(window.values()) / sum(history.values()))
         for k in self._weights:
             old = history.get(k, 0.0)
@@ -390,16 +382,6 @@ class WorkloadEstimator:
             if k in self._memory and self._weights[k] + (1.0 - keep) * old > 0:
                 # the shape's mean host memory is kept: scale its sum with its weight
                 self._memory[k] *= self._weights[k] / (self._weights[k] + (1.0 - keep) * old)
-        self._weights = {k: v for k, v in self._weights.items() if v > 1e-9}
-        self._memory = {k: v for k, v in self._memory.items() if k in self._weights}
-        self._prior = {k: v * keep for k, v in self._prior.items()}
-
-    def _fade_prior(self) -> None:
-        """Halve what is left of a rejected default mix (a window too small to test it again still fades it)."""
-        for k, v in self._prior.items():
-            if k in self._weights:
-                self._weights[k] -= v / 2
-        self._prior = {k: v / 2 for k, v in self._prior.items() if v / 2 > 1e-3}
         self._weights = {k: v for k, v in self._weights.items() if v > 1e-9}
         self._memory = {k: v for k, v in self._memory.items() if k in self._weights}
 
