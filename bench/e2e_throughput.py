@@ -502,6 +502,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--nodes-per-exporter", type=int, default=25, help="with --telemetry prometheus: nodes per exporter process"
     )
+    parser.add_argument(
+        "--default-scheduler-qps",
+        type=int,
+        default=None,
+        metavar="QPS",
+        help="the default kube-scheduler's client rate (--kube-api-qps QPS, burst 2 x QPS; default: its own, 50): "
+        "at its default its binds are held to ~50/s, while kelvin-scheduler's go through the extender's client",
+    )
     parser.add_argument("--workdir", type=Path, default=None, help="where the cluster's files and logs go")
     args = parser.parse_args(argv)
     if args.py_spy is not None:
@@ -522,6 +530,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         )
     if not 10 <= args.round_timeout_s <= 3600:
         parser.error("--round-timeout-s must be 10..3600")
+    if args.default_scheduler_qps is not None and not 1 <= args.default_scheduler_qps <= 10_000:
+        parser.error("--default-scheduler-qps must be 1..10000")
     return args
 
 
@@ -546,7 +556,12 @@ def run(args: argparse.Namespace) -> int:
           f"{args.rounds} round(s) each; logs in {workdir / 'logs'}", flush=True)  # fmt: skip
     rounds: list[Round] = []
     started = time.monotonic()
-    with running(bins, workdir) as cluster, fake_nodes(cluster, node_names(args.nodes), gpus=GPUS_PER_NODE) as agent:
+    qps = args.default_scheduler_qps
+    flags = [] if qps is None else [f"--kube-api-qps={qps}", f"--kube-api-burst={2 * qps}"]
+    if flags:
+        print(f"default kube-scheduler: {' '.join(flags)}", flush=True)
+    nodes = node_names(args.nodes)
+    with running(bins, workdir, flags) as cluster, fake_nodes(cluster, nodes, gpus=GPUS_PER_NODE) as agent:
         print(f"control plane up in {cluster.started_in_s:.1f} s; {args.nodes} fake nodes Ready", flush=True)
         steps = run_documented(cluster, documented_manifest_install())
         failed = [s for s in steps if s.returncode != 0]

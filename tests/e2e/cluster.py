@@ -106,8 +106,10 @@ def write_kubeconfig(path: Path, server: str, ca: Path, user: dict[str, Any], na
 
 
 class LoopbackCluster:
-    def __init__(self, binaries: KubeBinaries, workdir: Path) -> None:
+    def __init__(self, binaries: KubeBinaries, workdir: Path, scheduler_flags: Sequence[str] = ()) -> None:
         self.bins = binaries
+        self.scheduler_flags = list(scheduler_flags)
+        """Extra flags of the default kube-scheduler (e.g. ``--kube-api-qps``: bench/e2e_throughput.py)."""
         self.workdir = workdir
         self.logs = workdir / "logs"
         self.processes: dict[str, Process] = {}
@@ -255,7 +257,8 @@ class LoopbackCluster:
         )
 
     def _start_scheduler(self) -> None:
-        self._spawn("kube-scheduler", [self.bins["kube-scheduler"], *self._component_flags("kube-scheduler")])
+        flags = [*self._component_flags("kube-scheduler"), *self.scheduler_flags]
+        self._spawn("kube-scheduler", [self.bins["kube-scheduler"], *flags])
 
     def _wait_apiserver_ready(self) -> None:
         api = self.api
@@ -347,8 +350,8 @@ class LoopbackCluster:
 
 
 @contextlib.contextmanager
-def running(binaries: KubeBinaries, workdir: Path) -> Iterator[LoopbackCluster]:
-    cluster = LoopbackCluster(binaries, workdir)
+def running(binaries: KubeBinaries, workdir: Path, scheduler_flags: Sequence[str] = ()) -> Iterator[LoopbackCluster]:
+    cluster = LoopbackCluster(binaries, workdir, scheduler_flags)
     started = time.monotonic()
     try:
         cluster.start()
