@@ -7,16 +7,14 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
 
-import numpy as np
 import pytest
 from ext_helpers import args, make_extender, pod
 from fastapi.testclient import TestClient
 
 from scheduler_plugin.extender.app import create_app
-from scheduler_plugin.policies.fragmentation.score_memo import ScoreMemo
 from scheduler_plugin.simulator.simulated_fleet import FleetSpec, SimulatedFleetSource
+from tests.memo_helpers import count_score_computations
 
 NODES = 30
 
@@ -24,17 +22,7 @@ NODES = 30
 def test_prioritize_computes_only_the_written_nodes_across_pods(monkeypatch: pytest.MonkeyPatch) -> None:
     src = SimulatedFleetSource(FleetSpec.uniform(NODES, 8, seed=0, initial_load=0.0))
     ext, _, _ = make_extender(source=src, clock=time.time)
-    computed: list[int] = []
-    real = ScoreMemo.scores
-
-    def counting(self: ScoreMemo, key: Any, f: Any, r: Any, w: Any, extra: Any, compute: Any, *a: Any) -> np.ndarray:
-        def counted(sel: np.ndarray) -> np.ndarray:
-            computed.append(len(sel))
-            return np.asarray(compute(sel))
-
-        return real(self, key, f, r, w, extra, counted, *a)
-
-    monkeypatch.setattr(ScoreMemo, "scores", counting)
+    computed = count_score_computations(monkeypatch)
     names = [f"gpu-node-{i}" for i in range(1, NODES + 1)]
     per_pod: list[int] = []
     with TestClient(create_app(ext)) as c:

@@ -29,6 +29,7 @@ from scheduler_plugin.policies.fragmentation.score_memo import ScoreMemo
 from scheduler_plugin.policies.plugins import PRODUCTION
 from scheduler_plugin.policies.registry import PolicyConfigError
 from scheduler_plugin.simulator.fleet import apply_placement
+from tests.memo_helpers import count_score_computations
 
 
 def node(name: str, used: list[int], cpu: int = 32_000, model: str = "A100") -> GpuNode:
@@ -620,18 +621,8 @@ def test_kept_scores_and_picks_equal_a_plugin_without_memo_and_only_written_node
     w = _pinned_workload(np.random.default_rng(4), 24)
     rows = np.arange(fleet.n_nodes, dtype=np.int64)
     memoised = cls.create(fragmentation.FragmentationArgs())
-    computed: list[int] = []
-    real = ScoreMemo.scores
-
-    def counting(self: ScoreMemo, key: Any, f: Any, r: Any, w_: Any, extra: Any, compute: Any, *a: Any) -> np.ndarray:
-        def counted(sel: np.ndarray) -> np.ndarray:
-            computed.append(len(sel))
-            return np.asarray(compute(sel))
-
-        return real(self, key, f, r, w_, extra, counted, *a)
-
     mp = pytest.MonkeyPatch()
-    mp.setattr(ScoreMemo, "scores", counting)
+    computed = count_score_computations(mp)
     try:
         for req in MEMO_REQUESTS:  # twice: the first call computes afresh, the second keeps every node's score
             memoised.score(req, fleet, rows, _memo_ctx(w))
@@ -733,21 +724,11 @@ def test_kelvin_scores_with_a_moving_stranding_weight_equal_a_plugin_without_mem
     rows = np.arange(fleet.n_nodes, dtype=np.int64)
     args = fragmentation.FragmentationArgs(stranding_full_surplus=10.0)
     memoised = FragmentationPolicy.create(args)
-    computed: list[int] = []
-    real = ScoreMemo.scores
-
-    def counting(self: ScoreMemo, key: Any, f: Any, r: Any, w_: Any, extra: Any, compute: Any, *a: Any) -> np.ndarray:
-        def counted(sel: np.ndarray) -> Any:
-            computed.append(len(sel))
-            return compute(sel)
-
-        return real(self, key, f, r, w_, extra, counted, *a)
-
     req = GpuRequest(count=1, milli=500, cpu_milli=12000, pod_key="ns/a")  # CPU-heavy: strands GPU on some nodes
     factors: set[float] = set()
     recomputed: list[int] = []
     mp = pytest.MonkeyPatch()
-    mp.setattr(ScoreMemo, "scores", counting)
+    computed = count_score_computations(mp)
     try:
         memoised.score(req, fleet, rows, _memo_ctx(w))
         memoised.score(req, fleet, rows, _memo_ctx(w))
