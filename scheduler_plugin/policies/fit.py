@@ -16,6 +16,9 @@ cycle nor refreshes telemetry, so preempting for them would evict victims for no
 
 Reasons are typed (:mod:`scheduler_plugin.policies.reasons`: one dataclass per kind) and built for a whole batch of
 rejected rows: each check's figures are gathered with numpy and each distinct set of them is one object, worded once.
+They are built only when a consumer asks for them (:meth:`FitFilter.reasons`: the extender's ``FailedNodes``, explain,
+the simulator's report of a pod that fits nowhere), never on the way to a verdict: the per-row memo of verdicts and
+the per-row memo of rejections are two, and the second is brought up to date only by :meth:`FitFilter.reasons`.
 """
 
 from __future__ import annotations
@@ -81,9 +84,9 @@ def shape_of(req: GpuRequest) -> tuple[object, ...]:
     return (req.count, req.milli, req.memory_bytes, req.models, req.topology, req.max_temperature)
 
 
-FIT_ROWS_KEY: StateKey[tuple[FleetArrays, GpuRequest, BoolA, ObjA]] = StateKey("kelvin.fit_rows")
-"""Cycle state: (fleet, request, per-row verdict, per-row rejection) of the cycle's fit memo lookup (filter and its
-reasons read it once)."""
+FIT_ROWS_KEY: StateKey[tuple[FleetArrays, GpuRequest, BoolA]] = StateKey("kelvin.fit_rows")
+"""Cycle state: (fleet, request, verdict of every row) of the cycle's fit memo lookup (filter and its reasons read
+it once)."""
 
 
 class _Check(IntEnum):
@@ -162,8 +165,11 @@ class FitFilter:
         targs = topology or TopologyArgs()
         self.tables = TopologyTables(targs.qualities(), targs.worst_link_share)
         self._rows_key = IndexKey[RowMemo]("fit.rows", FIT_COLUMNS, limit=_MAX_SHAPES)
-        """Snapshot index: this filter's :class:`~.row_memo.RowMemo` per request shape (its own key: its limits and
-        tables are its own)."""
+        """Snapshot index: this filter's :class:`~.row_memo.RowMemo` of verdicts per request shape (its own key: its
+        limits and tables are its own)."""
+        self._why_key = IndexKey[RowMemo]("fit.why", FIT_COLUMNS, limit=_MAX_SHAPES)
+        """Snapshot index: the :class:`~.row_memo.RowMemo` of rejections per request shape (None where a row passes),
+        kept apart from the verdicts' so that only :meth:`reasons` pays for them."""
 
     def prepare(self, fleet: FleetArrays) -> None:
         """When a snapshot is published: its wiring patterns (the NVLink cliques this filter checks)."""
@@ -175,34 +181,36 @@ class FitFilter:
     def filter(self, req: GpuRequest, fleet: FleetArrays, idx: IntA, ctx: CycleContext) -> BoolA:
         if not req.wants_gpu:
             return np.ones(idx.shape[0], dtype=np.bool_)
-        memo = self._memo(req, fleet, idx, ctx)
-        if memo is not None:
-            return memo[0][idx]
+        ok = self._memo(req, fleet, idx, ctx)
+        if ok is not None:
+            return ok[idx]
         return self._filter(req, fleet, idx, ctx)
 
-    def _memo(self, req: GpuRequest, fleet: FleetArrays, idx: IntA, ctx: CycleContext) -> tuple[BoolA, ObjA] | None:
-        """(verdict, rejection) of every row of ``fleet`` from this shape's :class:`~.row_memo.RowMemo` (rows that
-        pass: None), once per cycle; None for a few candidates or limits other than this filter's (computed
-        directly)."""
+    def _memo(self, req: GpuRequest, fleet: FleetArrays, idx: IntA, ctx: CycleContext) -> BoolA | None:
+        """The verdict of every row of ``fleet`` from this shape's :class:`~.row_memo.RowMemo`, once per cycle; None
+        for a few candidates or limits other than this filter's (computed directly)."""
         hit = ctx.state.find(FIT_ROWS_KEY)
         if hit is not None and hit[0] is fleet and hit[1] is req:
-            return hit[2], hit[3]
+            return hit[2]
         if few_rows(idx.size, fleet) or limits_of(ctx) != self.limits:
             return None
         memo = fleet.derive(self._rows_key, lambda _: RowMemo(), shape_of(req))
-        ok, why = memo.values(fleet, ctx, lambda f, rows: self._rows(req, f, rows))
-        ctx.state.write(FIT_ROWS_KEY, (fleet, req, ok, why))
-        return ok, why
+        (ok,) = memo.values(fleet, ctx, lambda f, rows: (self._verdicts(req, f, rows),))
+        ctx.state.write(FIT_ROWS_KEY, (fleet, req, ok))
+        return ok
 
-    def _rows(self, req: GpuRequest, fleet: FleetArrays, rows: IntA) -> tuple[BoolA, ObjA]:
-        """The memo's values of ``rows``: the verdict, and the rejection of each row that fails (None where it
-        passes), as computed without the memo."""
-        ok = self._fits(req, fleet, rows, static_ok(req, fleet, rows, self.limits) & capacity_ok(req, fleet, rows))
+    def _verdicts(self, req: GpuRequest, fleet: FleetArrays, rows: IntA) -> BoolA:
+        """The verdict memo's values of ``rows``, as computed without the memo."""
+        return self._fits(req, fleet, rows, static_ok(req, fleet, rows, self.limits) & capacity_ok(req, fleet, rows))
+
+    def _rejections(self, req: GpuRequest, fleet: FleetArrays, ok: BoolA, rows: IntA) -> ObjA:
+        """The rejection memo's values of ``rows``: the rejection of each row that fails by ``ok`` (the verdict of
+        every row this cycle), None where it passes."""
         why = np.full(rows.size, None, dtype=object)
-        bad = np.flatnonzero(~ok)
+        bad = np.flatnonzero(~ok[rows])
         if bad.size:
             why[bad] = self._reasons(req, fleet, rows[bad])
-        return ok, why
+        return why
 
     def _filter(self, req: GpuRequest, fleet: FleetArrays, idx: IntA, ctx: CycleContext) -> BoolA:
         if limits_of(ctx) == self.limits:
@@ -223,9 +231,13 @@ class FitFilter:
         gathered with numpy for the rows it rejects; each distinct set of figures is one object, worded once. After
         :meth:`filter` of many candidates in the same cycle, the rejections are the memo's."""
         hit = ctx.state.find(FIT_ROWS_KEY)
-        # when every one of the rows fails, the memo holds its rejection
+        # when every one of the rows fails, the rejection memo (brought up to date here, never by filter) holds its
+        # rejection
         if hit is not None and hit[0] is fleet and hit[1] is req and not hit[2][rows].any():
-            reasons: list[Rejection] = hit[3][rows].tolist()
+            ok = hit[2]
+            memo = fleet.derive(self._why_key, lambda _: RowMemo(), shape_of(req))
+            (why,) = memo.values(fleet, ctx, lambda f, r: (self._rejections(req, f, ok, r),))
+            reasons: list[Rejection] = why[rows].tolist()
             return reasons
         return self._reasons(req, fleet, rows)
 
