@@ -66,7 +66,22 @@ class FreeStats:
     """(P, T) thousandths free on those GPUs (what shapes of share t can use)."""
 
 
+_FEW_ROWS = 4
+"""Up to this many rows :func:`free_stats` compares every GPU with every threshold directly (the one row an arrival
+wrote: 4 numpy calls instead of 12, 17 -> 7 us); more rows take the buckets (O(P * (G + T)) instead of P * G * T)."""
+
+
 def free_stats(free: I32A, w: Workload) -> FreeStats:
+    """:class:`FreeStats` of the rows of ``free`` ((P, G) thousandths free per GPU slot). Integer counts and sums
+    (the free thousandths in float64, exact), so both ways below give the same values."""
+    if 0 < len(free) <= _FEW_ROWS:
+        reach = free[:, :, None] >= w.thresholds  # (P, G, T): the GPU has at least t free
+        amount = np.where(reach, free[:, :, None], 0)
+        return FreeStats(
+            free.sum(axis=1, dtype=np.int64),
+            reach.sum(axis=1, dtype=np.int64),
+            amount.sum(axis=1, dtype=np.int64).astype(np.float64),
+        )
     # Bucket every GPU by how many thresholds its free share reaches; prefix sums per row: O(P * (G + T)).
     total = free.sum(axis=1, dtype=np.int64)
     p, g = free.shape

@@ -156,7 +156,8 @@ class FleetUsable:
         st = free_stats(free[changed], w)
         sub = _node_usable(w, st.gpus_at_least, st.free_at_least, cpu[changed], mem[changed] if memory_aware else None)
         acc = None if access is None else access[changed]
-        total = memo.total + _per_shape(sub, group, acc) - _per_shape(memo.node[changed], group, acc)
+        # exact integers in float64: adding the rows' difference gives what adding the new and taking the old gives
+        total = memo.total + _per_shape(sub - memo.node[changed], group, acc)
         memo.node[changed] = sub
         self._memo = _UsableMemo(w, memory_aware, stamps, memo.node, total)
         return total
