@@ -160,3 +160,27 @@ def test_a_pickled_fleet_starts_with_an_empty_index() -> None:
     assert len(f.derived) > 0
     g = pickle.loads(pickle.dumps(f))  # the simulator's worker processes
     assert len(g.derived) == 0 and g.derived.rows is None
+
+
+@pytest.mark.parametrize("replaced", ["temp", "slowdown", "throttle"])
+def test_an_entry_over_several_columns_recomputes_when_any_one_is_replaced(replaced: str) -> None:
+    f = _fleet()
+    key = IndexKey[int]("example.three", ("temp", "slowdown", "throttle"))
+    single = IndexKey[int]("example.one", (replaced,))
+    none = IndexKey[int]("example.none", ())
+    calls: list[str] = []
+
+    def count(name: str) -> int:
+        calls.append(name)
+        return len(calls)
+
+    assert f.derive(key, lambda _: count("three")) == 1
+    assert f.derive(single, lambda _: count("one")) == 2
+    assert f.derive(none, lambda _: count("none")) == 3
+    assert f.derive(key, lambda _: count("three")) == 1  # same columns: served
+    assert f.derive(single, lambda _: count("one")) == 2
+    setattr(f, replaced, getattr(f, replaced).copy())  # same content, another array: recomputed
+    assert f.derive(key, lambda _: count("three")) == 4
+    assert f.derive(single, lambda _: count("one")) == 5
+    assert f.derive(none, lambda _: count("none")) == 3  # reads no column: kept
+    assert calls == ["three", "one", "none", "three", "one"]

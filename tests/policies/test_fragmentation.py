@@ -24,6 +24,7 @@ from scheduler_plugin.policies.fragmentation import (
     placements,
     shape_of,
 )
+from scheduler_plugin.policies.fragmentation.gradient import free_stats
 from scheduler_plugin.policies.fragmentation.row_stamps import row_stamps
 from scheduler_plugin.policies.fragmentation.score_memo import ScoreMemo
 from scheduler_plugin.policies.plugins import PRODUCTION
@@ -758,3 +759,22 @@ def test_row_stamps_move_for_written_rows_only_and_stay_the_same_array_while_not
     fleet.free_mem[30, 1] -= GIB
     now = row_stamps(fleet)
     assert np.flatnonzero(now != first).tolist() == [7, 9, 30]
+
+
+@pytest.mark.parametrize("rows", [1, 2, 4, 5, 40])
+def test_free_stats_count_and_sum_the_gpus_reaching_each_threshold(rows: int) -> None:
+    """Few rows (an arrival's written node) are compared with the thresholds directly, more are bucketed: both give
+    the plain count and sum, in the same dtypes."""
+    w = Workload.from_counts(
+        {PodShape(4000, 110, 1, None): 1.0, PodShape(4000, 500, 1, None): 1.0, PodShape(8000, 1000, 2, None): 1.0},
+        coverage=1.0,
+    )
+    rng = np.random.default_rng(rows)
+    free = rng.choice([0, 110, 300, 500, 999, 1000], size=(rows, 8)).astype(np.int32)
+    st = free_stats(free, w)
+    assert st.total.dtype == st.gpus_at_least.dtype == np.int64 and st.free_at_least.dtype == np.float64
+    for r in range(rows):
+        gpus = free[r].tolist()
+        assert st.total[r] == sum(gpus)
+        assert st.gpus_at_least[r].tolist() == [sum(g >= t for g in gpus) for t in w.thresholds.tolist()]
+        assert st.free_at_least[r].tolist() == [float(sum(g for g in gpus if g >= t)) for t in w.thresholds.tolist()]

@@ -10,11 +10,12 @@ from scheduler_plugin.model import GIB, GpuInfo, GpuNode, GpuRequest, build_arra
 from scheduler_plugin.policies import fragmentation
 from scheduler_plugin.policies.base import CycleContext, CycleState
 from scheduler_plugin.policies.fragmentation import WORKLOAD_KEY, FragmentationPolicy, PodShape, Workload
-from scheduler_plugin.policies.fragmentation.gradient import free_stats
+from scheduler_plugin.policies.fragmentation.gradient import FLEET_FREE_TOTALS, FleetFreeTotals, free_stats
 from scheduler_plugin.policies.fragmentation.scarcity import (
     FLEET_USABLE,
     FleetUsable,
     fleet_scarcity,
+    fleet_usable,
     scarcity_weights,
     usable_capacity,
 )
@@ -140,6 +141,48 @@ def test_the_fleet_memo_follows_in_place_writes_and_matches_a_recount() -> None:
             w, st.gpus_at_least, st.free_at_least, fleet.cpu_free, fleet.mem_free_host, w.node_access(fleet)
         )
         assert kept.tolist() == want.tolist() == got.tolist()
+
+
+def test_the_snapshot_and_its_working_copy_share_the_memo_and_each_matches_a_recount() -> None:
+    """A copy takes the snapshot index over (the simulator's working copy, a ledger overlay): both fleets' writes
+    move the one holder back and forth between their contents, and each answer equals a recount of its fleet."""
+    pinned = PodShape(8000, 1000, 1, frozenset({"G2"}))
+    w = Workload.from_counts({ONE: 6.0, FOUR_HEAVY: 2.0, EIGHT_HUGE: 1.0, HALF: 3.0, pinned: 2.0}, coverage=1.0)
+    snap = build_arrays(fleet_with_one_big_node())
+    fleet_usable(snap).usable(snap, w, True)
+    work = snap.copy()
+    assert fleet_usable(work) is fleet_usable(snap)
+    rng = np.random.default_rng(11)
+    for step in range(30):
+        f = work if step % 3 else snap
+        row = int(rng.integers(f.n_nodes))
+        f.free_milli[row, int(rng.integers(8))] = int(rng.integers(0, 1001))
+        f.cpu_free[row] = int(rng.integers(0, 130_000))
+        for g in (f, snap if f is work else work):
+            st = free_stats(g.free_milli, w)
+            want = usable_capacity(w, st.gpus_at_least, st.free_at_least, g.cpu_free, g.mem_free_host, w.node_access(g))
+            assert fleet_usable(g).usable(g, w, True).tolist() == want.tolist()
+
+
+def test_the_fleet_free_totals_follow_in_place_writes_of_a_fleet_and_its_copy() -> None:
+    """The free GPU and CPU totals (the stranding term's surplus factor, the scarcity ratio) kept for a snapshot and
+    its working copy equal a recount of whichever fleet is asked, after writes to either (a CPU-only node's CPU is
+    not counted)."""
+    snap = build_arrays([*fleet_with_one_big_node(), gpu_node("cpu-only", 64_000, 256, "G2", gpus=0)])
+    holder = snap.derive(FLEET_FREE_TOTALS, lambda _: FleetFreeTotals())
+    holder.totals(snap)
+    work = snap.copy()
+    rng = np.random.default_rng(5)
+    for step in range(40):
+        f = work if step % 4 else snap
+        row = int(rng.integers(f.n_nodes))
+        f.free_milli[row, int(rng.integers(8))] = int(rng.integers(0, 1001)) if f.gpu_present[row].any() else 0
+        f.cpu_free[row] = int(rng.integers(-1000, 130_000))
+        for g in (f, snap if f is work else work):
+            gpu = int(np.where(g.gpu_present, g.free_milli, 0).sum())
+            cpu = int(np.maximum(g.cpu_free[g.gpu_present.any(axis=1)], 0).sum())
+            assert g.derive(FLEET_FREE_TOTALS, lambda _: FleetFreeTotals()) is holder
+            assert holder.totals(g) == (gpu, cpu)
 
 
 def test_a_learned_workload_is_priced_by_the_published_snapshot() -> None:

@@ -66,7 +66,22 @@ class FreeStats:
     """(P, T) thousandths free on those GPUs (what shapes of share t can use)."""
 
 
+_FEW_ROWS = 4
+"""Up to this many rows :func:`free_stats` compares every GPU with every threshold directly (the one row an arrival
+wrote: 4 numpy calls instead of 12, 17 -> 7 us); more rows take the buckets (O(P * (G + T)) instead of P * G * T)."""
+
+
 def free_stats(free: I32A, w: Workload) -> FreeStats:
+    """:class:`FreeStats` of the rows of ``free`` ((P, G) thousandths free per GPU slot). Integer counts and sums
+    (the free thousandths in float64, exact), so both ways below give the same values."""
+    if 0 < len(free) <= _FEW_ROWS:
+        reach = free[:, :, None] >= w.thresholds  # (P, G, T): the GPU has at least t free
+        amount = np.where(reach, free[:, :, None], 0)
+        return FreeStats(
+            free.sum(axis=1, dtype=np.int64),
+            reach.sum(axis=1, dtype=np.int64),
+            amount.sum(axis=1, dtype=np.int64).astype(np.float64),
+        )
     # Bucket every GPU by how many thresholds its free share reaches; prefix sums per row: O(P * (G + T)).
     total = free.sum(axis=1, dtype=np.int64)
     p, g = free.shape
@@ -545,17 +560,23 @@ def stranding_penalty(req: GpuRequest, pl: Placements, w: Workload) -> FloatA:
 class FleetFreeTotals:
     """The fleet's free GPU thousandths (present slots) and free CPU on GPU nodes (negatives as 0), kept in the
     snapshot index and updated by the rows whose content changed (content-checked like :class:`FleetFreeStats`;
-    integer sums, so exactly what summing afresh gives)."""
+    integer sums, so exactly what summing afresh gives). The per-row sums are never handed out: an update writes the
+    changed rows in place, under the lock, instead of copying two (N,) arrays per arrival."""
 
-    __slots__ = ("_memo",)
+    __slots__ = ("_lock", "_memo")
 
     def __init__(self) -> None:
         self._memo: tuple[IntA, IntA, IntA, int, int] | None = None
+        self._lock = threading.Lock()
 
     def totals(self, fleet: FleetArrays, stamps: IntA | None = None) -> tuple[int, int]:
         """(free GPU thousandths, free CPU on GPU nodes); ``stamps``: :func:`.row_stamps` of ``fleet`` if known."""
-        free, cpu = fleet.free_milli, fleet.cpu_free
         stamps = row_stamps(fleet) if stamps is None else stamps
+        with self._lock:
+            return self._totals(fleet, stamps)
+
+    def _totals(self, fleet: FleetArrays, stamps: IntA) -> tuple[int, int]:
+        free, cpu = fleet.free_milli, fleet.cpu_free
         memo = self._memo
         changed = moved(None if memo is None else memo[0], stamps)
         if memo is None or changed is None:
@@ -571,7 +592,6 @@ class FleetFreeTotals:
             new_cpu = np.where(present.any(axis=1), np.maximum(cpu[changed], 0), 0).astype(np.int64)
             gpu_sum += int(new_gpu.sum() - gpu_free[changed].sum())
             cpu_sum += int(new_cpu.sum() - cpu_have[changed].sum())
-            gpu_free, cpu_have = gpu_free.copy(), cpu_have.copy()
             gpu_free[changed], cpu_have[changed] = new_gpu, new_cpu
             memo = (stamps, gpu_free, cpu_have, gpu_sum, cpu_sum)
         self._memo = memo

@@ -23,6 +23,7 @@ off the request path) and looked up per request by shape (:func:`by_shape`, :fun
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -107,7 +108,7 @@ class _UsableMemo:
     stamps: IntA
     """(N,) :func:`.row_stamps` of the rows' content ``node`` was computed for."""
     node: FloatA
-    """(N, G + 1) :func:`_node_usable` of every row."""
+    """(N, G + 1) :func:`_node_usable` of every row (private to the holder: updated in place, under its lock)."""
     total: FloatA
     """(M,) :func:`_per_shape` of ``node``: every shape's usable thousandths over the fleet."""
 
@@ -116,12 +117,14 @@ class FleetUsable:
     """Every shape's usable free thousandths over a fleet (:func:`usable_capacity`), kept in the snapshot index and
     updated by the rows whose content changed (the simulator writes one node per arrival; content-checked like the
     fleet's F memo, by the fleet's :func:`.row_stamps`). The values are sums of integers (thousandths) in float64, so
-    updating them gives what summing afresh gives."""
+    updating them gives what summing afresh gives. The per-row table is never handed out: an update writes its
+    changed rows in place (copying the table cost a tenth of an update), under the lock."""
 
-    __slots__ = ("_memo",)
+    __slots__ = ("_lock", "_memo")
 
     def __init__(self) -> None:
         self._memo: _UsableMemo | None = None
+        self._lock = threading.Lock()
 
     def holds(self, w: Workload, memory_aware: bool) -> bool:
         """Whether the memo is for ``w`` (then :meth:`usable` costs the rows that changed only)."""
@@ -131,8 +134,12 @@ class FleetUsable:
     def usable(self, fleet: FleetArrays, w: Workload, memory_aware: bool, stamps: IntA | None = None) -> FloatA:
         """(M,) every shape's usable free thousandths on ``fleet`` now; ``stamps``: :func:`.row_stamps` of ``fleet``
         when the caller has them (the cycle's)."""
-        free, cpu, mem = fleet.free_milli, fleet.cpu_free, fleet.mem_free_host
         stamps = row_stamps(fleet) if stamps is None else stamps
+        with self._lock:
+            return self._usable(fleet, w, memory_aware, stamps)
+
+    def _usable(self, fleet: FleetArrays, w: Workload, memory_aware: bool, stamps: IntA) -> FloatA:
+        free, cpu, mem = fleet.free_milli, fleet.cpu_free, fleet.mem_free_host
         access = None if w.unrestricted else w.node_access(fleet)
         group = _group_of_shape(w)
         memo = self._memo
@@ -149,10 +156,10 @@ class FleetUsable:
         st = free_stats(free[changed], w)
         sub = _node_usable(w, st.gpus_at_least, st.free_at_least, cpu[changed], mem[changed] if memory_aware else None)
         acc = None if access is None else access[changed]
-        total = memo.total + _per_shape(sub, group, acc) - _per_shape(memo.node[changed], group, acc)
-        node = memo.node.copy()
-        node[changed] = sub
-        self._memo = _UsableMemo(w, memory_aware, stamps, node, total)
+        # exact integers in float64: adding the rows' difference gives what adding the new and taking the old gives
+        total = memo.total + _per_shape(sub - memo.node[changed], group, acc)
+        memo.node[changed] = sub
+        self._memo = _UsableMemo(w, memory_aware, stamps, memo.node, total)
         return total
 
 
