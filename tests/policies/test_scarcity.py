@@ -216,3 +216,23 @@ def test_a_learned_workload_is_priced_by_the_published_snapshot() -> None:
     priced = ctx.state.read(fragmentation.plugin.SCARCITY_KEY)[2]
     huge = [s for s, _ in priced.shapes()].index(EIGHT_HUGE)
     assert priced.prob[huge] / policy.estimator.workload().prob[huge] == 8.0
+
+
+def test_a_fleet_short_of_cpu_counts_homes_without_their_cpu() -> None:
+    """Every node but the big one down to 8 free cores: the fleet's free CPU (176 cores) cannot feed its 64 free
+    GPUs at the workload's ratio (no surplus). Counted with their CPU, the 60-core 4-GPU shape's homes are the big
+    node's 8 GPUs (weight 8); but CPU then limits every shape, so the policy counts homes without it: that shape weighs
+    1, while the 8-GPU shape that needs 700 GiB of host memory keeps its weight (the big node only)."""
+    fleet = build_arrays(fleet_with_one_big_node())
+    fleet.cpu_free[1:] = 8000
+    fleet.cpu_free[0] = 120_000
+    w = workload()
+    shapes = [s for s, _ in w.shapes()]
+    with_cpu = fleet_scarcity(w, fleet, True)
+    assert with_cpu[shapes.index(FOUR_HEAVY)] == 8.0
+    ctx = CycleContext(now=0.0, state=CycleState({WORKLOAD_KEY: w}))
+    priced = FragmentationPolicy.create(fragmentation.FragmentationArgs()).scored_workload(fleet, ctx)
+    ratio = dict(zip(shapes, (priced.prob / w.prob).tolist(), strict=True))
+    assert ratio[FOUR_HEAVY] == 1.0
+    assert ratio[EIGHT_HUGE] == 8.0
+    assert ratio[ONE] == 1.0

@@ -45,15 +45,16 @@ def _group_of_shape(w: Workload) -> IntA:
     return shape_groups(w).of_shape
 
 
-def _node_usable(w: Workload, gpus_at_least: IntA, free_at_least: FloatA, cpu: IntA, mem: IntA | None) -> FloatA:
+def _node_usable(w: Workload, gpus_at_least: IntA, free_at_least: FloatA, cpu: IntA | None, mem: IntA | None) -> FloatA:
     """(N, G + 1) per row and shape group: the free thousandths the group could use on the row (0 where it does not
-    fit; the last column, for CPU-only shapes, is 0)."""
+    fit; the last column, for CPU-only shapes, is 0). ``cpu`` ``None``: the CPU is not checked."""
     groups = shape_groups(w)
-    out = np.zeros((len(cpu), len(groups.members) + 1), dtype=np.float64)
+    out = np.zeros((len(gpus_at_least), len(groups.members) + 1), dtype=np.float64)
     if not len(groups.members):
         return out
-    ok = cpu[:, None] >= groups.cpu_milli[None, :]
-    ok &= gpus_at_least[:, groups.threshold] >= groups.count[None, :]
+    ok = gpus_at_least[:, groups.threshold] >= groups.count[None, :]
+    if cpu is not None:
+        ok &= cpu[:, None] >= groups.cpu_milli[None, :]
     if mem is not None:
         ok &= mem[:, None] >= groups.host_memory[None, :]
     out[:, :-1] = np.where(ok, free_at_least[:, groups.threshold], 0.0)
@@ -72,15 +73,15 @@ def usable_capacity(
     w: Workload,
     gpus_at_least: IntA,
     free_at_least: FloatA,
-    cpu: IntA,
+    cpu: IntA | None,
     mem: IntA | None,
     access: BoolA | None,
 ) -> FloatA:
     """(M,) per shape of ``w``: the free GPU thousandths it could use now, summed over the rows (nodes).
 
     ``gpus_at_least`` / ``free_at_least``: (N, T) the rows' free stats per threshold of ``w``; ``cpu``: (N,) free
-    millicores; ``mem``: (N,) free host memory (``None``: not checked); ``access``: (N, M) shape m admits the row's
-    GPU model (``None``: every shape admits every node). CPU-only shapes get 0."""
+    millicores (``None``: not checked); ``mem``: (N,) free host memory (``None``: not checked); ``access``: (N, M)
+    shape m admits the row's GPU model (``None``: every shape admits every node). CPU-only shapes get 0."""
     node = _node_usable(w, gpus_at_least, free_at_least, cpu, mem)
     return _per_shape(node, _group_of_shape(w), access)
 
@@ -105,6 +106,7 @@ def scarcity_weights(usable: FloatA, free_total: float, cap: float = DEFAULT_SCA
 class _UsableMemo:
     workload: Workload
     memory_aware: bool
+    count_cpu: bool
     stamps: IntA
     """(N,) :func:`.row_stamps` of the rows' content ``node`` was computed for."""
     node: FloatA
@@ -126,40 +128,54 @@ class FleetUsable:
         self._memo: _UsableMemo | None = None
         self._lock = threading.Lock()
 
-    def holds(self, w: Workload, memory_aware: bool) -> bool:
+    def holds(self, w: Workload, memory_aware: bool, count_cpu: bool = True) -> bool:
         """Whether the memo is for ``w`` (then :meth:`usable` costs the rows that changed only)."""
         memo = self._memo
-        return memo is not None and memo.workload is w and memo.memory_aware == memory_aware
+        return (
+            memo is not None
+            and memo.workload is w
+            and memo.memory_aware == memory_aware
+            and memo.count_cpu == count_cpu
+        )
 
-    def usable(self, fleet: FleetArrays, w: Workload, memory_aware: bool, stamps: IntA | None = None) -> FloatA:
+    def usable(
+        self, fleet: FleetArrays, w: Workload, memory_aware: bool, stamps: IntA | None = None, count_cpu: bool = True
+    ) -> FloatA:
         """(M,) every shape's usable free thousandths on ``fleet`` now; ``stamps``: :func:`.row_stamps` of ``fleet``
-        when the caller has them (the cycle's)."""
+        when the caller has them (the cycle's); ``count_cpu``: whether a shape must fit the row's free CPU."""
         stamps = row_stamps(fleet) if stamps is None else stamps
         with self._lock:
-            return self._usable(fleet, w, memory_aware, stamps)
+            return self._usable(fleet, w, memory_aware, stamps, count_cpu)
 
-    def _usable(self, fleet: FleetArrays, w: Workload, memory_aware: bool, stamps: IntA) -> FloatA:
-        free, cpu, mem = fleet.free_milli, fleet.cpu_free, fleet.mem_free_host
+    def _usable(self, fleet: FleetArrays, w: Workload, memory_aware: bool, stamps: IntA, count_cpu: bool) -> FloatA:
+        free, mem = fleet.free_milli, fleet.mem_free_host
+        cpu = fleet.cpu_free if count_cpu else None
         access = None if w.unrestricted else w.node_access(fleet)
         group = _group_of_shape(w)
         memo = self._memo
-        same = memo is not None and memo.workload is w and memo.memory_aware == memory_aware
+        same = self.holds(w, memory_aware, count_cpu)
         changed = moved(memo.stamps, stamps) if memo is not None and same else None
         if changed is None:
             st = free_stats(free, w)
             node = _node_usable(w, st.gpus_at_least, st.free_at_least, cpu, mem if memory_aware else None)
-            self._memo = _UsableMemo(w, memory_aware, stamps, node, _per_shape(node, group, access))
+            self._memo = _UsableMemo(w, memory_aware, count_cpu, stamps, node, _per_shape(node, group, access))
             return self._memo.total
         assert memo is not None
         if not len(changed):
             return memo.total
         st = free_stats(free[changed], w)
-        sub = _node_usable(w, st.gpus_at_least, st.free_at_least, cpu[changed], mem[changed] if memory_aware else None)
+        sub = _node_usable(
+            w,
+            st.gpus_at_least,
+            st.free_at_least,
+            None if cpu is None else cpu[changed],
+            mem[changed] if memory_aware else None,
+        )
         acc = None if access is None else access[changed]
         # exact integers in float64: adding the rows' difference gives what adding the new and taking the old gives
         total = memo.total + _per_shape(sub - memo.node[changed], group, acc)
         memo.node[changed] = sub
-        self._memo = _UsableMemo(w, memory_aware, stamps, memo.node, total)
+        self._memo = _UsableMemo(w, memory_aware, count_cpu, stamps, memo.node, total)
         return total
 
 
@@ -177,11 +193,14 @@ def fleet_scarcity(
     memory_aware: bool,
     cap: float = DEFAULT_SCARCITY_CAP,
     stamps: IntA | None = None,
+    count_cpu: bool = True,
 ) -> FloatA:
     """:func:`scarcity_weights` of ``w``'s shapes on the whole ``fleet`` now (``stamps``: :func:`.row_stamps` of
-    ``fleet`` when the caller has them)."""
+    ``fleet`` when the caller has them). ``count_cpu`` ``False``: a shape's homes are counted without checking their
+    free CPU (the fragmentation policy's choice while the fleet has no CPU surplus: :meth:`scored_workload
+    <.plugin.FragmentationPolicy.scored_workload>`)."""
     stamps = row_stamps(fleet) if stamps is None else stamps
-    usable = fleet_usable(fleet).usable(fleet, w, memory_aware, stamps)
+    usable = fleet_usable(fleet).usable(fleet, w, memory_aware, stamps, count_cpu)
     free_total, _ = fleet.derive(FLEET_FREE_TOTALS, lambda _: FleetFreeTotals()).totals(fleet, stamps)
     return scarcity_weights(usable, float(free_total), cap)
 
