@@ -15,6 +15,7 @@ timer) and prints the 30 most expensive functions by cumulative time.
 
     python bench/extender_verbs.py                       # 100 pods, empty ledger
     python bench/extender_verbs.py --assumed 3000        # with 3,000 pods assumed
+    python bench/extender_verbs.py --assumed 5400 --pods-per-second 180   # a busy cluster: the TTL at work
     python bench/extender_verbs.py --profile /tmp/verbs.prof
 """
 
@@ -61,20 +62,25 @@ class Run:
     def __init__(self, args: argparse.Namespace) -> None:
         self.t0 = time.time()
         t0 = self.t0
+        self.now = t0
+        self.rate = args.pods_per_second
         self.ext: Extender = build_extender(
             Settings(
                 fleet_nodes=args.nodes, fleet_gpus_per_node=args.gpus, refresh_interval_s=3600, max_telemetry_age_s=7200
             ),
             policy=PolicyConfig.from_mapping({"telemetry": {"maxAgeSeconds": 7200}}),
-            clock=lambda: t0,
+            clock=lambda: self.now,
         )
         self.loop = asyncio.new_event_loop()
         self.loop.run_until_complete(self.ext.cache.refresh_once())
         self.names = [f"gpu-node-{i}" for i in range(1, args.nodes + 1)]
+        ttl = self.ext.ledger.ttl_s
         for i in range(args.assumed):  # spread over the fleet, one GPU each, within the TTL
             node = self.names[(i * 7) % args.nodes]
             a = GpuAssignment(pod_key=f"assumed/p{i}", gpu_indices=(i % args.gpus,))
-            self.ext.ledger.assume(node, a, t0 - 20 + i * 15 / max(1, args.assumed))
+            # a still clock: bound 20 to 5 s ago; a moving one: over the whole TTL, so that some reach it every pod
+            at = t0 - ttl + i * ttl / args.assumed if self.rate else t0 - 20 + i * 15 / max(1, args.assumed)
+            self.ext.ledger.assume(node, a, at)
         base = pods()
         self.pods = [pod_with_uid(base, i) for i in range(args.warmup + args.pods)]
         self.bodies = [go_json({"Pod": p, "Nodes": None, "NodeNames": self.names}) for p in self.pods]
@@ -82,6 +88,8 @@ class Run:
         self.answers: list[tuple[int, str, bytes]] = []
 
     def one(self, i: int, *, measured: bool) -> None:
+        if self.rate:
+            self.now = self.t0 + i / self.rate
         p = self.pods[i]
         a = time.process_time()
         filtered = dumps(self.ext.filter(self.bodies[i]))
@@ -116,8 +124,17 @@ def main() -> int:
     ap.add_argument("--pods", type=int, default=100, help="measured pods")
     ap.add_argument("--warmup", type=int, default=20)
     ap.add_argument("--assumed", type=int, default=0, help="pods in the ledger before the run")
+    ap.add_argument(
+        "--pods-per-second",
+        type=float,
+        default=0.0,
+        help="move the extender's clock by 1/RATE per pod (placements and assumed pods reach the TTL as in a busy "
+        "cluster); 0 (default): a still clock",
+    )
     ap.add_argument("--profile", type=Path, default=None, help="cProfile the measured pods into this file")
     args = ap.parse_args()
+    if not args.pods_per_second >= 0:
+        ap.error(f"--pods-per-second must be >= 0, got {args.pods_per_second:g}")
     run = Run(args)
     for i in range(args.warmup):
         run.one(i, measured=False)
@@ -131,7 +148,9 @@ def main() -> int:
         prof.dump_stats(str(args.profile))
     per = {verb: cpu / args.pods * 1000 for verb, cpu in run.cpu.items()}
     print(
-        f"{args.nodes} nodes x {args.gpus} GPUs, {args.assumed} pods assumed, {args.pods} pods; "
+        f"{args.nodes} nodes x {args.gpus} GPUs, {args.assumed} pods assumed, {args.pods} pods"
+        + (f" at {args.pods_per_second:g} pods/s of clock" if args.pods_per_second else "")
+        + "; "
         f"{load_line()}{' (under cProfile)' if prof else ''}"
     )
     print(

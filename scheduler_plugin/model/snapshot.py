@@ -135,6 +135,27 @@ class FleetArrays:
         out.charge((index[node], a) for node, entries in assumed.items() if node in index for a in entries)
         return out
 
+    def with_assumed_on(
+        self, base: FleetArrays, assumed: Mapping[str, Sequence[GpuAssignment]], nodes: Iterable[str]
+    ) -> FleetArrays:
+        """This view of ``base`` (``base.with_assumed(old)``) after the assumed lists of ``nodes`` changed to their
+        lists in ``assumed`` (a node missing there: none left): the same arrays as ``base.with_assumed(assumed)``
+        when no other node's list changed, at the cost of those nodes only. Their rows are taken back to ``base``'s
+        capacity and charged their whole lists (a charge touches its own row only, and one clamp after each row's
+        sum is what the full rebuild does)."""
+        index = base.index
+        known = [n for n in nodes if n in index]
+        if not known:
+            return self
+        rows = np.fromiter(map(index.__getitem__, known), dtype=np.int64, count=len(known))
+        out = replace(self)
+        for name in _CAPACITY_COLUMNS:
+            col = getattr(self, name).copy()
+            col[rows] = getattr(base, name)[rows]
+            setattr(out, name, col)
+        out.charge((index[n], a) for n in known for a in assumed.get(n, ()))
+        return out
+
     def charge(self, claims: Iterable[tuple[int, GpuAssignment]], sign: int = 1) -> int:
         """Charge ``claims`` ((row, record) pairs) against this fleet's capacity in place: kelvin's assigned share,
         memory and tenants up, free share and memory down, by :class:`~.claim.SlotCharges` (the one charge of a

@@ -169,6 +169,24 @@ RECENT_PLACEMENTS: StateKey[Mapping[str, Sequence[float]]] = StateKey("kelvin.pl
 scoring when it has a ledger)."""
 
 
+@dataclass(frozen=True, slots=True)
+class PlacementLog:
+    """The same placements as :data:`RECENT_PLACEMENTS`, as one list in the order made: ``nodes[i]`` took a pod at
+    ``times[i]``, for ``i < size`` (the lists may grow past ``size`` later; what is below it never changes). Each
+    node's times appear in the order of its :data:`RECENT_PLACEMENTS` list. A reader that only needs the last seconds
+    slices it (``ordered``: the times never decrease, so the window's start is a bisection) instead of walking every
+    node that took a pod within the ledger's TTL."""
+
+    nodes: Sequence[str]
+    times: Sequence[float]
+    size: int
+    ordered: bool
+
+
+PLACEMENT_LOG: StateKey[PlacementLog] = StateKey("kelvin.placement_log")
+"""The assumed ledger's :class:`PlacementLog`, written with :data:`RECENT_PLACEMENTS`."""
+
+
 @runtime_checkable
 class FilterPlugin(Protocol):
     name: str

@@ -13,14 +13,15 @@ of a node that just took pods does not show their load yet. Normalised absolutel
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Mapping, Sequence
-from itertools import chain
+from itertools import chain, repeat
 
 import numpy as np
 from pydantic import Field
 
 from ..model import FleetArrays, GpuRequest
-from .base import RECENT_PLACEMENTS, CycleContext, FloatA, IntA, StateKey
+from .base import PLACEMENT_LOG, RECENT_PLACEMENTS, CycleContext, FloatA, IntA, PlacementLog, StateKey
 from .normalize import unit
 from .policy_file import CamelModel
 
@@ -59,24 +60,47 @@ class BurstScore:
     def _per_row(self, fleet: FleetArrays, ctx: CycleContext) -> FloatA:
         """(N,) every node's fading burst load this cycle: :func:`burst_load` of the fleet's nodes, in numpy.
 
-        A busy cluster has thousands of placements in the ledger's window (180 pods/s for 30 s), read by every
-        prioritize: one Python step per node, none per placement. The same floats as :func:`burst_load`: each weight
-        is the same IEEE operations elementwise, and ``np.bincount`` adds a node's weights in order from 0.0, as
-        ``sum`` does (a placement after ``now`` adds 0.0 instead of being skipped: the same sum)."""
-        per_row = np.zeros(fleet.n_nodes, dtype=np.float64)
-        placements = ctx.state.find(RECENT_PLACEMENTS)
+        A busy cluster has thousands of placements in the ledger's TTL (180 pods/s for 30 s), read by every
+        prioritize: with the ledger's :data:`~.base.PLACEMENT_LOG` only the placements of the last ``windowSeconds``
+        are read (a bisection when the times are in order), else one Python step per node of
+        :data:`~.base.RECENT_PLACEMENTS`, none per placement. The same floats as :func:`burst_load` either way: each
+        weight is the same IEEE operations elementwise, and ``np.bincount`` adds a node's weights in order from 0.0,
+        as ``sum`` does (a placement after ``now``, or one the window's cut leaves in, adds 0.0 instead of being
+        skipped: the same sum)."""
+        log = ctx.state.find(PLACEMENT_LOG)
+        if log is not None:
+            rows, times = self._window(log, fleet, ctx.now)
+        else:
+            rows, times = self._flatten(ctx.state.find(RECENT_PLACEMENTS), fleet)
+        if not times.size:
+            return np.zeros(fleet.n_nodes, dtype=np.float64)
+        now = ctx.now
+        weights = np.where(times <= now + 1e-9, np.maximum(0.0, 1.0 - (now - times) / self.args.window_seconds), 0.0)
+        return np.asarray(np.bincount(rows, weights=weights, minlength=fleet.n_nodes), dtype=np.float64)
+
+    def _window(self, log: PlacementLog, fleet: FleetArrays, now: float) -> tuple[IntA, FloatA]:
+        """The rows and times of the log's placements that may weigh (a second of margin before the window: the
+        weights of older ones are exactly 0.0, whatever the rounding of ``now - t``), skipping unknown nodes."""
+        start = bisect_right(log.times, now - self.args.window_seconds - 1.0, 0, log.size) if log.ordered else 0
+        nodes = log.nodes[start : log.size]
+        rows = np.fromiter(map(fleet.index.get, nodes, repeat(-1, len(nodes))), dtype=np.int64, count=len(nodes))
+        times = np.asarray(log.times[start : log.size], dtype=np.float64)
+        known = rows >= 0
+        if not known.all():
+            rows, times = rows[known], times[known]
+        return rows, times
+
+    @staticmethod
+    def _flatten(placements: Mapping[str, Sequence[float]] | None, fleet: FleetArrays) -> tuple[IntA, FloatA]:
+        """Every placement of ``placements`` on the fleet's nodes: their rows and times, node by node."""
         if not placements:
-            return per_row
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64)
         index = fleet.index
         nodes = [node for node in placements if node in index]
         counts = np.fromiter(map(len, map(placements.__getitem__, nodes)), dtype=np.int64, count=len(nodes))
         times = np.fromiter(chain.from_iterable(map(placements.__getitem__, nodes)), dtype=np.float64)
-        if not times.size:
-            return per_row
         rows = np.repeat(np.fromiter(map(index.__getitem__, nodes), dtype=np.int64, count=len(nodes)), counts)
-        now = ctx.now
-        weights = np.where(times <= now + 1e-9, np.maximum(0.0, 1.0 - (now - times) / self.args.window_seconds), 0.0)
-        return np.asarray(np.bincount(rows, weights=weights, minlength=fleet.n_nodes), dtype=np.float64)
+        return rows, times
 
     def pre_score(self, req: GpuRequest, fleet: FleetArrays, rows: IntA, ctx: CycleContext) -> None:
         """The loads of every node, once per cycle (score and explain index them)."""

@@ -13,7 +13,7 @@ protocol carries.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
@@ -24,6 +24,7 @@ from ..model.claim import claim_of
 from ..model.snapshot import stale_mask
 from .base import (
     MAX_EXTENDER_PRIORITY,
+    PLACEMENT_LOG,
     RECENT_PLACEMENTS,
     BindsPeers,
     BoolA,
@@ -119,26 +120,6 @@ def _distinct(plugins: tuple[object, ...]) -> tuple[object, ...]:
     return tuple(out.values())
 
 
-def _added(
-    before: Mapping[str, Sequence[GpuAssignment]], now: Mapping[str, Sequence[GpuAssignment]]
-) -> dict[str, list[GpuAssignment]] | None:
-    """The assignments of ``now`` whose (node, pod key) ``before`` lacks, per node; None when a pod of ``before`` is
-    no longer on its node in ``now``. A node whose list is the same object in both is skipped unread."""
-    if before.keys() - now.keys():
-        return None
-    added: dict[str, list[GpuAssignment]] = {}
-    for node, lst in now.items():
-        old = before.get(node, ())
-        if lst is old:
-            continue
-        old_keys = {a.pod_key for a in old}
-        if not old_keys <= {a.pod_key for a in lst}:
-            return None
-        if new := [a for a in lst if a.pod_key not in old_keys]:
-            added[node] = new
-    return added
-
-
 def _finite(x: float) -> float | None:
     return x if math.isfinite(x) else None
 
@@ -192,10 +173,8 @@ class Framework:
         self._overlay: FleetArrays | None = None
         self._overlay_fleet: FleetArrays | None = None
         """The fleet :attr:`_overlay` overlays."""
-        self._overlay_entries: Mapping[str, Sequence[GpuAssignment]] = {}
-        """The ledger's entries :attr:`_overlay` charges (by node and pod key), at its ``version``
-        :attr:`_overlay_version`."""
         self._overlay_version = -1
+        """The ledger's ``version`` whose entries :attr:`_overlay` charges."""
 
     @classmethod
     def from_config(
@@ -249,35 +228,33 @@ class Framework:
         ctx.state.setdefault(LIMITS_KEY, self.fit.limits)
         if RECENT_PLACEMENTS not in ctx.state and self.ledger is not None:
             ctx.state.write(RECENT_PLACEMENTS, self.ledger.placements(ctx.now, self.ledger.ttl_s))
+            ctx.state.write(PLACEMENT_LOG, self.ledger.placement_log(ctx.now))
 
     def view(self, fleet: FleetArrays, ctx: CycleContext) -> FleetArrays:
         """``fleet`` with the ledger's live assumed assignments subtracted from free capacity (cached).
 
-        Between two snapshots the ledger mostly grows, one bind at a time: when every pod of the cached overlay is
-        still assumed on the same node, only the new ones are charged, onto a copy of that overlay's capacity
-        columns (charges only add up, and one clamp after the sum is the per-claim clamps: the same arrays as a full
-        rebuild). Any pod gone from the ledger (expired, forgotten, shown by the snapshot) rebuilds it whole. While
-        the ledger has not changed since (its ``version``: filter, prioritize and bind of one pod), the overlay is
-        returned as it is; after a change only the nodes whose lists changed are compared (the ledger replaces a
-        node's list when it changes: :func:`_added`)."""
+        Between two snapshots the ledger changes a few nodes at a time (a bind adds a pod, the TTL or a forget takes
+        one away): the cached overlay is updated on the nodes whose lists the ledger replaced since its version
+        (:meth:`~.ledger.AssumedLedger.entries_since`), each recharged whole from the snapshot
+        (:meth:`~scheduler_plugin.model.FleetArrays.with_assumed_on`: the same arrays as a full rebuild), so a bind or
+        an expiry costs the same however many pods the ledger holds. While the ledger has not changed (its
+        ``version``: filter, prioritize and bind of one pod), the overlay is returned as it is. A new snapshot, or an
+        overlay further behind than the ledger's change log, is rebuilt whole."""
         if self.ledger is None or fleet is self._overlay:
             return fleet
-        entries = self.ledger.entries(ctx.now)  # expires what reached the TTL first (a change of version)
+        # expires what reached the TTL first (a change of version); ``changed``: the nodes whose lists changed since
+        # the overlay's version (None: too long ago to tell)
+        entries, version, changed = self.ledger.entries_since(ctx.now, self._overlay_version)
         if not entries:
             return fleet
-        version = self.ledger.version
-        if self._overlay is not None and self._overlay_fleet is fleet:
-            if version == self._overlay_version:
-                return self._overlay
-            added = _added(self._overlay_entries, entries)
-            if added is not None:
-                self._overlay_version, self._overlay_entries = version, entries
-                if added:
-                    self._overlay = self._overlay.with_assumed(added)
-                return self._overlay
+        if self._overlay is not None and self._overlay_fleet is fleet and changed is not None:
+            if changed:
+                self._overlay = self._overlay.with_assumed_on(fleet, entries, sorted(changed))
+            self._overlay_version = version
+            return self._overlay
         self._overlay = fleet.with_assumed(entries)
         self._overlay_fleet = fleet
-        self._overlay_version, self._overlay_entries = version, entries
+        self._overlay_version = version
         return self._overlay
 
     # --- learning -------------------------------------------------------------------------------------------------

@@ -15,18 +15,24 @@ even after reconcile: the burst policy cares about recent decisions, visible or 
 Every verb reads the ledger (the overlay and the burst policy's placements), one bind at a time changes it, and a busy
 cluster keeps thousands of pods assumed (180 pods/s for a 30 s TTL): the per-node views the readers get are kept up
 to date on each change, touching only the nodes it concerns (copy on write: a view handed out is never changed), so a
-read costs the same whatever the ledger holds. :attr:`AssumedLedger.version` counts the changes.
+read costs the same whatever the ledger holds. :attr:`AssumedLedger.version` counts the changes, and the ledger
+remembers which nodes' lists the last changes replaced (:meth:`entries_since`), so a reader that keeps something
+derived from the lists (the framework's overlay) updates only those nodes instead of comparing every node's list.
 """
 
 from __future__ import annotations
 
+import heapq
 import math
 import threading
+from bisect import bisect_right
+from collections import Counter, deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
 from ..model import GpuAssignment, Snapshot
+from .base import PlacementLog
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +50,9 @@ class AssumedLedger:
     the snapshot cache (which reconciles it on each publish); it lives as long as the process. Thread-safe: every
     method takes the ledger's lock."""
 
+    CHANGE_LOG = 4096
+    """How many changes :meth:`entries_since` can look back over (a reader further behind rebuilds whole)."""
+
     def __init__(self, ttl_s: float = 30.0) -> None:
         if not ttl_s > 0:
             raise ValueError(f"ledger ttl_s must be > 0, got {ttl_s!r}")
@@ -52,9 +61,20 @@ class AssumedLedger:
         self._assumed: dict[str, _Entry] = {}  # pod_key -> entry (a pod is bound once)
         self._history: list[_Entry] = []  # placements in time order, pruned after the TTL
         self._history_keys: set[str] = set()  # the pod keys of ``_history`` (a pod is in it at most once)
-        self._oldest = math.inf  # no assumed entry is older than this: none expires before it reaches the TTL
+        # ``_history``'s nodes and times as two lists (:meth:`placement_log`): appended in place with it, replaced
+        # (never changed below their length) when it is rebuilt; ``_log_ordered``: the times never decrease
+        self._log_nodes: list[str] = []
+        self._log_times: list[float] = []
+        self._log_ordered = True
+        # (time, sequence, entry) of every entry assumed, a heap by time: the expiry pops what reached the TTL, and
+        # skips what is no longer the pod's entry (forgotten, reconciled, re-assumed) instead of scanning them all
+        self._expiry: list[tuple[float, int, _Entry]] = []
+        self._expiry_seq = 0
         self._history_oldest = math.inf  # the oldest placement of the history (in order: the first one)
         self._version = 0
+        # (version after the change, the nodes whose assumed lists it replaced) for the last CHANGE_LOG changes, one
+        # per version: :meth:`entries_since` answers from it while it reaches back far enough
+        self._changes: deque[tuple[int, tuple[str, ...]]] = deque(maxlen=self.CHANGE_LOG)
         # What the readers get, per node, in the order of ``_assumed`` and of ``_history``: replaced, never changed
         # in place, node by node (:meth:`_set_entries`, :meth:`_set_times`).
         self._by_node: dict[str, list[GpuAssignment]] = {}
@@ -78,7 +98,12 @@ class AssumedLedger:
                 by_node.pop(node, None)
         self._by_node = by_node
         self._entries_view = MappingProxyType(by_node)
+        self._bump(tuple(lists))
+
+    def _bump(self, nodes: tuple[str, ...] = ()) -> None:
+        """One change more: a new version, logged with the nodes whose assumed lists it replaced."""
         self._version += 1
+        self._changes.append((self._version, nodes))
 
     def _set_times(self, nodes: set[str]) -> None:
         """Rebuild the placement times of ``nodes`` from the history, in a copy of the per-node map."""
@@ -97,7 +122,22 @@ class AssumedLedger:
                 times.pop(node, None)
         self._times = times
         self._times_view = MappingProxyType(times)
-        self._version += 1
+        self._bump()
+
+    def _drop_first_times(self, counts: Counter[str]) -> None:
+        """What :meth:`_set_times` of ``counts``' nodes rebuilds after a prefix of the history was cut, holding
+        ``counts[node]`` placements of each: those are each node's first times (its list is in history order), so its
+        list loses them."""
+        self._history_oldest = self._log_times[0] if self._log_times else math.inf
+        times = dict(self._times)
+        for node, n in counts.items():
+            if rest := self._times[node][n:]:
+                times[node] = rest
+            else:
+                times.pop(node, None)
+        self._times = times
+        self._times_view = MappingProxyType(times)
+        self._bump()
 
     def _append_time(self, node: str, at: float) -> None:
         """A placement appended to the history: what :meth:`_set_times` of ``{node}`` rebuilds, without reading the
@@ -107,7 +147,21 @@ class AssumedLedger:
         times[node] = [*self._times.get(node, ()), at]
         self._times = times
         self._times_view = MappingProxyType(times)
-        self._version += 1
+        self._bump()
+
+    def _append_history(self, e: _Entry) -> None:
+        if self._log_times and e.at < self._log_times[-1]:
+            self._log_ordered = False
+        self._history.append(e)
+        self._log_nodes.append(e.node)
+        self._log_times.append(e.at)
+
+    def _set_history(self, history: list[_Entry]) -> None:
+        """Replace the history (and its log lists: a :class:`PlacementLog` handed out keeps the old ones)."""
+        self._history = history
+        self._log_nodes = [h.node for h in history]
+        self._log_times = [h.at for h in history]
+        self._log_ordered = all(a <= b for a, b in zip(self._log_times, self._log_times[1:], strict=False))
 
     def _drop_entries(self, dead: list[_Entry]) -> None:
         """Take the assignments of ``dead`` (entries already removed from ``_assumed``) out of their nodes' lists."""
@@ -136,28 +190,42 @@ class AssumedLedger:
                         node: [x.assignment for x in self._assumed.values() if x.node == node],
                     }
                 )
-            self._oldest = min(self._oldest, e.at)
+            self._expiry_seq += 1
+            heapq.heappush(self._expiry, (e.at, self._expiry_seq, e))
             if key not in self._history_keys:  # a new pod (the common case): one placement more, no scan
-                self._history.append(e)
+                self._append_history(e)
                 self._history_keys.add(key)
                 self._append_time(node, e.at)
                 return
             gone = {h.node for h in self._history if h.assignment.pod_key == key}
-            self._history = [h for h in self._history if h.assignment.pod_key != key]
-            self._history.append(e)
+            self._set_history([*(h for h in self._history if h.assignment.pod_key != key), e])
             self._set_times(gone | {node})
 
     def _expire(self, now: float) -> None:
         cutoff = now - self.ttl_s
-        if self._oldest <= cutoff:  # else no entry is old enough: nothing to scan
-            dead = [e for e in self._assumed.values() if e.at <= cutoff]
-            for e in dead:
-                del self._assumed[e.assignment.pod_key]
-            self._oldest = min((e.at for e in self._assumed.values()), default=math.inf)
+        expiry = self._expiry
+        if expiry and expiry[0][0] <= cutoff:  # else no entry is old enough: nothing to read
+            dead: list[_Entry] = []
+            while expiry and expiry[0][0] <= cutoff:
+                e = heapq.heappop(expiry)[2]
+                if self._assumed.get(e.assignment.pod_key) is e:  # still the pod's entry
+                    del self._assumed[e.assignment.pod_key]
+                    dead.append(e)
             self._drop_entries(dead)
         if self._history and self._history[0].at <= cutoff:
+            if self._log_ordered:  # what reached the TTL is a prefix: sliced off, no step per placement kept
+                k = bisect_right(self._log_times, cutoff)
+                old = self._history[:k]
+                self._history, self._log_nodes, self._log_times = (
+                    self._history[k:],
+                    self._log_nodes[k:],
+                    self._log_times[k:],
+                )
+                self._history_keys.difference_update(h.assignment.pod_key for h in old)
+                self._drop_first_times(Counter(h.node for h in old))
+                return
             old = [h for h in self._history if h.at <= cutoff]
-            self._history = [h for h in self._history if h.at > cutoff]
+            self._set_history([h for h in self._history if h.at > cutoff])
             self._history_keys.difference_update(h.assignment.pod_key for h in old)
             self._set_times({h.node for h in old})
 
@@ -167,6 +235,26 @@ class AssumedLedger:
         with self._lock:
             self._expire(now)
             return self._entries_view
+
+    def entries_since(self, now: float, version: int) -> tuple[Mapping[str, list[GpuAssignment]], int, set[str] | None]:
+        """:meth:`entries`, the :attr:`version` they are at, and the nodes whose lists changed after ``version``
+        (an earlier version of this ledger): every other node's list is the same object as at ``version``. None
+        instead of the nodes when ``version`` is further back than the last :attr:`CHANGE_LOG` changes (or not one
+        of this ledger's). All three read under one lock: they agree with each other."""
+        with self._lock:
+            self._expire(now)
+            current = self._version
+            if version == current:
+                return self._entries_view, current, set()
+            changes = self._changes
+            if not 0 <= version < current or not changes or changes[0][0] > version + 1:
+                return self._entries_view, current, None
+            nodes: set[str] = set()
+            for v, changed in reversed(changes):
+                if v <= version:
+                    break
+                nodes.update(changed)
+            return self._entries_view, current, nodes
 
     def placements(self, now: float, window_s: float) -> Mapping[str, list[float]]:
         """Node -> times of the placements made in the last ``window_s`` seconds (at most the TTL), in the order
@@ -181,6 +269,13 @@ class AssumedLedger:
                 if h.at > cutoff:
                     out.setdefault(h.node, []).append(h.at)
             return MappingProxyType(out)
+
+    def placement_log(self, now: float) -> PlacementLog:
+        """The placements of :meth:`placements` over the whole TTL, as one log in the order made (read it, never
+        change it)."""
+        with self._lock:
+            self._expire(now)
+            return PlacementLog(self._log_nodes, self._log_times, len(self._log_times), self._log_ordered)
 
     def forget(self, pod_key: str, assignment: GpuAssignment | None = None) -> bool:
         """Drop a pod (deleted, or its bind failed). True if it was known.
@@ -200,7 +295,7 @@ class AssumedLedger:
                 else ()
             )
             if gone:
-                self._history = [h for h in self._history if h.assignment.pod_key != pod_key]
+                self._set_history([h for h in self._history if h.assignment.pod_key != pod_key])
                 self._history_keys.discard(pod_key)
                 self._set_times(gone)
             return popped is not None or bool(gone)

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import itertools
 import threading
+from collections import deque
 
 import numpy as np
 import pytest
 
 from scheduler_plugin.model import GpuAssignment, GpuProcess, Snapshot
-from scheduler_plugin.policies.base import CycleContext, CycleState
+from scheduler_plugin.policies.base import PLACEMENT_LOG, CycleContext, CycleState
 from scheduler_plugin.policies.burst import PLACEMENTS_KEY, BurstArgs, BurstScore, burst_load
 from scheduler_plugin.policies.ledger import AssumedLedger
 from tests.fleet_helpers import NOW, dgx, fleet, gpu, node, request
@@ -236,7 +238,7 @@ def test_history_views_match_a_rebuild_after_any_changes() -> None:
     led = AssumedLedger(ttl_s=5)
     t = NOW
     for _ in range(400):
-        t += float(rng.uniform(0, 0.3))
+        t += float(rng.uniform(0, 0.3)) if rng.uniform() > 0.03 else -float(rng.uniform(0, 3))  # now and then back
         op = rng.integers(0, 10)
         key = f"p{int(rng.integers(0, 40))}"
         node = f"n{int(rng.integers(0, 6))}"
@@ -246,10 +248,93 @@ def test_history_views_match_a_rebuild_after_any_changes() -> None:
             led.forget(f"default/{key}")
         else:
             led.entries(t)
-        read = dict(led.placements(t, led.ttl_s))  # expires first
+        led.placements(t, led.ttl_s)  # expires first
+        read = dict(led._times)  # the whole history's, as kept node by node (a window may cut it after a step back)
         times: dict[str, list[float]] = {}
         for h in led._history:
             times.setdefault(h.node, []).append(h.at)
         assert read == times
         assert led._history_oldest == min((h.at for h in led._history), default=float("inf"))
         assert led._history_keys == {h.assignment.pod_key for h in led._history}
+        log = led.placement_log(t)
+        assert list(zip(log.nodes[: log.size], log.times[: log.size], strict=True)) == [
+            (h.node, h.at) for h in led._history
+        ]
+        assert not log.ordered or all(x <= y for x, y in itertools.pairwise(log.times[: log.size]))
+
+
+def test_burst_reads_the_log_to_the_bit_of_the_per_node_lists() -> None:
+    """The burst score reads the ledger's placement log (the last window's placements only) or, without one, the
+    per-node lists: the same floats, whatever the binds, forgets, expiries and clock steps back did to the ledger."""
+    names = [f"n{i}" for i in range(8)]
+    f = fleet(*(dgx(n) for n in names[:7]))  # n7: not in the fleet
+    rng = np.random.default_rng(11)
+    led = AssumedLedger(ttl_s=30)
+    score = BurstScore(BurstArgs(window_seconds=4.7))
+    t = NOW
+    checked_ordered = checked_unordered = 0
+    for _ in range(300):
+        t += float(rng.uniform(0, 0.2)) if rng.uniform() > 0.02 else -float(rng.uniform(0, 5))
+        key = f"p{int(rng.integers(0, 200))}"
+        if rng.uniform() < 0.9:
+            led.assume(str(rng.choice(names)), a(key, 0), t)
+        else:
+            led.forget(f"default/{key}")
+        log = led.placement_log(t)
+        by_node = CycleContext(now=t, state=CycleState({PLACEMENTS_KEY: led.placements(t, led.ttl_s)}))
+        by_log = CycleContext(now=t, state=CycleState({PLACEMENT_LOG: log}))
+        assert score._per_row(f, by_log).tobytes() == score._per_row(f, by_node).tobytes()
+        checked_ordered += log.ordered
+        checked_unordered += not log.ordered
+    assert checked_ordered and checked_unordered  # both ways of cutting the window were read
+
+
+def test_entries_since_names_every_node_whose_list_changed() -> None:
+    """The nodes :meth:`entries_since` names cover every node whose list is not the very object it was at the
+    earlier version; a version further back than the change log answers None."""
+    rng = np.random.default_rng(5)
+    led = AssumedLedger(ttl_s=3)
+    t = NOW
+    marks: list[tuple[int, dict[str, list[GpuAssignment]]]] = []
+    for _ in range(300):
+        t += float(rng.uniform(0, 0.2))
+        key = f"p{int(rng.integers(0, 30))}"
+        node = f"n{int(rng.integers(0, 5))}"
+        if rng.uniform() < 0.8:
+            led.assume(node, a(key, int(rng.integers(0, 8))), t)
+        else:
+            led.forget(f"default/{key}")
+        entries, version, _ = led.entries_since(t, 0)
+        marks.append((version, dict(entries)))
+        for old_version, old in marks[-20:]:
+            now_entries, now_version, changed = led.entries_since(t, old_version)
+            assert now_version == version and now_entries is entries
+            assert changed is not None
+            for n in old.keys() | now_entries.keys():
+                if n not in changed:
+                    assert now_entries.get(n) is old.get(n), n
+    assert led.entries_since(t, led.version)[2] == set()
+    assert led.entries_since(t, -1)[2] is None  # not a version of this ledger
+    small = AssumedLedger(ttl_s=30)
+    small.CHANGE_LOG = 4  # type: ignore[misc]
+    small._changes = deque(maxlen=4)
+    for i in range(6):
+        small.assume(f"n{i}", a(f"q{i}", 0), NOW)
+    assert small.entries_since(NOW, small.version - 2)[2] == {"n5"}  # two changes: the entry, the history
+    assert small.entries_since(NOW, 1)[2] is None  # the log no longer reaches back that far
+
+
+def test_a_reassumed_pod_expires_from_its_last_bind() -> None:
+    """The TTL counts from a pod's last bind: the expiry of its first one leaves the re-bound entry in place, and a
+    forgotten then re-bound pod is not dropped by its first bind's time either."""
+    led = AssumedLedger(ttl_s=10)
+    led.assume("n1", a("p1", 0), NOW)
+    led.assume("n2", a("p1", 1), NOW + 8)
+    led.assume("n1", a("p2", 0), NOW + 1)
+    led.forget("default/p2")
+    led.assume("n1", a("p2", 2), NOW + 9)
+    assert {k: [x.pod_key for x in v] for k, v in led.entries(NOW + 11).items()} == {
+        "n2": ["default/p1"],
+        "n1": ["default/p2"],
+    }
+    assert led.entries(NOW + 19) == {}
