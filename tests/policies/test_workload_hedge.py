@@ -86,13 +86,26 @@ def test_the_learned_workload_carries_its_pods_and_its_hedge_shrinks_as_they_gro
     assert hedge10[EIGHT] < hedge[EIGHT] and hedge10[ONE] < hedge[ONE]  # the same mix, ten times the pods
 
 
-def test_the_prior_counts_as_pods_and_a_decayed_count_as_the_pods_it_weighs() -> None:
-    est = WorkloadEstimator(prior={EIGHT: 1.0}, prior_weight=3.0, coverage=1.0)
+def test_the_prior_is_no_evidence_and_a_decayed_count_is_the_pods_it_weighs() -> None:
+    """The default mix is an assumption (``priorWeight`` says how much to trust it), not pods seen: a shape only the
+    prior has counts 0 (priced as the mix says), and before the first pod there is no evidence at all (the scenarios
+    that never learn, as the thermal one, score the default mix as before)."""
+    est = WorkloadEstimator(prior={EIGHT: 1.0, ONE: 1.0}, prior_weight=4.0, coverage=1.0)
+    assert est.workload().evidence is None
     feed(est.observe, {ONE: 20})
     w = est.workload()
     assert w.evidence is not None
-    at = [s for s, _ in w.shapes()].index(EIGHT)
-    assert w.evidence[0][at] == pytest.approx(3.0) and w.evidence[1] == pytest.approx(23.0)
+    counts = dict(zip((s for s, _ in w.shapes()), w.evidence[0].tolist(), strict=True))
+    assert counts == {ONE: pytest.approx(20.0), EIGHT: 0.0} and w.evidence[1] == pytest.approx(20.0)
+    assert hedge_of(w)[EIGHT] == 1.0
+    forgot = WorkloadEstimator(prior={EIGHT: 1.0, ONE: 1.0}, prior_weight=200.0, coverage=1.0)
+    feed(forgot.observe, {ONE: 25})  # contradicts the prior: the first drift window scales it down to 25 pseudo-pods
+    assert forgot.drifts == 1
+    wf = forgot.workload()
+    assert wf.evidence is not None
+    cf = dict(zip((s for s, _ in wf.shapes()), wf.evidence[0].tolist(), strict=True))
+    assert cf == {ONE: pytest.approx(25.0), EIGHT: 0.0} and wf.evidence[1] == pytest.approx(25.0)
+    assert sum(forgot.weights().values()) == pytest.approx(50.0)  # 25 pods and what is left of the prior
     decayed = WorkloadEstimator(half_life_pods=10.0, prior_weight=0.0, coverage=1.0)
     feed(decayed.observe, {EIGHT: 10, ONE: 10})  # the 8-GPU pods came first: they weigh half as much as the 1-GPU
     wd = decayed.workload()

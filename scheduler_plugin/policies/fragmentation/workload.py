@@ -367,6 +367,8 @@ class WorkloadEstimator:
         base = prior if prior is not None else DEFAULT_SHAPES
         total = sum(base.values()) or 1.0
         self._weights: dict[PodShape, float] = {s: prior_weight * w / total for s, w in base.items()}
+        self._prior = dict(self._weights)
+        """What is left of the prior in :attr:`_weights` (forgotten and rescaled with them): not evidence."""
         self._memory: dict[PodShape, float] = {}
         self._seen: OrderedDict[str, None] = OrderedDict()
         self._cached: Workload | None = None
@@ -391,12 +393,14 @@ class WorkloadEstimator:
         self._memory[s] = self._memory.get(s, 0.0) + self._inc * req.host_memory_bytes
         if self._inc > 1e12:
             self._weights = {k: v / self._inc for k, v in self._weights.items()}
+            self._prior = {k: v / self._inc for k, v in self._prior.items()}
             self._memory = {k: v / self._inc for k, v in self._memory.items()}
             self._inc = 1.0
         if len(self._weights) > self._max_shapes:
             floor = sorted(self._weights.values())[-self._max_shapes]
             self._weights = {k: v for k, v in self._weights.items() if v >= floor}
             self._memory = {k: v for k, v in self._memory.items() if k in self._weights}
+            self._prior = {k: v for k, v in self._prior.items() if k in self._weights}
         self.observed += 1
         self._cached = None
         if self._window_pods:
@@ -423,6 +427,8 @@ class WorkloadEstimator:
                 self._memory[k] *= self._weights[k] / (self._weights[k] + (1.0 - keep) * old)
         self._weights = {k: v for k, v in self._weights.items() if v > 1e-9}
         self._memory = {k: v for k, v in self._memory.items() if k in self._weights}
+        # the prior is part of the older weights: it keeps the same share of them
+        self._prior = {k: v * keep for k, v in self._prior.items() if k in self._weights}
 
     def weights(self) -> Mapping[PodShape, float]:
         """The histogram's weight per shape now (read only; not normalised): what :mod:`.publication` compares."""
@@ -430,13 +436,18 @@ class WorkloadEstimator:
 
     def workload(self) -> Workload:
         """The learned mix (:meth:`Workload.from_counts` of the histogram) with its :attr:`~Workload.evidence`: the
-        weights in pods, i.e. over the newest pod's weight (with a fixed decay, a count is the pods it weighs as
-        much as)."""
+        pods observed, without the prior (an assumption, which ``prior_weight`` already says how much to trust; a
+        shape only the prior has counts 0 and is taken as it is), in pods, i.e. over the newest pod's weight (with a
+        fixed decay, a count is the pods it weighs as much as). No evidence before the first pod: the prior mix is
+        taken as it is."""
         if self._cached is None:
             mem = {k: v / self._weights[k] for k, v in self._memory.items() if self._weights.get(k, 0) > 0}
             w = Workload.from_counts(self._weights, self._coverage, mem)
-            counts = np.array([self._weights.get(s, 0.0) for s, _ in w.shapes()], dtype=np.float64) / self._inc
-            self._cached = w.with_evidence(counts, sum(self._weights.values()) / self._inc)
+            if self.observed:
+                seen = [max(self._weights.get(s, 0.0) - self._prior.get(s, 0.0), 0.0) for s, _ in w.shapes()]
+                total = max(sum(self._weights.values()) - sum(self._prior.values()), 0.0)
+                w = w.with_evidence(np.array(seen, dtype=np.float64) / self._inc, total / self._inc)
+            self._cached = w
         return self._cached
 
 
