@@ -73,10 +73,11 @@ class Workload:
     cpu_only_ratio: float | None = None
     """:attr:`cpu_only_per_milli` as given (a :meth:`priced` copy keeps its source's); ``None``: from the shapes."""
     evidence: tuple[FloatA, float] | None = None
-    """A learned workload's sample: ((M,) the pods each shape's probability was estimated from, the pods in all), the
-    histogram's weights in pods (the prior's pseudo-pods count as pods). What tells a shape seen twice from one seen
-    two thousand times at the same probability (kelvin prices the first at the upper end of what it may be:
-    :func:`upper_bound_factors`). ``None``: a workload given (a trace's M) or priced, taken as it is."""
+    """A learned workload's sample: ((M,) the pods observed of each shape, the pods observed in all), in pods of the
+    newest pod's weight, without the default mix's pseudo-pods (an assumption, not evidence). What tells a shape seen
+    twice from one seen two thousand times at the same probability (kelvin prices the first at the upper end of what
+    it may be: :func:`upper_bound_factors`). ``None``: a workload given (a trace's M), priced, or learned from no pod
+    yet, taken as it is."""
     thresholds: IntA = field(init=False, repr=False, compare=False)
     """Distinct per-GPU shares of the GPU shapes (ascending)."""
     share_index: IntA = field(init=False, repr=False, compare=False)
