@@ -188,8 +188,9 @@ def test_the_fleet_free_totals_follow_in_place_writes_of_a_fleet_and_its_copy() 
 def test_a_learned_workload_is_priced_by_the_published_snapshot() -> None:
     """The extender's workload is learned (a new object once the mix moved; here with every pod,
     ``republishDrift`` 0): the weights come from the snapshot published last (``prepare``, off the request path),
-    looked up by shape, and decide like the live ones."""
-    args = fragmentation.FragmentationArgs(prior_weight=0, coverage=1.0, republish_drift=0)
+    looked up by shape, and decide like the live ones (``confidenceZ`` 0: the scarcity weights alone; the hedge on
+    top of them: ``test_workload_hedge.py``)."""
+    args = fragmentation.FragmentationArgs(prior_weight=0, coverage=1.0, republish_drift=0, confidence_z=0)
     policy = FragmentationPolicy.create(args)
     for i, (shape, n) in enumerate([(ONE, 60), (FOUR_LIGHT, 15), (FOUR_HEAVY, 5), (EIGHT_HUGE, 2), (HALF, 18)]):
         for j in range(n):

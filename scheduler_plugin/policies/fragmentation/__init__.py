@@ -73,6 +73,7 @@ from .plugin import (
     learn,
 )
 from .workload import (
+    DEFAULT_CONFIDENCE_Z,
     DEFAULT_COVERAGE,
     DEFAULT_DRIFT_SIGNIFICANCE,
     DEFAULT_DRIFT_WINDOW_PODS,
@@ -90,10 +91,12 @@ from .workload import (
     bounded_request,
     drift_pvalue,
     shape_of,
+    upper_bound_factors,
     workload_of,
 )
 
 __all__ = [
+    "DEFAULT_CONFIDENCE_Z",
     "DEFAULT_COVERAGE",
     "DEFAULT_DRIFT_SIGNIFICANCE",
     "DEFAULT_DRIFT_WINDOW_PODS",
@@ -130,5 +133,6 @@ __all__ = [
     "stranded",
     "stranding_change",
     "stranding_penalty",
+    "upper_bound_factors",
     "workload_of",
 ]

@@ -33,6 +33,7 @@ from .row_stamps import cycle_row_stamps
 from .scarcity import DEFAULT_SCARCITY_CAP, by_shape, fleet_scarcity, fleet_usable, weights_for
 from .score_memo import ScoreMemo, shape_key
 from .workload import (
+    DEFAULT_CONFIDENCE_Z,
     DEFAULT_COVERAGE,
     DEFAULT_DRIFT_SIGNIFICANCE,
     DEFAULT_DRIFT_WINDOW_PODS,
@@ -42,6 +43,7 @@ from .workload import (
     PodShape,
     Workload,
     WorkloadEstimator,
+    upper_bound_factors,
 )
 
 WORKLOAD_KEY: StateKey[Workload] = StateKey("fragmentation.workload")
@@ -92,6 +94,13 @@ class FragmentationArgs(CamelModel):
     )
     prior_weight: float = Field(DEFAULT_PRIOR_WEIGHT, ge=0, description="pseudo-pods of the default workload")
     coverage: float = Field(DEFAULT_COVERAGE, gt=0, le=1, description="share of pods the workload's shapes cover")
+    confidence_z: float = Field(
+        DEFAULT_CONFIDENCE_Z,
+        ge=0,
+        le=10,
+        description="price each learned shape at its probability's upper bound, this many standard deviations up "
+        "(kelvin only, not fgd; 0: at the estimate)",
+    )
     reference_gpu_memory_gib: float = Field(80, gt=0, description="GPU size for converting memory pools to shares")
     packing_plan: bool = Field(
         True, description="shared pods: prefer placements of the workload's optimal packing (kelvin only, not fgd)"
@@ -157,6 +166,8 @@ class FragmentationBase:
     """The last (workload, scarcity weights, priced workload) of :meth:`FragmentationPolicy.scored_workload`."""
     _published: dict[PodShape, float] | None = None
     """Scarcity weights per shape on the last published snapshot (:meth:`FragmentationPolicy.prepare`)."""
+    _hedged: tuple[Workload, FloatA | None] | None = None
+    """The last (workload, :meth:`FragmentationPolicy.hedge`)."""
 
     @classmethod
     def create(cls, args: FragmentationArgs) -> Self:
@@ -368,20 +379,31 @@ class FragmentationPolicy(FragmentationBase):
         While the fleet has no CPU surplus (:meth:`_surplus` 0: its free CPU cannot feed its free GPUs), a shape's
         homes are counted without their free CPU: CPU is then what limits every shape, and weighing the CPU-hungry
         shapes up for their few homes keeps CPU for pods that feed fewer GPUs per core (full size, CPU-only demand
-        x2.5, seeds 42-46: 11.10 % of GPUs unallocated, against 11.24 % counting the CPU and fgd's 11.26)."""
+        x2.5, seeds 42-46: 11.10 % of GPUs unallocated, against 11.24 % counting the CPU and fgd's 11.26).
+
+        A learned workload is priced by :meth:`hedge` too (with or without live scarcity): each shape at the upper
+        confidence bound of its probability, so a rare shape learned from a few pods is not priced below what it
+        may well be."""
         w = self.workload(ctx)
-        if not self.args.scarcity or not w.gpu_shapes.any():
+        by_scarcity = self.args.scarcity and bool(w.gpu_shapes.any())
+        hedge = self.hedge(w)
+        if not by_scarcity and hedge is None:
             return w
         hit = ctx.state.find(SCARCITY_KEY)
         if hit is not None and hit[0] is fleet and hit[1] is w:
             return hit[2]
-        table = self._published
-        count_cpu = self._surplus(fleet, w, ctx) > 0
-        if table is not None and not fleet_usable(fleet).holds(w, self.memory_aware, count_cpu):
-            weights = weights_for(w, table)  # a learned workload: the weights of the last published snapshot
+        if by_scarcity:
+            table = self._published
+            count_cpu = self._surplus(fleet, w, ctx) > 0
+            if table is not None and not fleet_usable(fleet).holds(w, self.memory_aware, count_cpu):
+                weights = weights_for(w, table)  # a learned workload: the weights of the last published snapshot
+            else:
+                stamps = cycle_row_stamps(fleet, ctx)
+                weights = fleet_scarcity(w, fleet, self.memory_aware, self.args.scarcity_cap, stamps, count_cpu)
         else:
-            stamps = cycle_row_stamps(fleet, ctx)
-            weights = fleet_scarcity(w, fleet, self.memory_aware, self.args.scarcity_cap, stamps, count_cpu)
+            weights = np.ones(len(w), dtype=np.float64)
+        if hedge is not None:
+            weights = weights * hedge  # a learned workload: each shape at its probability's upper bound
         last = self._priced
         if last is not None and last[0] is w and np.array_equal(last[1], weights):
             priced = last[2]
@@ -390,6 +412,18 @@ class FragmentationPolicy(FragmentationBase):
             self._priced = (w, weights, priced)
         ctx.state.write(SCARCITY_KEY, (fleet, w, priced))
         return priced
+
+    def hedge(self, w: Workload) -> FloatA | None:
+        """(M,) what each shape of a learned ``w`` is priced up by: :func:`~.workload.upper_bound_factors` of its
+        :attr:`~.workload.Workload.evidence`, ``confidenceZ`` standard deviations up (``None``: a workload given,
+        or ``confidenceZ`` 0). Once per workload object."""
+        last = self._hedged
+        if last is not None and last[0] is w:
+            return last[1]
+        z = self.args.confidence_z
+        hedge = None if w.evidence is None or z <= 0 else upper_bound_factors(*w.evidence, z)
+        self._hedged = (w, hedge)
+        return hedge
 
     def _surplus(self, fleet: FleetArrays, w: Workload, ctx: CycleContext) -> float:
         """:func:`cpu_surplus_factor` of ``fleet``, once per cycle (the score and the pick of a cycle read the same
