@@ -11,7 +11,7 @@ from pydantic import Field
 
 from ...model import GIB, MILLI_PER_GPU, FleetArrays, GpuRequest
 from ..base import MAX_EXTENDER_PRIORITY, BoolA, CycleContext, FloatA, IntA, StateKey
-from ..eligibility import limits_of
+from ..eligibility import few_rows, limits_of
 from ..normalize import minmax
 from ..packing import DEFAULT_REPLAN_DRIFT, PackingPlan, PlanCache
 from ..policy_file import CamelModel
@@ -259,9 +259,12 @@ class FragmentationBase:
         def compute(sel: IntA) -> Computed:
             rows = idx if len(sel) == len(idx) else idx[sel]
             gpus = None
-            if req.wants_gpu:  # the cycle's eligibility of every candidate (shared with the filters), then ours
-                ok, demand = eligible_gpus(req, fleet, idx, ctx)
-                gpus = (ok, demand) if rows is idx else (ok[sel], demand[sel])
+            if req.wants_gpu:  # the cycle's eligibility (shared with the filters)
+                if rows is idx or few_rows(len(idx), fleet):  # of every candidate (what the cycle keeps), then ours
+                    ok, demand = eligible_gpus(req, fleet, idx, ctx)
+                    gpus = (ok, demand) if rows is idx else (ok[sel], demand[sel])
+                else:  # the cycle keeps it for every node: gathered for our rows alone (the same values)
+                    gpus = eligible_gpus(req, fleet, rows, ctx)
             pl = placements(req, fleet, rows, w, ctx, memory_aware=self.memory_aware, gpus=gpus)
             ctx.state.write(SCORED_KEY, (req, fleet, w, self.memory_aware, rows, pl))
             values, reads, parts = self._valued_parts(req, fleet, pl, w, ctx)
