@@ -108,6 +108,13 @@ def share_distribution(milli: IntA, prob: FloatA) -> tuple[IntA, FloatA]:
     return sizes.astype(np.int64), w / w.sum()
 
 
+def load_solver() -> None:
+    """Import the LP solver (scipy's HiGHS): 1-2 s of CPU, which a policy that plans pays when it is built rather
+    than inside its first shared pod's request (or a simulator's first trace replay)."""
+    import scipy.optimize
+    import scipy.sparse  # noqa: F401
+
+
 def solve(sizes: IntA, weights: FloatA) -> PackingPlan | None:
     """The packing plan of a share distribution (``None`` if there are no shares or the LP solver fails)."""
     from scipy.optimize import linprog  # imported here: only the fragmentation policy needs scipy

@@ -13,7 +13,7 @@ from ...model import GIB, MILLI_PER_GPU, FleetArrays, GpuRequest
 from ..base import MAX_EXTENDER_PRIORITY, BoolA, CycleContext, FloatA, IntA, StateKey
 from ..eligibility import few_rows, limits_of
 from ..normalize import minmax
-from ..packing import DEFAULT_REPLAN_DRIFT, PackingPlan, PlanCache
+from ..packing import DEFAULT_REPLAN_DRIFT, PackingPlan, PlanCache, load_solver
 from ..policy_file import CamelModel
 from .gradient import (
     Placements,
@@ -344,6 +344,11 @@ class FragmentationPolicy(FragmentationBase):
     packing of the workload's shares (:mod:`.packing`), in hundredths of a GPU: FGD's score only decides among
     placements the plan finds equally good.
     """
+
+    def __post_init__(self) -> None:
+        FragmentationBase.__post_init__(self)
+        if self.args.packing_plan:
+            load_solver()
 
     def _values(self, req: GpuRequest, fleet: FleetArrays, pl: Placements, w: Workload, ctx: CycleContext) -> FloatA:
         return self._valued(req, fleet, pl, w, ctx)[0]
