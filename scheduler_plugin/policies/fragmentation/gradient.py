@@ -360,11 +360,12 @@ def _first_of_kind(key: IntA, elig: BoolA) -> BoolA:
     p, g = key.shape
     keys = np.where(elig, key, -1 - np.arange(g, dtype=np.int64))  # an ineligible slot: a key of its own
     order = np.argsort(keys, axis=1, kind="stable")  # equal keys stay in slot order: the lowest slot comes first
-    ranked = np.take_along_axis(keys, order, axis=1)
+    row = np.arange(p)[:, None]  # (row, order) fancy indices: take/put_along_axis's values without their set-up
+    ranked = keys[row, order]
     new = np.ones((p, g), dtype=np.bool_)
     np.not_equal(ranked[:, 1:], ranked[:, :-1], out=new[:, 1:])
     first = np.empty((p, g), dtype=np.bool_)
-    np.put_along_axis(first, order, new, axis=1)
+    first[row, order] = new
     return first & elig
 
 
