@@ -3,7 +3,8 @@ policy and seed on the openb default trace, at most 30 s on a trace variant (``s
 
 Process time, not wall time: the box it runs on is shared, and a loaded box stretches wall time but not much the CPU
 a run takes. Each run builds a fresh policy; the trace is read and prepared once (not counted: reading takes about
-0.3 s). The first run of a process also pays the imports its policy needs (scipy for the packing plan: 1-2 s).
+0.3 s). The first run of a process also pays the imports its policy needs in the run (kelvin's packing plan imports
+scipy's LP solver when the policy is built, outside the timed run: 0.5-1.5 s by the box's load).
 
 Each row ends with a digest of the run's whole trajectory (every arrival's allocation and failure, and the final
 fleet's free capacity), so that two versions of the code can be checked to place every pod alike.

@@ -13,7 +13,7 @@ import numpy as np
 import numpy.typing as npt
 
 from . import annotations as ann
-from .claim import charge_milli_array
+from .claim import NEVER_FITS, charge_milli_array
 from .deprecation import REMOVED_IN
 from .gpu import MIB, MILLI_PER_GPU
 from .pod import PodResources, RequestError, or_empty, pod_key, pod_parts
@@ -66,9 +66,11 @@ class GpuRequest:
         """Thousandths of each GPU slot this request needs on one GPU (broadcast over ``mem_total``'s shape)."""
         if not self.shared:
             return np.full(mem_total.shape, MILLI_PER_GPU, dtype=np.int32)
-        pool = -1 if self.memory_bytes is None else self.memory_bytes
-        share = np.int64(self.milli or 0)
-        return charge_milli_array(share, np.int64(pool), mem_total).astype(np.int32)  # > 1000 means "never fits"
+        share = self.milli or 0
+        if self.memory_bytes is None:  # no pool: the share on every GPU, whatever its memory (charge_milli_array)
+            return np.full(mem_total.shape, min(max(share, 1), NEVER_FITS), dtype=np.int32)
+        pool = np.int64(self.memory_bytes)
+        return charge_milli_array(np.int64(share), pool, mem_total).astype(np.int32)  # > 1000 means "never fits"
 
     def describe(self) -> str:
         if not self.wants_gpu:

@@ -112,7 +112,7 @@ class BurstScore:
 
     def score(self, req: GpuRequest, fleet: FleetArrays, idx: IntA, ctx: CycleContext) -> FloatA:
         load = self._load(fleet, idx, ctx)
-        return np.asarray(1.0 - np.clip(load / self.args.saturation, 0.0, 1.0), dtype=np.float64)
+        return np.asarray(1.0 - np.minimum(np.maximum(load / self.args.saturation, 0.0), 1.0), dtype=np.float64)
 
     def normalize(self, raw: FloatA) -> FloatA:
         return unit(raw)

@@ -207,7 +207,7 @@ class FitFilter:
         """The rejection memo's values of ``rows``: the rejection of each row that fails by ``ok`` (the verdict of
         every row this cycle), None where it passes."""
         why = np.full(rows.size, None, dtype=object)
-        bad = np.flatnonzero(~ok[rows])
+        bad = (~ok[rows]).nonzero()[0]
         if bad.size:
             why[bad] = self._reasons(req, fleet, rows[bad])
         return why

@@ -309,7 +309,8 @@ class Framework:
         for ws, _, norm in parts:
             combined += ws.weight * finite(norm, nan=0.0)
         combined /= total_w
-        ints = np.clip(np.floor(combined + 0.5), 0, MAX_EXTENDER_PRIORITY).astype(np.int64)  # half up
+        # half up; np.minimum/np.maximum: np.clip's values without its per-call dispatch
+        ints = np.minimum(np.maximum(np.floor(combined + 0.5), 0), MAX_EXTENDER_PRIORITY).astype(np.int64)
         return ints, combined
 
     def prioritize(self, req: GpuRequest, fleet: FleetArrays, rows: IntA, ctx: CycleContext) -> tuple[IntA, FloatA]:

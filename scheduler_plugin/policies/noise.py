@@ -72,7 +72,7 @@ def _telemetry_terms(fleet: FleetArrays, idx: IntA, args: NoiseArgs) -> FloatA:
 
 def _pressure(terms: FloatA, tenants: npt.NDArray[np.int32], present: BoolA, args: NoiseArgs) -> FloatA:
     wsum = args.util_weight + args.mem_util_weight + args.memory_pressure_weight + args.tenants_weight
-    terms = terms + args.tenants_weight * np.clip(tenants / args.tenant_scale, 0, 1)
+    terms = terms + args.tenants_weight * np.minimum(np.maximum(tenants / args.tenant_scale, 0), 1)  # np.clip, faster
     return np.where(present, terms / wsum, 0.0)
 
 
@@ -162,7 +162,7 @@ class NoiseScore:
         mean_p = _pressure(fn.terms[idx], fleet.tenants[idx], fleet.gpu_present[idx], self.args).sum(axis=1)
         mean_p = mean_p / fn.n_present[idx]
         raw = 1.0 - self.args.whole_xid_weight * fn.node_xid[idx] - self.args.whole_pressure_weight * mean_p
-        return np.asarray(np.clip(raw, 0.0, 1.0), dtype=np.float64)
+        return np.asarray(np.minimum(np.maximum(raw, 0.0), 1.0), dtype=np.float64)  # np.clip, faster
 
     def score(self, req: GpuRequest, fleet: FleetArrays, idx: IntA, ctx: CycleContext) -> FloatA:
         if idx.size == 0:

@@ -47,12 +47,13 @@ COST_STEP = 0.01
 
 def size_units(milli: IntA) -> IntA:
     """Shares in plan units, rounded up (a 0.115 GPU share needs 12 units)."""
-    return np.asarray(np.clip(-(-np.asarray(milli, dtype=np.int64) // UNIT), 1, LEVELS), dtype=np.int64)
+    # np.minimum/np.maximum: np.clip's values without its per-call dispatch (every shared pod's placements)
+    return np.minimum(np.maximum(-(-np.asarray(milli, dtype=np.int64) // UNIT), 1), LEVELS)
 
 
 def free_units(milli: IntA) -> IntA:
     """Free shares in plan units, rounded down."""
-    return np.asarray(np.clip(np.asarray(milli, dtype=np.int64) // UNIT, 0, LEVELS), dtype=np.int64)
+    return np.minimum(np.maximum(np.asarray(milli, dtype=np.int64) // UNIT, 0), LEVELS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +73,9 @@ class PackingPlan:
     _penalty: FloatA = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "_penalty", np.round(self.cost / COST_STEP))
+        # a placement that does not fit (inf) prices 0, here once rather than per call
+        rounded = np.round(self.cost / COST_STEP)
+        object.__setattr__(self, "_penalty", np.where(np.isfinite(rounded), rounded, 0.0))
 
     def penalty(self, free_before: IntA, demand: IntA) -> FloatA:
         """Reduced cost of each placement, in hundredths of a GPU (0 for a placement of the optimal packing).
@@ -81,8 +84,7 @@ class PackingPlan:
         placement and the share placed on it."""
         level = LEVELS - free_units(free_before)
         size = size_units(demand)
-        out = self._penalty[level, size]
-        return np.asarray(np.where(np.isfinite(out), out, 0.0), dtype=np.float64)
+        return np.asarray(self._penalty[level, size], dtype=np.float64)
 
     def distance(self, sizes: IntA, weights: FloatA) -> float:
         """L1 distance between this plan's share distribution and another one (0 = same, 2 = disjoint)."""
@@ -104,6 +106,13 @@ def share_distribution(milli: IntA, prob: FloatA) -> tuple[IntA, FloatA]:
     sizes, inv = np.unique(units, return_inverse=True)
     w = np.bincount(inv, weights=prob[keep])
     return sizes.astype(np.int64), w / w.sum()
+
+
+def load_solver() -> None:
+    """Import the LP solver (scipy's HiGHS): 1-2 s of CPU, which a policy that plans pays when it is built rather
+    than inside its first shared pod's request (or a simulator's first trace replay)."""
+    import scipy.optimize
+    import scipy.sparse  # noqa: F401
 
 
 def solve(sizes: IntA, weights: FloatA) -> PackingPlan | None:

@@ -26,7 +26,7 @@ from scheduler_plugin.policies.fragmentation import (
 )
 from scheduler_plugin.policies.fragmentation.gradient import free_stats
 from scheduler_plugin.policies.fragmentation.row_stamps import row_stamps
-from scheduler_plugin.policies.fragmentation.score_memo import ScoreMemo
+from scheduler_plugin.policies.fragmentation.score_memo import ScoreMemo, SoftParts
 from scheduler_plugin.policies.plugins import PRODUCTION
 from scheduler_plugin.policies.registry import PolicyConfigError
 from scheduler_plugin.simulator.fleet import apply_placement
@@ -714,7 +714,8 @@ def test_a_soft_value_that_moves_recomputes_exactly_the_kept_scores_that_read_it
 
 def test_kelvin_scores_with_a_moving_stranding_weight_equal_a_plugin_without_memo() -> None:
     """On a CPU-short fleet the stranding term's surplus factor moves with every CPU-only pod placed; the memo keeps
-    the scores that did not read it, and every score equals a fresh plugin's."""
+    the scores that did not read it, values the placements of those that did again (computing only the written
+    node), and every score equals a fresh plugin's."""
     rng = np.random.default_rng(8)
     nodes = [
         node(f"n{i}", [int(x) for x in rng.integers(0, 5, size=8) * 125], cpu=int(rng.integers(20, 120)) * 1000)
@@ -730,6 +731,15 @@ def test_kelvin_scores_with_a_moving_stranding_weight_equal_a_plugin_without_mem
     recomputed: list[int] = []
     mp = pytest.MonkeyPatch()
     computed = count_score_computations(mp)
+    revalued: list[int] = []
+    revalue = memoised.memo.revalue
+    assert revalue is not None
+
+    def counting(parts: tuple[np.ndarray, ...], soft: tuple[object, ...]) -> np.ndarray:
+        revalued.append(len(parts[0]))
+        return revalue(parts, soft)
+
+    memoised.memo.revalue = counting
     try:
         memoised.score(req, fleet, rows, _memo_ctx(w))
         memoised.score(req, fleet, rows, _memo_ctx(w))
@@ -746,8 +756,45 @@ def test_kelvin_scores_with_a_moving_stranding_weight_equal_a_plugin_without_mem
     finally:
         mp.undo()
     assert len(factors) == 6 and all(0 < f < 1 for f in factors)  # the weight moved at every step
-    # more than the written node (the scores that read the weight), fewer than all (the others were kept)
-    assert all(1 < n < fleet.n_nodes for n in recomputed), recomputed
+    # the written node alone computed; the placements of the scores that read the weight valued again each step
+    assert recomputed == [1] * 6, recomputed
+    assert len(revalued) == 6 and all(n > 0 for n in revalued), revalued
+
+
+def test_a_moved_soft_value_revalues_the_kept_placements_of_the_rows_that_read_it() -> None:
+    """With ``revalue`` the memo keeps the soft placements a computation hands back and values them again when the
+    soft value moves (a row's score: its placements' highest); a row written since is computed, its old placements
+    dropped."""
+    fleet = _memo_fleet(5)
+    w = _pinned_workload(np.random.default_rng(1), 6)
+    memo = ScoreMemo(revalue=lambda parts, soft: parts[0] * float(soft[0]))  # type: ignore[arg-type]
+    computed: list[list[int]] = []
+    rows = np.arange(10, dtype=np.int64)
+
+    def compute(sel: np.ndarray) -> tuple[np.ndarray, np.ndarray, SoftParts]:
+        computed.append(sel.tolist())
+        at = rows[sel]
+        reads = at % 2 == 0  # even rows read the soft value: two placements each, worth the row and its half
+        pos = np.repeat(np.nonzero(reads)[0], 2)
+        parts = np.tile([1.0, 0.5], int(reads.sum())) * at[pos]
+        return np.where(reads, at * soft[0], at * 0.1), reads, SoftParts(pos, (parts,))
+
+    def want() -> list[float]:
+        return [r * soft[0] if r % 2 == 0 else r * 0.1 for r in range(10)]
+
+    soft = [2.0]
+    memo.scores("k", fleet, rows, w, (), compute, None, (soft[0],))
+    memo.scores("k", fleet, rows, w, (), compute, None, (soft[0],))  # kept from now on
+    computed.clear()
+    soft[0] = 3.0
+    assert memo.scores("k", fleet, rows, w, (), compute, None, (soft[0],)).tolist() == want()
+    assert computed == []  # valued again, not computed
+    fleet.free_milli[4, 0] -= 1  # row 4 written: computed, its placements replace the old ones
+    assert memo.scores("k", fleet, rows, w, (), compute, None, (soft[0],)).tolist() == want()
+    assert computed == [[4]]
+    soft[0] = 0.5
+    assert memo.scores("k", fleet, rows, w, (), compute, None, (soft[0],)).tolist() == want()
+    assert computed == [[4]]
 
 
 def test_row_stamps_move_for_written_rows_only_and_stay_the_same_array_while_nothing_changes() -> None:

@@ -168,7 +168,7 @@ class _FragMemo:
                     memo.entries.clear()
                 hit = memo.entries[key] = _After.empty(self.shape)
             stamps = self.stamps[rows]
-            stale = np.flatnonzero((hit.stamp[rows, cols] != stamps) | (hit.demand[rows, cols] != demand))
+            stale = ((hit.stamp[rows, cols] != stamps) | (hit.demand[rows, cols] != demand)).nonzero()[0]
             if len(stale):
                 r, c = rows[stale], cols[stale]
                 hit.value[r, c] = compute(stale)
@@ -336,12 +336,12 @@ class Placements:
     """(P,) thousandths of GPU the placement takes (``None``: none, a CPU-only pod)."""
 
     def slots(self, i: int) -> IntA:
-        return np.flatnonzero(self.taken[i])
+        return np.nonzero(self.taken[i])[0]
 
     def of_row(self, j: int) -> Placements:
         """The placements on candidate row ``j`` alone, as a one-row candidate list (every field is per placement,
         computed from that placement's node only, so this is what :func:`placements` gives for that row)."""
-        sel = np.flatnonzero(self.pos == j)
+        sel = (self.pos == j).nonzero()[0]
         return Placements(
             np.zeros(len(sel), dtype=np.int64),
             self.taken[sel],
@@ -360,11 +360,12 @@ def _first_of_kind(key: IntA, elig: BoolA) -> BoolA:
     p, g = key.shape
     keys = np.where(elig, key, -1 - np.arange(g, dtype=np.int64))  # an ineligible slot: a key of its own
     order = np.argsort(keys, axis=1, kind="stable")  # equal keys stay in slot order: the lowest slot comes first
-    ranked = np.take_along_axis(keys, order, axis=1)
+    row = np.arange(p)[:, None]  # (row, order) fancy indices: take/put_along_axis's values without their set-up
+    ranked = keys[row, order]
     new = np.ones((p, g), dtype=np.bool_)
     np.not_equal(ranked[:, 1:], ranked[:, :-1], out=new[:, 1:])
     first = np.empty((p, g), dtype=np.bool_)
-    np.put_along_axis(first, order, new, axis=1)
+    first[row, order] = new
     return first & elig
 
 
@@ -473,7 +474,7 @@ def _whole_gpus(req: GpuRequest, elig: BoolA) -> tuple[IntA, BoolA]:
     """(candidate positions, GPU slots taken) of a whole-GPU pod: the first ``count`` eligible GPUs of each node
     that has that many."""
     if req.count == 1:  # the first eligible GPU of each node that has one (the common pod: no cumulative count)
-        pos = np.flatnonzero(elig.any(axis=1))
+        pos = np.nonzero(elig.any(axis=1))[0]
         take = np.zeros((len(pos), elig.shape[1]), dtype=np.bool_)
         take[np.arange(len(pos)), elig[pos].argmax(axis=1)] = True
         return pos, take
@@ -632,7 +633,7 @@ def _segments(pos: IntA) -> tuple[IntA, IntA]:
     first = np.empty(len(pos), dtype=np.bool_)
     first[0] = True
     np.not_equal(pos[1:], pos[:-1], out=first[1:])
-    starts = np.flatnonzero(first)
+    starts = first.nonzero()[0]
     return pos[starts], starts
 
 

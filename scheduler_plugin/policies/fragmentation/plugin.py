@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Self
+from typing import Self, cast
 
 import numpy as np
 from pydantic import Field
 
 from ...model import GIB, MILLI_PER_GPU, FleetArrays, GpuRequest
 from ..base import MAX_EXTENDER_PRIORITY, BoolA, CycleContext, FloatA, IntA, StateKey
-from ..eligibility import limits_of
+from ..eligibility import few_rows, limits_of
 from ..normalize import minmax
-from ..packing import DEFAULT_REPLAN_DRIFT, PackingPlan, PlanCache
+from ..packing import DEFAULT_REPLAN_DRIFT, PackingPlan, PlanCache, load_solver
 from ..policy_file import CamelModel
 from .gradient import (
     Placements,
@@ -31,7 +31,7 @@ from .gradient import (
 from .publication import DEFAULT_REPUBLISH_DRIFT, PublishedWorkload
 from .row_stamps import cycle_row_stamps
 from .scarcity import DEFAULT_SCARCITY_CAP, by_shape, fleet_scarcity, fleet_usable, weights_for
-from .score_memo import ScoreMemo, shape_key
+from .score_memo import Computed, Revalue, ScoreMemo, SoftParts, shape_key
 from .workload import (
     DEFAULT_CONFIDENCE_Z,
     DEFAULT_COVERAGE,
@@ -161,7 +161,7 @@ class FragmentationBase:
     learns: bool = True
     """Whether :meth:`observe` feeds the estimator (False once it is a peer's, which learns for both: :meth:`bind`)."""
     memo: ScoreMemo = field(default_factory=ScoreMemo)
-    """Per-node scores per request shape (:meth:`score`)."""
+    """Per-node scores per request shape (:meth:`score`); values kept placements again by :meth:`_revaluer`."""
     _priced: tuple[Workload, FloatA, Workload] | None = None
     """The last (workload, scarcity weights, priced workload) of :meth:`FragmentationPolicy.scored_workload`."""
     _published: dict[PodShape, float] | None = None
@@ -180,6 +180,9 @@ class FragmentationBase:
             reference_gpu_memory=int(args.reference_gpu_memory_gib * GIB),
         )
         return cls(args, est, PublishedWorkload(est, args.republish_drift), plans=PlanCache(args.replan_drift))
+
+    def __post_init__(self) -> None:
+        self.memo.revalue = self._revaluer()
 
     @property
     def memory_aware(self) -> bool:
@@ -234,6 +237,18 @@ class FragmentationBase:
         """:meth:`_values`, and per placement whether its value read the :meth:`_memo_soft` values (default: none)."""
         return self._values(req, fleet, pl, w, ctx), np.zeros(len(pl.pos), dtype=np.bool_)
 
+    def _valued_parts(
+        self, req: GpuRequest, fleet: FleetArrays, pl: Placements, w: Workload, ctx: CycleContext
+    ) -> tuple[FloatA, BoolA, tuple[FloatA, ...] | None]:
+        """:meth:`_valued`, and what :meth:`_revaluer` values the placements from again when the :meth:`_memo_soft`
+        values move (per placement; ``None``: the score memo recomputes those rows instead)."""
+        return (*self._valued(req, fleet, pl, w, ctx), None)
+
+    def _revaluer(self) -> Revalue | None:
+        """How the score memo values kept placements again from :meth:`_valued_parts` and new :meth:`_memo_soft`
+        values (``None``: it recomputes them)."""
+        return None
+
     def _memo_extra(self, req: GpuRequest, fleet: FleetArrays, w: Workload, ctx: CycleContext) -> tuple[Hashable, ...]:
         """What :meth:`_values` reads besides the placements' own node, the request shape and the workload: values
         shared by every node of the cycle. The score memo (:mod:`.score_memo`) keeps a node's score while these
@@ -252,19 +267,25 @@ class FragmentationBase:
         w = self.scored_workload(fleet, ctx)
         idx = np.asarray(idx, dtype=np.int64)
 
-        def compute(sel: IntA) -> tuple[FloatA, BoolA]:
+        def compute(sel: IntA) -> Computed:
             rows = idx if len(sel) == len(idx) else idx[sel]
             gpus = None
-            if req.wants_gpu:  # the cycle's eligibility of every candidate (shared with the filters), then ours
-                ok, demand = eligible_gpus(req, fleet, idx, ctx)
-                gpus = (ok, demand) if rows is idx else (ok[sel], demand[sel])
+            if req.wants_gpu:  # the cycle's eligibility (shared with the filters)
+                if rows is idx or few_rows(len(idx), fleet):  # of every candidate (what the cycle keeps), then ours
+                    ok, demand = eligible_gpus(req, fleet, idx, ctx)
+                    gpus = (ok, demand) if rows is idx else (ok[sel], demand[sel])
+                else:  # the cycle keeps it for every node: gathered for our rows alone (the same values)
+                    gpus = eligible_gpus(req, fleet, rows, ctx)
             pl = placements(req, fleet, rows, w, ctx, memory_aware=self.memory_aware, gpus=gpus)
             ctx.state.write(SCORED_KEY, (req, fleet, w, self.memory_aware, rows, pl))
-            values, reads = self._valued(req, fleet, pl, w, ctx)
+            values, reads, parts = self._valued_parts(req, fleet, pl, w, ctx)
             best, _ = best_per_row(values, pl.pos, len(rows))
             row_reads = np.zeros(len(rows), dtype=np.bool_)
             row_reads[pl.pos[reads]] = True
-            return best, row_reads
+            if parts is None:
+                return best, row_reads
+            mine = row_reads[pl.pos]  # every placement of a row whose score read the soft values
+            return best, row_reads, SoftParts(pl.pos[mine], tuple(a[mine] for a in parts))
 
         key = (shape_key(req), limits_of(ctx), self.memory_aware)
         extra, soft = self._memo_extra(req, fleet, w, ctx), self._memo_soft(req, fleet, w, ctx)
@@ -275,7 +296,7 @@ class FragmentationBase:
         w = self.scored_workload(fleet, ctx)
         hit = ctx.state.find(SCORED_KEY)
         if hit is not None and hit[0] is req and hit[1] is fleet and hit[2] is w and hit[3] == self.memory_aware:
-            at = np.flatnonzero(hit[4] == row)
+            at = (hit[4] == row).nonzero()[0]
             if len(at):
                 return hit[5].of_row(int(at[0]))
         rows = np.array([row], dtype=np.int64)
@@ -335,6 +356,11 @@ class FragmentationPolicy(FragmentationBase):
     placements the plan finds equally good.
     """
 
+    def __post_init__(self) -> None:
+        FragmentationBase.__post_init__(self)
+        if self.args.packing_plan:
+            load_solver()
+
     def _values(self, req: GpuRequest, fleet: FleetArrays, pl: Placements, w: Workload, ctx: CycleContext) -> FloatA:
         return self._valued(req, fleet, pl, w, ctx)[0]
 
@@ -343,12 +369,31 @@ class FragmentationPolicy(FragmentationBase):
     ) -> tuple[FloatA, BoolA]:
         """The values, and which read the stranding weight: those with a stranding penalty (``weight * 0`` adds
         nothing, whatever the weight, so the others' floats do not depend on it)."""
+        values, reads, _ = self._valued_parts(req, fleet, pl, w, ctx)
+        return values, reads
+
+    def _valued_parts(
+        self, req: GpuRequest, fleet: FleetArrays, pl: Placements, w: Workload, ctx: CycleContext
+    ) -> tuple[FloatA, BoolA, tuple[FloatA, ...]]:
+        """:meth:`_valued`, and per placement (dF, GPU stranded[, plan price]): :meth:`_value_of` them with the
+        stranding weight is the value."""
         stranding = stranding_penalty(req, pl, w)
-        primary = quantised(pl.delta + self._stranding_weight(fleet, w, ctx) * stranding, self.args.levels)
         penalty = self.plan_penalty(req, pl, w)
-        if penalty is not None:
-            primary = primary - (self.args.levels + 1) * penalty
-        return primary, stranding != 0
+        parts = (pl.delta, stranding) if penalty is None else (pl.delta, stranding, penalty)
+        return self._value_of(parts, self._memo_soft(req, fleet, w, ctx)), stranding != 0, parts
+
+    def _value_of(self, parts: tuple[FloatA, ...], soft: tuple[Hashable, ...]) -> FloatA:
+        """Each placement's value from its (dF, GPU stranded[, plan price]) and ``soft`` (:meth:`_memo_soft`: the
+        stranding weight), element by element: what the score memo values kept placements again with."""
+        delta, stranding, *penalty = parts
+        weight = cast(float, soft[0])
+        primary = quantised(delta + weight * stranding, self.args.levels)
+        if penalty:
+            primary = primary - (self.args.levels + 1) * penalty[0]
+        return primary
+
+    def _revaluer(self) -> Revalue:
+        return self._value_of
 
     def _stranding_weight(self, fleet: FleetArrays, w: Workload, ctx: CycleContext) -> float:
         """``strandingWeight`` times the cycle's :func:`cpu_surplus_factor`."""

@@ -38,10 +38,10 @@ def changed_rows(*pairs: tuple[npt.NDArray[Any], npt.NDArray[Any]]) -> IntA:
     rows = np.zeros(len(pairs[0][0]), dtype=np.bool_)
     for old, new in pairs:
         if old.ndim == 2:
-            rows[np.flatnonzero(old.ravel() != new.ravel()) // old.shape[1]] = True
+            rows[(old.ravel() != new.ravel()).nonzero()[0] // old.shape[1]] = True
         else:
             rows |= old != new
-    return np.flatnonzero(rows)
+    return rows.nonzero()[0]  # np.flatnonzero without its ravel (twice per arrival, per holder)
 
 
 class RowStamps:
@@ -108,4 +108,4 @@ def moved(old: IntA | None, new: IntA) -> IntA | None:
         return None
     if old is new:
         return np.zeros(0, dtype=np.int64)
-    return np.flatnonzero(old != new)
+    return np.nonzero(old != new)[0]
