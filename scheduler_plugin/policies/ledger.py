@@ -114,6 +114,10 @@ class AssumedLedger:
         for h in self._history:
             if h.node in fresh:
                 fresh[h.node].append(h.at)
+        self._replace_times(fresh)
+
+    def _replace_times(self, fresh: Mapping[str, list[float]]) -> None:
+        """Replace these nodes' placement times (an empty list drops the node) in a copy of the per-node map."""
         times = dict(self._times)
         for node, ts in fresh.items():
             if ts:
@@ -129,15 +133,7 @@ class AssumedLedger:
         ``counts[node]`` placements of each: those are each node's first times (its list is in history order), so its
         list loses them."""
         self._history_oldest = self._log_times[0] if self._log_times else math.inf
-        times = dict(self._times)
-        for node, n in counts.items():
-            if rest := self._times[node][n:]:
-                times[node] = rest
-            else:
-                times.pop(node, None)
-        self._times = times
-        self._times_view = MappingProxyType(times)
-        self._bump()
+        self._replace_times({node: self._times[node][n:] for node, n in counts.items()})
 
     def _append_time(self, node: str, at: float) -> None:
         """A placement appended to the history: what :meth:`_set_times` of ``{node}`` rebuilds, without reading the
