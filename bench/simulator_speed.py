@@ -15,6 +15,12 @@ Usage::
     python bench/simulator_speed.py --policies kelvin --seeds 42-44
     python bench/simulator_speed.py --variant model-constrained@0.33 --scale 4
     python bench/simulator_speed.py --policies kelvin --target 0.3 --profile /tmp/kelvin.prof
+    python bench/simulator_speed.py --policies kelvin --time policies.noise:NoiseScore.score,simulator.engine:pick
+
+``--time`` adds up the process time spent in each named function (``module:function`` or ``module:Class.method``,
+modules under ``scheduler_plugin``; a function imported by name is timed where it is called from, e.g.
+``simulator.engine:rank``). cProfile charges every Python call (the full-size kelvin replay takes four to five times
+as long under it), so it overweights what makes many small calls; a few timers leave the run at its own speed.
 
 The trace is read from ../shared/traces/openb (``--traces``; $KELVIN_SHARED_DIR moves ../shared).
 """
@@ -23,9 +29,13 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import functools
 import hashlib
+import importlib
+import inspect
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +86,42 @@ def digest(result: RunResult) -> str:
     return h.hexdigest()[:12]
 
 
+def timed(specs: str) -> dict[str, float]:
+    """Wrap each function of ``specs`` (comma-separated ``module:function`` or ``module:Class.method``, modules under
+    ``scheduler_plugin``) in a timer; the process seconds spent in each, added up as the runs go (by label)."""
+    spent: dict[str, float] = {}
+    for spec in filter(None, (x.strip() for x in specs.split(","))):
+        module, _, name = spec.partition(":")
+        *path, attr = name.split(".")
+        try:
+            owner: Any = importlib.import_module(f"scheduler_plugin.{module}")
+            for part in path:
+                owner = getattr(owner, part)
+            raw = inspect.getattr_static(owner, attr)
+        except (ImportError, AttributeError):
+            raise SystemExit(f"error: --time: {spec!r} names no function") from None
+        spent[spec] = 0.0
+        if isinstance(raw, (staticmethod, classmethod)):  # wrapped inside, then the same kind of descriptor again
+            setattr(owner, attr, type(raw)(_timer(raw.__func__, spec, spent)))
+        elif callable(raw):
+            setattr(owner, attr, _timer(raw, spec, spent))
+        else:
+            raise SystemExit(f"error: --time: {spec!r} names no function")
+    return spent
+
+
+def _timer(fn: Callable[..., Any], label: str, spent: dict[str, float]) -> Callable[..., Any]:
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        t0 = time.process_time()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            spent[label] += time.process_time() - t0
+
+    return wrapper
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--policies", default="kelvin,fgd,best-fit", help="comma-separated (default kelvin,fgd,best-fit)")
@@ -88,7 +134,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--profile", type=Path, help="write a cProfile of each run to PATH-<policy>-<seed> (e.g. /tmp/run.prof)"
     )
+    ap.add_argument("--time", default="", help="functions to time in the runs, e.g. policies.noise:NoiseScore.score")
     args = ap.parse_args(argv)
+    spent = timed(args.time)
 
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     for p in policies:
@@ -134,6 +182,9 @@ def main(argv: list[str] | None = None) -> int:
                 f"{name:<22} {seed:>5} {cpu:>8.2f} {wall:>8.2f} {goal:>5.0f} {mark:<4} {len(result.arrived_pct):>6}"
                 f"  {digest(result)}" + (f"  profile {out}" if prof is not None else "")
             )
+            for label, seconds in spent.items():
+                print(f"    {label:<68} {seconds:>7.2f} s ({100 * seconds / max(cpu, 1e-9):.0f} %)")
+                spent[label] = 0.0
     print(load_line())
     return 0
 
