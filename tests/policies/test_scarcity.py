@@ -216,14 +216,16 @@ def test_a_learned_workload_is_priced_by_the_published_snapshot() -> None:
     assert before[1] > before[0]  # without a published snapshot: computed live
     priced = ctx.state.read(fragmentation.plugin.SCARCITY_KEY)[2]
     huge = [s for s, _ in priced.shapes()].index(EIGHT_HUGE)
-    assert priced.prob[huge] / policy.estimator.workload().prob[huge] == 8.0
+    # weight 8 (its homes: one node of eight), its structural part x4 (strandingWeight): 1 + 4 * 7
+    assert priced.prob[huge] / policy.estimator.workload().prob[huge] == pytest.approx(29.0)
 
 
 def test_a_fleet_short_of_cpu_counts_homes_without_their_cpu() -> None:
     """Every node but the big one down to 8 free cores: the fleet's free CPU (176 cores) cannot feed its 64 free
     GPUs at the workload's ratio (no surplus). Counted with their CPU, the 60-core 4-GPU shape's homes are the big
     node's 8 GPUs (weight 8); but CPU then limits every shape, so the policy counts homes without it: that shape weighs
-    1, while the 8-GPU shape that needs 700 GiB of host memory keeps its weight (the big node only)."""
+    1, while the 8-GPU shape that needs 700 GiB of host memory keeps its weight (the big node only; its structural
+    part x4: 1 + 4 * 7)."""
     fleet = build_arrays(fleet_with_one_big_node())
     fleet.cpu_free[1:] = 8000
     fleet.cpu_free[0] = 120_000
@@ -235,5 +237,34 @@ def test_a_fleet_short_of_cpu_counts_homes_without_their_cpu() -> None:
     priced = FragmentationPolicy.create(fragmentation.FragmentationArgs()).scored_workload(fleet, ctx)
     ratio = dict(zip(shapes, (priced.prob / w.prob).tolist(), strict=True))
     assert ratio[FOUR_HEAVY] == 1.0
-    assert ratio[EIGHT_HUGE] == 8.0
+    assert ratio[EIGHT_HUGE] == pytest.approx(29.0)
     assert ratio[ONE] == 1.0
+
+
+def test_only_the_scarcity_a_shape_s_own_demands_cause_is_scaled() -> None:
+    """``structural``: the 120-core 700 GiB 8-GPU shape weighs 8 (the big node of eight) where every node has its
+    8 GPUs free (bare weight 1): scaled to 1 + 4 * 7, within the cap. With the six small nodes' GPUs half taken, any
+    8-GPU shape finds only two nodes (bare weight 2): only what the heavy shape's CPU and memory add is scaled; a
+    shape every node hosts stays at 1."""
+    fleet = build_arrays(fleet_with_one_big_node())
+    w = workload()
+    shapes = [s for s, _ in w.shapes()]
+    huge = shapes.index(EIGHT_HUGE)
+    assert fleet_scarcity(w, fleet, True)[huge] == 8.0
+    assert fleet_scarcity(w, fleet, True, structural=4.0)[huge] == 29.0
+    assert fleet_scarcity(w, fleet, True, structural=4.0, cap=16.0)[huge] == 16.0
+    fleet.free_milli[2:, :4] = 0  # the six small nodes: 4 GPUs free each
+    plain, scaled = fleet_scarcity(w, fleet, True), fleet_scarcity(w, fleet, True, structural=4.0)
+    assert plain[shapes.index(ONE)] == scaled[shapes.index(ONE)] == 1.0
+    assert plain[huge] > 1.0
+    # the bare 8-GPU shape finds the big and the mid node (16 of 40 free GPUs): the huge one only the big node
+    assert scaled[huge] == pytest.approx(2.0 + 4.0 * (plain[huge] - 2.0))
+
+
+def test_one_gpu_shapes_keep_their_structural_scarcity_unscaled() -> None:
+    """A one-GPU shape that needs 120 cores has the big node's 8 GPUs for homes (weight 8, bare 1): not scaled."""
+    hungry_one = PodShape(120_000, 1000, 1, None)
+    w = Workload.from_counts({ONE: 90.0, hungry_one: 10.0}, coverage=1.0)
+    fleet = build_arrays(fleet_with_one_big_node())
+    at = [s for s, _ in w.shapes()].index(hungry_one)
+    assert fleet_scarcity(w, fleet, True)[at] == fleet_scarcity(w, fleet, True, structural=4.0)[at] == 8.0
