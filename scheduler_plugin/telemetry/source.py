@@ -43,9 +43,18 @@ def remember_nodes(
     so the cache marks them stale instead of forgetting them, until ``forget_after_s`` passes. Sorted by name.
 
     An ``observed_at`` in the future is clamped to ``now`` first (:func:`~.sanity.clamp_future`): otherwise the node
-    would stay fresh long after its telemetry stopped."""
-    known.update(clamp_future(fresh, now, issues, source))
+    would stay fresh long after its telemetry stopped. A fresh node without ``observed_at`` (no live sample said
+    when it was seen: e.g. only the static signals a source caches, right after its exporter stopped) does not
+    replace a known node that has one: that node's series are vanishing, and it is kept as a vanished one is. Else
+    the next refresh, with nothing left of it, would find it known without a time and forget it at once."""
+    live: dict[str, GpuNode] = {}
+    for name, node in clamp_future(fresh, now, issues, source).items():
+        old = known.get(name)
+        if node.observed_at is None and old is not None and old.observed_at is not None:
+            continue
+        live[name] = node
+    known.update(live)
     for name, node in list(known.items()):
-        if name not in fresh and (node.observed_at is None or now - node.observed_at > forget_after_s):
+        if name not in live and (node.observed_at is None or now - node.observed_at > forget_after_s):
             del known[name]
     return [known[n] for n in sorted(known)]
