@@ -40,6 +40,23 @@ def assigned_memory(a: GpuAssignment, memory_total: int) -> int:
     return memory_total * min(a.milli or 0, MILLI_PER_GPU) // MILLI_PER_GPU
 
 
+@dataclass(frozen=True, slots=True)
+class Lineage:
+    """How a ledger overlay's capacity was made from the overlay before it (:meth:`FleetArrays.with_assumed_on`):
+    its ``own`` columns (``free_milli``, ``free_mem``) hold the ``parent``'s columns' content but at ``rows``, and
+    neither pair is ever written (read-only arrays owning their data). A reader that knows the parent's content
+    compares these rows instead of the whole columns (:mod:`~scheduler_plugin.policies.fragmentation.row_stamps`)."""
+
+    parent: tuple[npt.NDArray[Any], npt.NDArray[Any]]
+    own: tuple[npt.NDArray[Any], npt.NDArray[Any]]
+    rows: IntA
+
+
+def sealed(a: npt.NDArray[Any]) -> bool:
+    """Whether ``a`` can no longer change: read-only and owning its data (so not a view of a writable array)."""
+    return not a.flags.writeable and bool(a.flags.owndata)
+
+
 @dataclass(slots=True)
 class FleetArrays:
     """Columnar view of a fleet. Row ``i`` is node ``names[i]``; column ``j`` is ``nodes[i].gpus[j]``."""
@@ -80,6 +97,8 @@ class FleetArrays:
     mps: BoolA  # (N,)
     derived: SnapshotIndex = field(default_factory=lambda: SnapshotIndex(), repr=False, compare=False)
     """What policies derive from the telemetry columns, computed once per snapshot (:meth:`derive`)."""
+    lineage: Lineage | None = field(default=None, repr=False, compare=False)
+    """Set on a ledger overlay made from the one before it (:meth:`with_assumed_on`); ``None`` otherwise."""
 
     @property
     def n_nodes(self) -> int:
@@ -128,12 +147,19 @@ class FleetArrays:
         """
         if not assumed:
             return self
-        out = replace(self)
+        out = replace(self, lineage=None)
         for name in _CAPACITY_COLUMNS:
             setattr(out, name, getattr(self, name).copy())
         index = self.index
         out.charge((index[node], a) for node, entries in assumed.items() if node in index for a in entries)
+        out._seal()
         return out
+
+    def _seal(self) -> None:
+        """Make the capacity columns an overlay owns read-only: a view is never written after it is made (a write
+        raises), which is what lets readers trust an unchanged column object (:func:`sealed`)."""
+        for name in _CAPACITY_COLUMNS:
+            getattr(self, name).flags.writeable = False
 
     def with_assumed_on(
         self, base: FleetArrays, assumed: Mapping[str, Sequence[GpuAssignment]], nodes: Iterable[str]
@@ -148,12 +174,15 @@ class FleetArrays:
         if not known:
             return self
         rows = np.fromiter(map(index.__getitem__, known), dtype=np.int64, count=len(known))
-        out = replace(self)
+        out = replace(self, lineage=None)
         for name in _CAPACITY_COLUMNS:
             col = getattr(self, name).copy()
             col[rows] = getattr(base, name)[rows]
             setattr(out, name, col)
         out.charge((index[n], a) for n in known for a in assumed.get(n, ()))
+        out._seal()
+        if sealed(self.free_milli) and sealed(self.free_mem):
+            out.lineage = Lineage((self.free_milli, self.free_mem), (out.free_milli, out.free_mem), np.unique(rows))
         return out
 
     def charge(self, claims: Iterable[tuple[int, GpuAssignment]], sign: int = 1) -> int:

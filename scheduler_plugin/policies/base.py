@@ -175,12 +175,20 @@ class PlacementLog:
     ``times[i]``, for ``i < size`` (the lists may grow past ``size`` later; what is below it never changes). Each
     node's times appear in the order of its :data:`RECENT_PLACEMENTS` list. A reader that only needs the last seconds
     slices it (``ordered``: the times never decrease, so the window's start is a bisection) instead of walking every
-    node that took a pod within the ledger's TTL."""
+    node that took a pod within the ledger's TTL.
+
+    ``epoch`` and ``first`` number the placements: ``nodes[i]`` is placement ``first + i`` of the epoch, and two logs
+    of one epoch (the ledger's log trimmed of what reached the TTL, grown by new binds) hold the same placement under
+    the same number, so a reader can keep what it derived from a placement (its node's row) from one cycle to the
+    next. Epochs are unique across ledgers; a ledger starts a new one when it rebuilds its history otherwise than by
+    such a trim. ``epoch`` 0: not numbered."""
 
     nodes: Sequence[str]
     times: Sequence[float]
     size: int
     ordered: bool
+    epoch: int = 0
+    first: int = 0
 
 
 PLACEMENT_LOG: StateKey[PlacementLog] = StateKey("kelvin.placement_log")

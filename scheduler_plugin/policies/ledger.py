@@ -23,6 +23,7 @@ derived from the lists (the framework's overlay) updates only those nodes instea
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 import threading
 from bisect import bisect_right
@@ -33,6 +34,9 @@ from types import MappingProxyType
 
 from ..model import GpuAssignment, Snapshot
 from .base import PlacementLog
+
+_EPOCHS = itertools.count(1)
+"""Numbers of :class:`~.base.PlacementLog` epochs, unique across ledgers (``next`` is atomic under the GIL)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +70,9 @@ class AssumedLedger:
         self._log_nodes: list[str] = []
         self._log_times: list[float] = []
         self._log_ordered = True
+        # the log's numbering (:class:`~.base.PlacementLog`): its epoch, and the number of ``_log_nodes[0]`` in it
+        self._log_epoch = next(_EPOCHS)
+        self._log_first = 0
         # (time, sequence, entry) of every entry assumed, a heap by time: the expiry pops what reached the TTL, and
         # skips what is no longer the pod's entry (forgotten, reconciled, re-assumed) instead of scanning them all
         self._expiry: list[tuple[float, int, _Entry]] = []
@@ -158,6 +165,7 @@ class AssumedLedger:
         self._log_nodes = [h.node for h in history]
         self._log_times = [h.at for h in history]
         self._log_ordered = all(a <= b for a, b in zip(self._log_times, self._log_times[1:], strict=False))
+        self._log_epoch, self._log_first = next(_EPOCHS), 0
 
     def _drop_entries(self, dead: list[_Entry]) -> None:
         """Take the assignments of ``dead`` (entries already removed from ``_assumed``) out of their nodes' lists."""
@@ -217,6 +225,7 @@ class AssumedLedger:
                     self._log_nodes[k:],
                     self._log_times[k:],
                 )
+                self._log_first += k
                 self._history_keys.difference_update(h.assignment.pod_key for h in old)
                 self._drop_first_times(Counter(h.node for h in old))
                 return
@@ -271,7 +280,14 @@ class AssumedLedger:
         change it)."""
         with self._lock:
             self._expire(now)
-            return PlacementLog(self._log_nodes, self._log_times, len(self._log_times), self._log_ordered)
+            return PlacementLog(
+                self._log_nodes,
+                self._log_times,
+                len(self._log_times),
+                self._log_ordered,
+                self._log_epoch,
+                self._log_first,
+            )
 
     def forget(self, pod_key: str, assignment: GpuAssignment | None = None) -> bool:
         """Drop a pod (deleted, or its bind failed). True if it was known.

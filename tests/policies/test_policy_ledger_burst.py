@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import threading
 from collections import deque
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -338,3 +339,46 @@ def test_a_reassumed_pod_expires_from_its_last_bind() -> None:
         "n1": ["default/p2"],
     }
     assert led.entries(NOW + 19) == {}
+
+
+class _CountingIndex(dict[str, int]):
+    """A fleet index that counts its lookups by ``get`` (what the burst window's row lookup calls)."""
+
+    gets = 0
+
+    def get(self, key: str, default: int | None = None) -> int | None:  # type: ignore[override]
+        type(self).gets += 1
+        return super().get(key, default)
+
+
+def test_burst_looks_up_each_placement_once_and_follows_a_new_snapshot() -> None:
+    """The burst window keeps its placements' rows from one cycle to the next (the log's numbering): a cycle looks
+    up only the placements made since the last one, across the TTL's trims of the log; a new snapshot (another
+    index, rows in another order) and a rebuilt history (a forget: a new epoch) are looked up afresh. Every cycle's
+    loads are the bits a score without kept rows computes."""
+    names = [f"n{i}" for i in range(8)]
+    first = fleet(*(dgx(n) for n in names[:7]))  # n7: not in the fleet
+    second = fleet(*(dgx(n) for n in reversed(names[1:])))  # n0 gone, the others in another order
+    fleets = [replace(f, index=_CountingIndex(f.index)) for f in (first, second)]
+    rng = np.random.default_rng(3)
+    led = AssumedLedger(ttl_s=6)
+    score = BurstScore(BurstArgs(window_seconds=2.5))
+    t = NOW
+    kept_lookups = fresh_lookups = 0
+    for step in range(400):
+        f = fleets[step // 200]
+        t += float(rng.uniform(0, 0.1))
+        if step % 97 == 50:
+            led.forget("default/p10")  # a rebuilt history: a new epoch
+        led.assume(str(rng.choice(names)), a(f"p{step}", 0), t)
+        ctx = CycleContext(now=t, state=CycleState({PLACEMENT_LOG: led.placement_log(t)}))
+        before = _CountingIndex.gets
+        kept = score._per_row(f, ctx)
+        middle = _CountingIndex.gets
+        fresh = BurstScore(BurstArgs(window_seconds=2.5))._per_row(f, ctx)
+        kept_lookups += middle - before
+        fresh_lookups += _CountingIndex.gets - middle
+        assert kept.tobytes() == fresh.tobytes()
+    assert led.placement_log(t).first > 0  # the TTL trimmed the log: kept rows were found across trims
+    assert fresh_lookups > 10 * 400  # a whole window (about 25 placements) per cycle
+    assert kept_lookups < 400 + 4 * 30  # one per placement, and a window again after each new snapshot or epoch

@@ -17,13 +17,15 @@ import numpy as np
 import numpy.typing as npt
 
 from ...model import FleetArrays
-from ...model.snapshot import IndexKey
+from ...model.snapshot import IndexKey, sealed
 from ..base import CycleContext, IntA, StateKey
 
 _STAMPS = itertools.count(1)
 """Stamps of row content versions, unique across every holder (``next`` is atomic under the GIL)."""
 
-CAPACITY = ("free_milli", "free_mem", "cpu_free", "mem_free_host")
+GPU_CAPACITY = ("free_milli", "free_mem")
+"""The GPU columns of :data:`CAPACITY`: a ledger overlay's own (:class:`~scheduler_plugin.model.snapshot.Lineage`)."""
+CAPACITY = (*GPU_CAPACITY, "cpu_free", "mem_free_host")
 """The columns written in place (the simulator's placements, a ledger overlay's charges) that fragmentation reads."""
 
 
@@ -49,25 +51,40 @@ class RowStamps:
     holders) whenever a row's content changes; the same array object while nothing changed. Kept in the snapshot
     index (:func:`row_stamps`), shared by the snapshot, its overlays and its copies. An update builds a new stamps
     array (copy on write: a stamps array handed out is never written) and brings the holder's private copies of the
-    columns up to date in place, under the lock."""
+    columns up to date in place, under the lock.
 
-    __slots__ = ("_lock", "_state")
+    The rows that changed are found by comparing the columns whole, except where the fleet itself says which
+    (its GPU columns are :func:`~scheduler_plugin.model.snapshot.sealed`, never written): the very columns whose
+    content the private copies hold (filter, prioritize and bind of one pod read one overlay), or an overlay's
+    :class:`~scheduler_plugin.model.snapshot.Lineage` from them (the next bind's overlay names the rows it
+    recharged). Only those rows of the GPU columns are compared then; the host columns, shared with the snapshot,
+    are compared whole (one value per node)."""
+
+    __slots__ = ("_lock", "_seen", "_state")
 
     def __init__(self) -> None:
         self._state: tuple[tuple[npt.NDArray[Any], ...], IntA] | None = None
+        self._seen: tuple[npt.NDArray[Any], npt.NDArray[Any]] | None = None
+        """The sealed GPU columns whose content the private copies hold (None: unknown, compare them whole)."""
         self._lock = threading.Lock()
 
     def stamps(self, fleet: FleetArrays) -> IntA:
         """(N,) the stamp of each row's content now (read only)."""
         now = tuple(getattr(fleet, c) for c in CAPACITY)
+        gpu_cols = (now[0], now[1])  # GPU_CAPACITY
         with self._lock:
             state = self._state
+            seen, self._seen = self._seen, (gpu_cols if sealed(gpu_cols[0]) and sealed(gpu_cols[1]) else None)
             if state is None or any(a.shape != b.shape for a, b in zip(state[0], now, strict=True)):
                 stamps = np.full(len(now[0]), next_stamp(), dtype=np.int64)
                 self._state = (tuple(a.copy() for a in now), stamps)
                 return stamps
             old, stamps = state
-            rows = changed_rows(*zip(old, now, strict=True))
+            told = _told_rows(fleet, gpu_cols, seen)
+            if told is None:
+                rows = changed_rows(*zip(old, now, strict=True))
+            else:
+                rows = _differing(old, now, np.union1d(told, changed_rows(*zip(old[_HOST], now[_HOST], strict=True))))
             if not len(rows):
                 return stamps
             for a, b in zip(old, now, strict=True):  # private copies, never handed out: updated in place
@@ -76,6 +93,45 @@ class RowStamps:
             stamps[rows] = next_stamp()
             self._state = (old, stamps)
             return stamps
+
+
+def _told_rows(
+    fleet: FleetArrays,
+    gpu_cols: tuple[npt.NDArray[Any], npt.NDArray[Any]],
+    seen: tuple[npt.NDArray[Any], npt.NDArray[Any]] | None,
+) -> IntA | None:
+    """The only rows of the GPU columns that can differ from the private copies (which hold ``seen``'s content),
+    or None when the fleet cannot tell."""
+    if seen is None:
+        return None
+    if gpu_cols[0] is seen[0] and gpu_cols[1] is seen[1]:
+        return _NO_ROWS
+    lin = fleet.lineage
+    if (
+        lin is not None
+        and lin.own[0] is gpu_cols[0]
+        and lin.own[1] is gpu_cols[1]
+        and lin.parent[0] is seen[0]
+        and lin.parent[1] is seen[1]
+    ):
+        return lin.rows
+    return None
+
+
+def _differing(old: tuple[npt.NDArray[Any], ...], now: tuple[npt.NDArray[Any], ...], rows: IntA) -> IntA:
+    """Those of ``rows`` (ascending) where any column of ``now`` differs from ``old``."""
+    if not len(rows):
+        return rows
+    diff = np.zeros(len(rows), dtype=np.bool_)
+    for a, b in zip(old, now, strict=True):
+        d = a[rows] != b[rows]
+        diff |= d.any(axis=1) if d.ndim == 2 else d
+    return rows[diff]
+
+
+_NO_ROWS = np.zeros(0, dtype=np.int64)
+_HOST = slice(len(GPU_CAPACITY), None)
+"""The host columns of :data:`CAPACITY` (shared by an overlay with its snapshot: compared whole)."""
 
 
 ROW_STAMPS = IndexKey[RowStamps]("fragmentation.row_stamps", ())
