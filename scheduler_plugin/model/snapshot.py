@@ -43,13 +43,18 @@ def assigned_memory(a: GpuAssignment, memory_total: int) -> int:
 @dataclass(frozen=True, slots=True)
 class Lineage:
     """How a ledger overlay's capacity was made from the overlay before it (:meth:`FleetArrays.with_assumed_on`):
-    its ``own`` columns (``free_milli``, ``free_mem``) hold the ``parent``'s columns' content but at ``rows``, and
-    neither pair is ever written (read-only arrays owning their data). A reader that knows the parent's content
-    compares these rows instead of the whole columns (:mod:`~scheduler_plugin.policies.fragmentation.row_stamps`)."""
+    its ``own`` columns (:data:`LINEAGE_COLUMNS`, in that order) hold the ``parent``'s columns' content but at
+    ``rows``, and neither set is ever written (read-only arrays owning their data). A reader that knows the parent's
+    content compares these rows instead of the whole columns
+    (:mod:`~scheduler_plugin.policies.fragmentation.row_stamps`)."""
 
-    parent: tuple[npt.NDArray[Any], npt.NDArray[Any]]
-    own: tuple[npt.NDArray[Any], npt.NDArray[Any]]
+    parent: tuple[npt.NDArray[Any], ...]
+    own: tuple[npt.NDArray[Any], ...]
     rows: IntA
+
+
+LINEAGE_COLUMNS = ("free_milli", "free_mem", "tenants")
+"""The per-GPU columns a :class:`Lineage` names (written by :meth:`FleetArrays.charge`, read by the row memos)."""
 
 
 def sealed(a: npt.NDArray[Any]) -> bool:
@@ -181,8 +186,9 @@ class FleetArrays:
             setattr(out, name, col)
         out.charge((index[n], a) for n in known for a in assumed.get(n, ()))
         out._seal()
-        if sealed(self.free_milli) and sealed(self.free_mem):
-            out.lineage = Lineage((self.free_milli, self.free_mem), (out.free_milli, out.free_mem), np.unique(rows))
+        parent = tuple(getattr(self, c) for c in LINEAGE_COLUMNS)
+        if all(map(sealed, parent)):
+            out.lineage = Lineage(parent, tuple(getattr(out, c) for c in LINEAGE_COLUMNS), np.unique(rows))
         return out
 
     def charge(self, claims: Iterable[tuple[int, GpuAssignment]], sign: int = 1) -> int:

@@ -188,13 +188,16 @@ class FitFilter:
 
     def _memo(self, req: GpuRequest, fleet: FleetArrays, idx: IntA, ctx: CycleContext) -> BoolA | None:
         """The verdict of every row of ``fleet`` from this shape's :class:`~.row_memo.RowMemo`, once per cycle; None
-        for a few candidates or limits other than this filter's (computed directly)."""
+        for limits other than this filter's, or a few candidates not all kept by the memo (computed directly)."""
         hit = ctx.state.find(FIT_ROWS_KEY)
         if hit is not None and hit[0] is fleet and hit[1] is req:
             return hit[2]
-        if few_rows(idx.size, fleet) or limits_of(ctx) != self.limits:
+        if limits_of(ctx) != self.limits:
             return None
         memo = fleet.derive(self._rows_key, lambda _: RowMemo(), shape_of(req))
+        if few_rows(idx.size, fleet):  # the verdicts kept, if none of these rows moved since (a bind's node)
+            kept = memo.kept(fleet, ctx, idx)
+            return None if kept is None else kept[0]
         (ok,) = memo.values(fleet, ctx, lambda f, rows: (self._verdicts(req, f, rows),))
         ctx.state.write(FIT_ROWS_KEY, (fleet, req, ok))
         return ok

@@ -26,11 +26,11 @@ from pydantic import Field, model_validator
 from ..model import FleetArrays, GpuRequest
 from ..model.snapshot import IndexKey
 from .base import BoolA, CycleContext, FloatA, IntA
-from .eligibility import cycle_eligible, few_rows
+from .eligibility import STATIC_COLUMNS, GpuLimits, cycle_eligible, eligible_gpus, few_rows, limits_of
 from .fragmentation.row_stamps import changed_rows
 from .normalize import unit
 from .policy_file import CamelModel
-from .row_memo import RECOMPUTE_ALL_SHARE
+from .row_memo import RECOMPUTE_ALL_SHARE, RowMemo
 
 
 class NoiseArgs(CamelModel):
@@ -92,6 +92,8 @@ def gpu_quiet(fleet: FleetArrays, idx: IntA, args: NoiseArgs) -> FloatA:
 
 #: The telemetry columns the noise score reads (never written in place; ``tenants`` is, so it is read per request).
 TELEMETRY_COLUMNS = ("util", "mem_util", "mem_used", "mem_total", "xid", "gpu_present")
+#: The telemetry columns the score of a share reads: its own and those of the GPUs the pod could get.
+SHARED_COLUMNS = tuple(dict.fromkeys((*TELEMETRY_COLUMNS, *STATIC_COLUMNS, "models")))
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +146,9 @@ class NoiseScore:
         self.args = args
         self._noise_key = IndexKey[_FleetNoise]("noise.telemetry", TELEMETRY_COLUMNS)
         self._quiet_key = IndexKey[_NodeQuiet]("noise.node_rows", TELEMETRY_COLUMNS)
+        self._shared_key = IndexKey[RowMemo]("noise.shared_rows", SHARED_COLUMNS, limit=64)
+        """Snapshot index: the raw score of every row per shape of a share (:class:`~.row_memo.RowMemo`: a row's
+        tenants and the GPUs the pod could get there are its capacity columns, a row stamp's content)."""
 
     def prepare(self, fleet: FleetArrays) -> None:
         fleet.derive(self._noise_key, self._noise_of)
@@ -173,7 +178,25 @@ class NoiseScore:
                 return self._node(fleet, idx, fn)
             memo = fleet.derive(self._quiet_key, lambda _: _NodeQuiet())
             return np.asarray(memo.values(fleet, lambda rows: self._node(fleet, rows, fn))[idx], dtype=np.float64)
-        elig = cycle_eligible(req, fleet, idx, ctx)
+        if few_rows(idx.size, fleet):
+            return self._shared(fleet, idx, fn, cycle_eligible(req, fleet, idx, ctx))
+        limits = limits_of(ctx)
+        shape = (req.count, req.milli, req.memory_bytes, req.models, req.max_temperature, limits)
+        rows_memo = fleet.derive(self._shared_key, lambda _: RowMemo(), shape)
+        (raw,) = rows_memo.values(fleet, ctx, lambda f, rows: (self._shared_rows(req, f, rows, limits, ctx, fn),))
+        return np.asarray(raw[idx], dtype=np.float64)
+
+    def _shared_rows(
+        self, req: GpuRequest, fleet: FleetArrays, rows: IntA, limits: GpuLimits, ctx: CycleContext, fn: _FleetNoise
+    ) -> FloatA:
+        """The raw score of ``rows`` for the row memo: every row from the cycle's mask (shared with the fit filter),
+        a few from their own."""
+        if rows.size == fleet.n_nodes:
+            return self._shared(fleet, rows, fn, cycle_eligible(req, fleet, rows, ctx))
+        return self._shared(fleet, rows, fn, eligible_gpus(req, fleet, rows, limits))
+
+    def _shared(self, fleet: FleetArrays, idx: IntA, fn: _FleetNoise, elig: BoolA) -> FloatA:
+        """The raw score of a share on the ``idx`` rows: the quietest GPU of ``elig`` (NaN: none)."""
         pressure = _pressure(fn.terms[idx], fleet.tenants[idx], fleet.gpu_present[idx], self.args)
         quiet = (1.0 - pressure) * fn.xid_factor[idx]
         best = np.where(elig, quiet, -np.inf).max(axis=1)

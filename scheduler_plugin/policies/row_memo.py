@@ -50,6 +50,19 @@ class RowMemo:
         self.computed_rows = 0
         """How many rows were computed in all (tests read it)."""
 
+    def kept(self, fleet: FleetArrays, ctx: CycleContext, rows: IntA) -> Columns | None:
+        """The values kept, when none of ``rows`` moved since they were computed (a row's values are its own: the
+        other rows may have moved); None otherwise. Computes nothing: what a check of a few rows (a bind's node)
+        reads instead of computing them anew."""
+        stamps = cycle_row_stamps(fleet, ctx)
+        with self._lock:
+            state = self._state
+        if state is None or state[0].shape != stamps.shape:
+            return None
+        if state[0] is not stamps and bool((state[0][rows] != stamps[rows]).any()):
+            return None
+        return state[1]
+
     def values(self, fleet: FleetArrays, ctx: CycleContext, compute: RowsCompute) -> Columns:
         """The values of every row of ``fleet`` now (read only)."""
         stamps = cycle_row_stamps(fleet, ctx)

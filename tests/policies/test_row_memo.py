@@ -45,7 +45,9 @@ SHAPES = [
 
 
 def cold(fit: FitFilter, req: GpuRequest, f: FleetArrays) -> list[Rejection | None]:
-    """Each row judged alone (one row is "few": the memo is not used), a passing row as None."""
+    """Each row judged alone (one row is "few": computed, on an index of its own so that no memo is read), a passing
+    row as None."""
+    f = dataclasses.replace(f, derived=SnapshotIndex())
     out: list[Rejection | None] = []
     for r in range(f.n_nodes):
         one = np.array([r], dtype=np.int64)
@@ -257,3 +259,75 @@ def test_thermal_memo_serves_a_run_of_binds_the_same_floats_as_a_cold_score() ->
         current = base.with_assumed(assumed)
         for req in (request(1), request(2), request(1, share=300)):
             np.testing.assert_array_equal(thermal_memo(score, req, current), thermal_cold(score, req, current))
+
+
+def shared_noise(score: NoiseScore, req: GpuRequest, f: FleetArrays) -> FloatA:
+    """Every row at once (the memo's path)."""
+    return score.score(req, f, np.arange(f.n_nodes, dtype=np.int64), CycleContext(now=0.0))
+
+
+def shared_noise_cold(score: NoiseScore, req: GpuRequest, f: FleetArrays) -> FloatA:
+    """Each row alone (one row is "few": computed, the memo not read)."""
+    return np.array([score.score(req, f, np.array([r]), CycleContext(now=0.0))[0] for r in range(f.n_nodes)])
+
+
+def shared_noise_computed(score: NoiseScore, req: GpuRequest, f: FleetArrays) -> int:
+    shape = (req.count, req.milli, req.memory_bytes, req.models, req.max_temperature, GpuLimits())
+    return f.derive(score._shared_key, lambda _: RowMemo(), shape).computed_rows
+
+
+BUSY = dataclasses.replace(BASE, util=np.arange(BASE.util.size, dtype=np.float64).reshape(BASE.util.shape) % 5 / 5)
+"""GPUs of graded utilisation: which of them a share could get moves its noise score."""
+
+
+SHARES = [request(1, share=300), request(1, memory="20Gi"), request(1, share=500, models="H100")]
+
+
+@pytest.mark.parametrize("req", SHARES)
+def test_shared_gpu_noise_follows_binds_expiry_snapshots_and_shapes(req: GpuRequest) -> None:
+    score = NoiseScore(NoiseArgs())
+    base = dataclasses.replace(BUSY, derived=SnapshotIndex())
+    same = np.testing.assert_array_equal  # the same floats; NaN where no GPU could take the share
+    first = shared_noise(score, req, base)
+    assert req.shared
+    same(first, shared_noise_cold(score, req, base))
+    assert shared_noise_computed(score, req, base) == base.n_nodes
+    same(shared_noise(score, req, base), first)
+    assert shared_noise_computed(score, req, base) == base.n_nodes  # reused
+    quietest = {"a": 0, "c": 1, "h": 2}  # GPUs a share could get, made busier by a co-tenant one by one
+    assumed: dict[str, list[GpuAssignment]] = {}
+    for n, (name, gpu_index) in enumerate(quietest.items()):
+        assumed[name] = [shared(f"t{n}", gpu_index, milli=100)]
+        bound = base.with_assumed(assumed)
+        same(shared_noise(score, req, bound), shared_noise_cold(score, req, bound))
+        assert shared_noise_computed(score, req, base) == base.n_nodes + n + 1  # the charged row only
+    same(shared_noise(score, req, base), first)  # the ledger entries expired
+    busier = dataclasses.replace(base, util=np.full_like(base.util, 0.95))  # a new snapshot: every GPU busy
+    after_snapshot = shared_noise(score, req, busier)
+    assert not np.array_equal(after_snapshot, first, equal_nan=True)
+    same(after_snapshot, shared_noise_cold(score, req, busier))
+    other = request(1, share=900)  # another shape on the first snapshot
+    same(shared_noise(score, other, base), shared_noise_cold(score, other, base))
+    same(shared_noise(score, req, base), first)
+
+
+def test_a_few_rows_read_the_verdicts_kept_while_those_rows_did_not_move() -> None:
+    """A bind's check of its one node reads the shape's memo when that row's stamp has not moved since the memo
+    computed it (the other rows may have moved), and computes it otherwise: the same verdict either way."""
+    fit = FitFilter(FilterPolicy())
+    base = fresh()
+    req = request(2)
+    every = np.arange(base.n_nodes, dtype=np.int64)
+    verdicts = fit.filter(req, base, every, CycleContext(now=0.0)).tolist()
+    holder = base.derive(fit._rows_key, lambda _: RowMemo(), shape_of(req))
+    h = base.index["h"]
+    bound = base.with_assumed({"h": [whole("n1", 0, 1, 2)]})  # node h cannot take two more GPUs now
+    e = base.index["e"]
+    assert holder.kept(bound, CycleContext(now=0.0), np.array([e])) is not None  # e did not move
+    assert holder.kept(bound, CycleContext(now=0.0), np.array([h])) is None  # h did
+    for r in range(base.n_nodes):
+        one = np.array([r], dtype=np.int64)
+        assert fit.filter(req, base, one, CycleContext(now=0.0)).tolist() == [verdicts[r]]
+        assert fit.filter(req, bound, one, CycleContext(now=0.0)).tolist() == [verdicts[r] and r != h]
+    assert verdicts[h]
+    assert holder.computed_rows == base.n_nodes  # the few rows never computed into the memo

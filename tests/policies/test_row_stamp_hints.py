@@ -11,8 +11,8 @@ import dataclasses
 import numpy as np
 import pytest
 
-from scheduler_plugin.model import FleetArrays, GpuAssignment
-from scheduler_plugin.model.snapshot import sealed
+from scheduler_plugin.model import GIB, FleetArrays, GpuAssignment
+from scheduler_plugin.model.snapshot import LINEAGE_COLUMNS, sealed
 from scheduler_plugin.policies.fragmentation.row_stamps import CAPACITY, RowStamps
 from tests.fleet_helpers import dgx, fleet, shared, whole
 
@@ -34,13 +34,13 @@ def _moved(before: np.ndarray, after: np.ndarray) -> list[int]:
 def test_an_overlay_is_sealed_and_names_the_rows_it_recharged() -> None:
     base = fleet(*(dgx(f"n{i}", 4) for i in range(3)))
     first = base.with_assumed({"n0": [whole("a", 0)]})
-    assert sealed(first.free_milli) and sealed(first.free_mem) and first.lineage is None
+    assert all(sealed(getattr(first, c)) for c in LINEAGE_COLUMNS) and first.lineage is None
     with pytest.raises(ValueError, match="read-only"):
         first.free_milli[0, 0] = 0
     second = first.with_assumed_on(base, {"n0": [whole("a", 0)], "n2": [whole("b", 1)]}, ["n2", "n2"])
     assert second.lineage is not None
-    assert second.lineage.parent == (first.free_milli, first.free_mem)
-    assert second.lineage.own == (second.free_milli, second.free_mem)
+    assert all(a is getattr(first, c) for a, c in zip(second.lineage.parent, LINEAGE_COLUMNS, strict=True))
+    assert all(a is getattr(second, c) for a, c in zip(second.lineage.own, LINEAGE_COLUMNS, strict=True))
     assert second.lineage.rows.tolist() == [2]
     assert base.with_assumed_on(base, {"n1": [whole("c", 0)]}, ["n1"]).lineage is None  # parent writable: no hint
 
@@ -62,11 +62,13 @@ def test_hinted_stamps_move_for_the_same_rows_as_a_whole_compare(seed: int) -> N
         if op == "bind":
             node = str(rng.choice(names))
             gpu_index = int(rng.integers(0, 8))
-            claim = (
-                shared(f"p{step}", gpu_index, milli=int(rng.choice([100, 250, 500])))
-                if rng.random() < 0.5
-                else whole(f"p{step}", gpu_index)
-            )
+            kind = rng.random()
+            if kind < 0.4:
+                claim = shared(f"p{step}", gpu_index, milli=int(rng.choice([100, 250, 500])))
+            elif kind < 0.8:
+                claim = whole(f"p{step}", gpu_index)
+            else:  # a memory pool without a compute share
+                claim = GpuAssignment(pod_key=f"default/p{step}", gpu_indices=(gpu_index,), memory_bytes=GIB)
             assumed.setdefault(node, []).append(claim)
             touched = [node]
         elif op == "forget" and any(assumed.values()):

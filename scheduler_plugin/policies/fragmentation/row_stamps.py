@@ -17,16 +17,18 @@ import numpy as np
 import numpy.typing as npt
 
 from ...model import FleetArrays
-from ...model.snapshot import IndexKey, sealed
+from ...model.snapshot import LINEAGE_COLUMNS, IndexKey, sealed
 from ..base import CycleContext, IntA, StateKey
 
 _STAMPS = itertools.count(1)
 """Stamps of row content versions, unique across every holder (``next`` is atomic under the GIL)."""
 
-GPU_CAPACITY = ("free_milli", "free_mem")
-"""The GPU columns of :data:`CAPACITY`: a ledger overlay's own (:class:`~scheduler_plugin.model.snapshot.Lineage`)."""
+GPU_CAPACITY = LINEAGE_COLUMNS
+"""The GPU columns of :data:`CAPACITY` (free share, free memory, kelvin tenants): a ledger overlay's own
+(:class:`~scheduler_plugin.model.snapshot.Lineage`)."""
 CAPACITY = (*GPU_CAPACITY, "cpu_free", "mem_free_host")
-"""The columns written in place (the simulator's placements, a ledger overlay's charges) that fragmentation reads."""
+"""The columns written in place (the simulator's placements, a ledger overlay's charges) that the row memos read:
+fragmentation the capacity, the noise score the tenants too."""
 
 
 def next_stamp() -> int:
@@ -64,17 +66,17 @@ class RowStamps:
 
     def __init__(self) -> None:
         self._state: tuple[tuple[npt.NDArray[Any], ...], IntA] | None = None
-        self._seen: tuple[npt.NDArray[Any], npt.NDArray[Any]] | None = None
+        self._seen: tuple[npt.NDArray[Any], ...] | None = None
         """The sealed GPU columns whose content the private copies hold (None: unknown, compare them whole)."""
         self._lock = threading.Lock()
 
     def stamps(self, fleet: FleetArrays) -> IntA:
         """(N,) the stamp of each row's content now (read only)."""
         now = tuple(getattr(fleet, c) for c in CAPACITY)
-        gpu_cols = (now[0], now[1])  # GPU_CAPACITY
+        gpu_cols = now[_GPU]
         with self._lock:
             state = self._state
-            seen, self._seen = self._seen, (gpu_cols if sealed(gpu_cols[0]) and sealed(gpu_cols[1]) else None)
+            seen, self._seen = self._seen, (gpu_cols if all(map(sealed, gpu_cols)) else None)
             if state is None or any(a.shape != b.shape for a, b in zip(state[0], now, strict=True)):
                 stamps = np.full(len(now[0]), next_stamp(), dtype=np.int64)
                 self._state = (tuple(a.copy() for a in now), stamps)
@@ -97,25 +99,24 @@ class RowStamps:
 
 def _told_rows(
     fleet: FleetArrays,
-    gpu_cols: tuple[npt.NDArray[Any], npt.NDArray[Any]],
-    seen: tuple[npt.NDArray[Any], npt.NDArray[Any]] | None,
+    gpu_cols: tuple[npt.NDArray[Any], ...],
+    seen: tuple[npt.NDArray[Any], ...] | None,
 ) -> IntA | None:
     """The only rows of the GPU columns that can differ from the private copies (which hold ``seen``'s content),
     or None when the fleet cannot tell."""
     if seen is None:
         return None
-    if gpu_cols[0] is seen[0] and gpu_cols[1] is seen[1]:
+    if _same(gpu_cols, seen):
         return _NO_ROWS
     lin = fleet.lineage
-    if (
-        lin is not None
-        and lin.own[0] is gpu_cols[0]
-        and lin.own[1] is gpu_cols[1]
-        and lin.parent[0] is seen[0]
-        and lin.parent[1] is seen[1]
-    ):
+    if lin is not None and _same(lin.own, gpu_cols) and _same(lin.parent, seen):
         return lin.rows
     return None
+
+
+def _same(a: tuple[npt.NDArray[Any], ...], b: tuple[npt.NDArray[Any], ...]) -> bool:
+    """The very same array objects, in order."""
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
 
 
 def _differing(old: tuple[npt.NDArray[Any], ...], now: tuple[npt.NDArray[Any], ...], rows: IntA) -> IntA:
@@ -130,6 +131,7 @@ def _differing(old: tuple[npt.NDArray[Any], ...], now: tuple[npt.NDArray[Any], .
 
 
 _NO_ROWS = np.zeros(0, dtype=np.int64)
+_GPU = slice(0, len(GPU_CAPACITY))
 _HOST = slice(len(GPU_CAPACITY), None)
 """The host columns of :data:`CAPACITY` (shared by an overlay with its snapshot: compared whole)."""
 
