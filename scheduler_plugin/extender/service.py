@@ -128,31 +128,31 @@ def bind_refused(exc: BindError) -> bool:
 
 
 _REASON = operator.attrgetter("reason")
+_UNRESOLVABLE = operator.attrgetter("unresolvable")
 
 
 def _rejected(
     names: wire.NodeNameList, positions: IntA, rows: IntA, rejected: Mapping[int, Rejection]
 ) -> tuple[dict[str, str], dict[str, str], Counter[RejectionKind]]:
     """The ``FailedNodes`` and ``FailedAndUnresolvableNodes`` of the names at ``positions`` (rows ``rows``, each in
-    ``rejected``), in that order, and how many rejections of each kind. Thousands of nodes can fail one pod, worded
-    by a few dozen distinct :class:`Rejection` objects (rows worded alike share one): each distinct object is asked
-    its kind and resolvability once, and the rest are C-level passes (``map``, numpy, a dict made from zipped
-    lists), never a Python loop per name."""
+    ``rejected``), in that order, and how many rejections of each kind. Thousands of nodes can fail one pod; a
+    rejection's kind and resolvability are fixed by its class (a handful per pod), so they are counted per class
+    and the rest are C-level passes (``map``, a ``Counter`` of classes, numpy, a dict made from zipped lists), never a
+    Python loop per name."""
     rejs = list(map(rejected.__getitem__, rows.tolist()))
     counts: Counter[RejectionKind] = Counter()
     if not rejs:
         return {}, {}, counts
-    ids = np.fromiter(map(id, rejs), dtype=np.int64, count=len(rejs))
-    _, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
-    distinct = [rejs[i] for i in first.tolist()]
-    for rej, n in zip(distinct, np.bincount(inverse.reshape(-1)).tolist(), strict=True):
-        counts[rej.kind] += n
-    unres = np.array([rej.unresolvable for rej in distinct], dtype=np.bool_)[inverse.reshape(-1)]
+    by_class = Counter(map(type, rejs))
+    for cls, n in by_class.items():
+        counts[cls.kind] += n
     reasons = list(map(_REASON, rejs))
-    if not unres.any():
+    n_unres = sum(n for cls, n in by_class.items() if cls.unresolvable)
+    if not n_unres:
         return dict(zip(names.subset(positions), reasons, strict=True)), {}, counts
-    if unres.all():
+    if n_unres == len(rejs):
         return {}, dict(zip(names.subset(positions), reasons, strict=True)), counts
+    unres = np.fromiter(map(_UNRESOLVABLE, rejs), dtype=np.bool_, count=len(rejs))
     texts = np.empty(len(reasons), dtype=object)
     texts[:] = reasons
     failed = dict(zip(names.subset(positions[~unres]), texts[~unres].tolist(), strict=True))

@@ -86,7 +86,8 @@ class RowStamps:
             if told is None:
                 rows = changed_rows(*zip(old, now, strict=True))
             else:
-                rows = _differing(old, now, np.union1d(told, changed_rows(*zip(old[_HOST], now[_HOST], strict=True))))
+                host = changed_rows(*zip(old[_HOST], now[_HOST], strict=True))  # a ledger overlay charges none of them
+                rows = _differing(old, now, np.union1d(told, host) if len(host) else told)
             if not len(rows):
                 return stamps
             for a, b in zip(old, now, strict=True):  # private copies, never handed out: updated in place
