@@ -143,7 +143,7 @@ def _rejected(
     counts: Counter[RejectionKind] = Counter()
     if not rejs:
         return {}, {}, counts
-    by_class = Counter(map(type, rejs))
+    by_class: Counter[type[Rejection]] = Counter(map(type, rejs))
     for cls, n in by_class.items():
         counts[cls.kind] += n
     reasons = list(map(_REASON, rejs))
