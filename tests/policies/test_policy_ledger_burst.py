@@ -264,14 +264,21 @@ def test_history_views_match_a_rebuild_after_any_changes() -> None:
         assert not log.ordered or all(x <= y for x, y in itertools.pairwise(log.times[: log.size]))
 
 
+NODES = [f"n{i}" for i in range(8)]
+"""Node names of the randomized burst tests (the last one not in their fleets)."""
+
+
+def _ledger_and_burst(ttl_s: float, window_s: float) -> tuple[AssumedLedger, BurstScore]:
+    return AssumedLedger(ttl_s=ttl_s), BurstScore(BurstArgs(window_seconds=window_s))
+
+
 def test_burst_reads_the_log_to_the_bit_of_the_per_node_lists() -> None:
     """The burst score reads the ledger's placement log (the last window's placements only) or, without one, the
     per-node lists: the same floats, whatever the binds, forgets, expiries and clock steps back did to the ledger."""
-    names = [f"n{i}" for i in range(8)]
+    names = NODES
     f = fleet(*(dgx(n) for n in names[:7]))  # n7: not in the fleet
     rng = np.random.default_rng(11)
-    led = AssumedLedger(ttl_s=30)
-    score = BurstScore(BurstArgs(window_seconds=4.7))
+    led, score = _ledger_and_burst(ttl_s=30, window_s=4.7)
     t = NOW
     checked_ordered = checked_unordered = 0
     for _ in range(300):
@@ -356,13 +363,11 @@ def test_burst_looks_up_each_placement_once_and_follows_a_new_snapshot() -> None
     up only the placements made since the last one, across the TTL's trims of the log; a new snapshot (another
     index, rows in another order) and a rebuilt history (a forget: a new epoch) are looked up afresh. Every cycle's
     loads are the bits a score without kept rows computes."""
-    names = [f"n{i}" for i in range(8)]
-    first = fleet(*(dgx(n) for n in names[:7]))  # n7: not in the fleet
-    second = fleet(*(dgx(n) for n in reversed(names[1:])))  # n0 gone, the others in another order
+    first = fleet(*(dgx(n) for n in NODES[:7]))  # n7: not in the fleet
+    second = fleet(*(dgx(n) for n in reversed(NODES[1:])))  # n0 gone, the others in another order
     fleets = [replace(f, index=_CountingIndex(f.index)) for f in (first, second)]
     rng = np.random.default_rng(3)
-    led = AssumedLedger(ttl_s=6)
-    score = BurstScore(BurstArgs(window_seconds=2.5))
+    led, score = _ledger_and_burst(ttl_s=6, window_s=2.5)
     t = NOW
     kept_lookups = fresh_lookups = 0
     for step in range(400):
@@ -370,7 +375,7 @@ def test_burst_looks_up_each_placement_once_and_follows_a_new_snapshot() -> None
         t += float(rng.uniform(0, 0.1))
         if step % 97 == 50:
             led.forget("default/p10")  # a rebuilt history: a new epoch
-        led.assume(str(rng.choice(names)), a(f"p{step}", 0), t)
+        led.assume(str(rng.choice(NODES)), a(f"p{step}", 0), t)
         ctx = CycleContext(now=t, state=CycleState({PLACEMENT_LOG: led.placement_log(t)}))
         before = _CountingIndex.gets
         kept = score._per_row(f, ctx)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from scheduler_plugin.model import FleetArrays, GpuAssignment, GpuRequest, ThrottleReason
-from scheduler_plugin.model.snapshot import SnapshotIndex
+from scheduler_plugin.model.snapshot import IndexKey, SnapshotIndex
 from scheduler_plugin.policies.base import CycleContext, FloatA, Rejection
 from scheduler_plugin.policies.eligibility import GpuLimits
 from scheduler_plugin.policies.fit import FitFilter, shape_of
@@ -199,19 +199,32 @@ could get moves its thermal score."""
 HOT = dataclasses.replace(HOT, temp=62.0 + np.arange(HOT.temp.size, dtype=np.float64).reshape(HOT.temp.shape) % 7 * 3.0)
 
 
-def thermal_memo(score: ThermalScore, req: GpuRequest, f: FleetArrays) -> FloatA:
-    """Every row at once (the memo's path)."""
+def every_row(score: ThermalScore | NoiseScore, req: GpuRequest, f: FleetArrays) -> FloatA:
+    """The raw score of every row at once (the memo's path)."""
     return score.score(req, f, np.arange(f.n_nodes, dtype=np.int64), CycleContext(now=0.0))
 
 
-def thermal_cold(score: ThermalScore, req: GpuRequest, f: FleetArrays) -> FloatA:
-    """Each row alone (one row is "few": computed, the memo not read)."""
+def row_alone(score: ThermalScore | NoiseScore, req: GpuRequest, f: FleetArrays) -> FloatA:
+    """The raw score of each row alone (one row is "few": computed, the memo not read)."""
     return np.array([score.score(req, f, np.array([r]), CycleContext(now=0.0))[0] for r in range(f.n_nodes)])
 
 
-def thermal_computed(score: ThermalScore, req: GpuRequest, f: FleetArrays) -> int:
+def computed_for(key: IndexKey[RowMemo], req: GpuRequest, f: FleetArrays) -> int:
+    """How many rows the memo under ``key`` of ``req``'s shape (default limits) computed in all."""
     shape = (req.count, req.milli, req.memory_bytes, req.models, req.max_temperature, GpuLimits())
-    return f.derive(score._rows_key, lambda _: RowMemo(), shape).computed_rows
+    return f.derive(key, lambda _: RowMemo(), shape).computed_rows
+
+
+def thermal_memo(score: ThermalScore, req: GpuRequest, f: FleetArrays) -> FloatA:
+    return every_row(score, req, f)
+
+
+def thermal_cold(score: ThermalScore, req: GpuRequest, f: FleetArrays) -> FloatA:
+    return row_alone(score, req, f)
+
+
+def thermal_computed(score: ThermalScore, req: GpuRequest, f: FleetArrays) -> int:
+    return computed_for(score._rows_key, req, f)
 
 
 @pytest.mark.parametrize("req", [request(1), request(2), request(1, memory="20Gi"), request(1, models="H100")])
@@ -261,21 +274,6 @@ def test_thermal_memo_serves_a_run_of_binds_the_same_floats_as_a_cold_score() ->
             np.testing.assert_array_equal(thermal_memo(score, req, current), thermal_cold(score, req, current))
 
 
-def shared_noise(score: NoiseScore, req: GpuRequest, f: FleetArrays) -> FloatA:
-    """Every row at once (the memo's path)."""
-    return score.score(req, f, np.arange(f.n_nodes, dtype=np.int64), CycleContext(now=0.0))
-
-
-def shared_noise_cold(score: NoiseScore, req: GpuRequest, f: FleetArrays) -> FloatA:
-    """Each row alone (one row is "few": computed, the memo not read)."""
-    return np.array([score.score(req, f, np.array([r]), CycleContext(now=0.0))[0] for r in range(f.n_nodes)])
-
-
-def shared_noise_computed(score: NoiseScore, req: GpuRequest, f: FleetArrays) -> int:
-    shape = (req.count, req.milli, req.memory_bytes, req.models, req.max_temperature, GpuLimits())
-    return f.derive(score._shared_key, lambda _: RowMemo(), shape).computed_rows
-
-
 BUSY = dataclasses.replace(BASE, util=np.arange(BASE.util.size, dtype=np.float64).reshape(BASE.util.shape) % 5 / 5)
 """GPUs of graded utilisation: which of them a share could get moves its noise score."""
 
@@ -288,27 +286,27 @@ def test_shared_gpu_noise_follows_binds_expiry_snapshots_and_shapes(req: GpuRequ
     score = NoiseScore(NoiseArgs())
     base = dataclasses.replace(BUSY, derived=SnapshotIndex())
     same = np.testing.assert_array_equal  # the same floats; NaN where no GPU could take the share
-    first = shared_noise(score, req, base)
+    first = every_row(score, req, base)
     assert req.shared
-    same(first, shared_noise_cold(score, req, base))
-    assert shared_noise_computed(score, req, base) == base.n_nodes
-    same(shared_noise(score, req, base), first)
-    assert shared_noise_computed(score, req, base) == base.n_nodes  # reused
+    same(first, row_alone(score, req, base))
+    assert computed_for(score._shared_key, req, base) == base.n_nodes
+    same(every_row(score, req, base), first)
+    assert computed_for(score._shared_key, req, base) == base.n_nodes  # reused
     quietest = {"a": 0, "c": 1, "h": 2}  # GPUs a share could get, made busier by a co-tenant one by one
     assumed: dict[str, list[GpuAssignment]] = {}
     for n, (name, gpu_index) in enumerate(quietest.items()):
         assumed[name] = [shared(f"t{n}", gpu_index, milli=100)]
         bound = base.with_assumed(assumed)
-        same(shared_noise(score, req, bound), shared_noise_cold(score, req, bound))
-        assert shared_noise_computed(score, req, base) == base.n_nodes + n + 1  # the charged row only
-    same(shared_noise(score, req, base), first)  # the ledger entries expired
+        same(every_row(score, req, bound), row_alone(score, req, bound))
+        assert computed_for(score._shared_key, req, base) == base.n_nodes + n + 1  # the charged row only
+    same(every_row(score, req, base), first)  # the ledger entries expired
     busier = dataclasses.replace(base, util=np.full_like(base.util, 0.95))  # a new snapshot: every GPU busy
-    after_snapshot = shared_noise(score, req, busier)
+    after_snapshot = every_row(score, req, busier)
     assert not np.array_equal(after_snapshot, first, equal_nan=True)
-    same(after_snapshot, shared_noise_cold(score, req, busier))
+    same(after_snapshot, row_alone(score, req, busier))
     other = request(1, share=900)  # another shape on the first snapshot
-    same(shared_noise(score, other, base), shared_noise_cold(score, other, base))
-    same(shared_noise(score, req, base), first)
+    same(every_row(score, other, base), row_alone(score, other, base))
+    same(every_row(score, req, base), first)
 
 
 def test_a_few_rows_read_the_verdicts_kept_while_those_rows_did_not_move() -> None:
