@@ -289,13 +289,13 @@ class _Sim:
 
     def place(self, job: Job, now: float, rows: Sequence[int] | None = None) -> bool:
         """Place every pod of ``job`` (all or none) with kelvin's filter, prioritize and pick."""
-        ctx = self._ctx(now)
         all_rows = np.arange(self.fleet.n_nodes, dtype=np.int64) if rows is None else np.asarray(rows, dtype=np.int64)
         if job.priority < HIGH and self.nominated:
             blocked = set(self.nominated.values())
             all_rows = all_rows[[r not in blocked for r in all_rows.tolist()]]
         done: list[tuple[int, tuple[int, ...]]] = []
         for k in range(job.pods):
+            ctx = self._ctx(now)  # a cycle per pod: the one before charged the fleet in place (the memos' stamps)
             req = job.request(k)
             # only rows with enough whole GPUs free reach the filter (it would refuse the others, at more cost)
             whole = (self.fleet.free_milli[all_rows] >= MILLI_PER_GPU).sum(axis=1)

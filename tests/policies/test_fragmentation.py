@@ -825,3 +825,92 @@ def test_free_stats_count_and_sum_the_gpus_reaching_each_threshold(rows: int) ->
         assert st.total[r] == sum(gpus)
         assert st.gpus_at_least[r].tolist() == [sum(g >= t for g in gpus) for t in w.thresholds.tolist()]
         assert st.free_at_least[r].tolist() == [float(sum(g for g in gpus if g >= t)) for t in w.thresholds.tolist()]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_pick_the_score_memo_kept_is_the_pick_computed_for_the_row_alone(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bind's pick (a new cycle, the picker bound to a scorer of the same class and arguments) reads the GPUs the
+    score memo kept with the row's score while that score would be served: over a run of binds, pods of several
+    shapes (shared ones, CPU-hungry ones that move the stranding weight), each pick is what a plugin without a memo
+    computes for the row, and most come from the memo."""
+    from scheduler_plugin.policies.fragmentation.score_memo import ScoreMemo, _Entry
+
+    rng = np.random.default_rng(seed)
+    fleet = build_arrays(  # CPU runs short as pods arrive: the stranding weight moves
+        [node(f"n{i}", [int(x) for x in rng.integers(0, 5, size=8) * 125], cpu=40_000) for i in range(40)]
+    )
+    w = wl((WHOLE, 3), (HALF, 2), (PodShape(1000, 250, 1, None), 1), (PodShape(24_000, 1000, 2, None), 1))
+    shapes = [
+        GpuRequest(count=1, cpu_milli=4000),
+        GpuRequest(count=2, cpu_milli=24_000),
+        GpuRequest(count=1, milli=250, cpu_milli=1000),
+        GpuRequest(count=1, milli=500, cpu_milli=2000),
+    ]
+    args = fragmentation.FragmentationArgs()
+    scorer, picker = FragmentationPolicy.create(args), FragmentationPolicy.create(args)
+    picker.bind([scorer])
+    kept = {"hits": 0, "revalued": 0}
+    real, real_revalued = ScoreMemo.picked, _Entry.revalued
+
+    def counted(self: ScoreMemo, *a: Any, **k: Any) -> Any:
+        got = real(self, *a, **k)
+        kept["hits"] += got is not None
+        return got
+
+    def revalued(self: _Entry, *a: Any) -> None:
+        kept["revalued"] += 1
+        real_revalued(self, *a)
+
+    monkeypatch.setattr(ScoreMemo, "picked", counted)
+    monkeypatch.setattr(_Entry, "revalued", revalued)
+    every = np.arange(fleet.n_nodes, dtype=np.int64)
+    for step in range(80):
+        req = shapes[int(rng.integers(0, len(shapes)))]
+        for _ in range(2 if step == 0 else 1):  # the memo engages on a workload's second call
+            scores = scorer.score(req, fleet, every, _memo_ctx(w))
+        row = int(np.argmax(scores)) if rng.random() < 0.7 else int(rng.integers(0, fleet.n_nodes))
+        got = picker.pick(req, fleet, row, _memo_ctx(w))
+        want = FragmentationPolicy.create(args).pick(req, fleet, row, _memo_ctx(w))
+        assert got == want, step
+        if got:
+            apply_placement(fleet, req, row, got)
+    assert kept["hits"] > 30 and kept["revalued"] > 5, kept
+
+
+def test_the_memo_keeps_a_pick_while_it_would_serve_the_rows_score() -> None:
+    """:meth:`ScoreMemo.picked` gives the GPU slots a computation handed back with a row's score exactly while
+    :meth:`ScoreMemo.scores` would serve that score unchanged: not for a row written since, nor for a row whose score
+    read a soft value that moved (valued again: another placement may win), nor for another workload; a row whose
+    score read no soft value keeps its pick when the soft value moves."""
+    fleet = _memo_fleet(6)
+    w = _pinned_workload(np.random.default_rng(2), 6)
+    memo = ScoreMemo(revalue=lambda parts, soft: parts[0] * float(soft[0]))  # type: ignore[arg-type]
+    rows = np.arange(10, dtype=np.int64)
+    slots = np.eye(10, fleet.max_gpus, dtype=np.bool_)  # row r's pick: its slot r % G
+
+    def compute(sel: np.ndarray) -> tuple[np.ndarray, np.ndarray, SoftParts, np.ndarray]:
+        at = rows[sel]
+        reads = at % 2 == 0
+        pos = np.nonzero(reads)[0]
+        return np.where(reads, at * soft[0], at * 0.1), reads, SoftParts(pos, (at[pos].astype(float),)), slots[at]
+
+    def picked(row: int, workload: Workload | None = None) -> list[int] | None:
+        got = memo.picked("k", fleet, row, workload or w, (), lambda: row_stamps(fleet), (soft[0],))
+        return None if got is None else got.nonzero()[0].tolist()
+
+    soft = [2.0]
+    memo.scores("k", fleet, rows, w, (), compute, None, (soft[0],))
+    assert picked(3) is None  # the memo engages on the workload's second call
+    memo.scores("k", fleet, rows, w, (), compute, None, (soft[0],))
+    assert [picked(r) for r in range(4)] == [[0], [1], [2], [3]]
+    assert picked(3, _pinned_workload(np.random.default_rng(3), 6)) is None
+    fleet.free_milli[3, 0] -= 1  # row 3 written: no pick until it is scored again
+    assert picked(3) is None
+    memo.scores("k", fleet, rows, w, (), compute, None, (soft[0],))
+    assert picked(3) == [3]
+    soft[0] = 3.0  # moved: rows 0 and 2 read it
+    assert picked(2) is None and picked(1) == [1]
+    memo.scores("k", fleet, rows, w, (), compute, None, (soft[0],))  # valued again, not computed
+    assert picked(2) is None and picked(1) == [1] and picked(3) == [3]

@@ -168,6 +168,9 @@ class FragmentationBase:
     """Scarcity weights per shape on the last published snapshot (:meth:`FragmentationPolicy.prepare`)."""
     _hedged: tuple[Workload, FloatA | None] | None = None
     """The last (workload, :meth:`FragmentationPolicy.hedge`)."""
+    _twin: FragmentationBase | None = None
+    """As the picker, the scorer of the same class and arguments it is bound to (:meth:`bind`): its score memo's picks
+    are this picker's."""
 
     @classmethod
     def create(cls, args: FragmentationArgs) -> Self:
@@ -198,6 +201,8 @@ class FragmentationBase:
         source = next((p for p in peers if isinstance(p, FragmentationBase)), None)
         if source is None or source is self or source.args.workload_settings() != self.args.workload_settings():
             return
+        if type(source) is type(self) and source.args == self.args:
+            self._twin = source
         self.estimator = source.estimator
         self.published = source.published
         self.learns = False
@@ -228,8 +233,14 @@ class FragmentationBase:
     def _pick_values(
         self, req: GpuRequest, fleet: FleetArrays, pl: Placements, w: Workload, ctx: CycleContext
     ) -> FloatA:
-        """Per placement: the value the GPUs inside the chosen node are picked by (default: :meth:`_values`)."""
-        return self._values(req, fleet, pl, w, ctx)
+        """Per placement: the value the GPUs inside the chosen node are picked by: :meth:`_picked_by` of the
+        :meth:`_values`."""
+        return self._picked_by(self._values(req, fleet, pl, w, ctx), pl)
+
+    def _picked_by(self, values: FloatA, pl: Placements) -> FloatA:
+        """The pick values of placements ``pl`` valued ``values`` (default: the values; a subclass adds its in-node
+        tie-breaks), element by element."""
+        return values
 
     def _valued(
         self, req: GpuRequest, fleet: FleetArrays, pl: Placements, w: Workload, ctx: CycleContext
@@ -282,10 +293,11 @@ class FragmentationBase:
             best, _ = best_per_row(values, pl.pos, len(rows))
             row_reads = np.zeros(len(rows), dtype=np.bool_)
             row_reads[pl.pos[reads]] = True
+            picks = _picks(pl, best_per_row(self._picked_by(values, pl), pl.pos, len(rows))[1], fleet.max_gpus)
             if parts is None:
-                return best, row_reads
+                return best, row_reads, None, picks
             mine = row_reads[pl.pos]  # every placement of a row whose score read the soft values
-            return best, row_reads, SoftParts(pl.pos[mine], tuple(a[mine] for a in parts))
+            return best, row_reads, SoftParts(pl.pos[mine], tuple(a[mine] for a in parts)), picks
 
         key = (shape_key(req), limits_of(ctx), self.memory_aware)
         extra, soft = self._memo_extra(req, fleet, w, ctx), self._memo_soft(req, fleet, w, ctx)
@@ -306,12 +318,26 @@ class FragmentationBase:
         return minmax(raw)
 
     def pick(self, req: GpuRequest, fleet: FleetArrays, row: int, ctx: CycleContext) -> tuple[int, ...] | None:
+        """The GPUs of ``row``'s best placement by :meth:`_pick_values`: the one the score memo kept with the row's
+        score when it would serve that score now (a bind right after prioritize), else computed for the row."""
+        if req.wants_gpu:  # (a CPU-only pod's pick takes no slot: "none taken" would not tell it from no placement)
+            kept = (self._twin or self)._kept_pick(req, fleet, row, ctx)
+            if kept is not None:
+                slots = kept.nonzero()[0]
+                return tuple(int(fleet.gpu_index[row, c]) for c in slots.tolist()) if len(slots) else None
         w = self.scored_workload(fleet, ctx)
         pl = self._row_placements(req, fleet, row, ctx)
         _, which = best_per_row(self._pick_values(req, fleet, pl, w, ctx), pl.pos, 1)
         if which[0] < 0:
             return None
         return tuple(int(fleet.gpu_index[row, c]) for c in pl.slots(int(which[0])))
+
+    def _kept_pick(self, req: GpuRequest, fleet: FleetArrays, row: int, ctx: CycleContext) -> BoolA | None:
+        """The GPU slots of ``row``'s pick as this plugin's score memo kept it (:meth:`ScoreMemo.picked`), or None."""
+        w = self.scored_workload(fleet, ctx)
+        key = (shape_key(req), limits_of(ctx), self.memory_aware)
+        extra, soft = self._memo_extra(req, fleet, w, ctx), self._memo_soft(req, fleet, w, ctx)
+        return self.memo.picked(key, fleet, row, w, extra, lambda: cycle_row_stamps(fleet, ctx), soft)
 
     def explain(self, req: GpuRequest, fleet: FleetArrays, row: int, ctx: CycleContext) -> list[str]:
         w = self.scored_workload(fleet, ctx)
@@ -331,6 +357,14 @@ class FragmentationBase:
 
     def _explain_extras(self, req: GpuRequest, fleet: FleetArrays, pl: Placements, w: Workload, i: int) -> list[str]:
         return []
+
+
+def _picks(pl: Placements, which: IntA, gpus: int) -> BoolA:
+    """(rows, ``gpus``) the GPU slots of each row's placement ``which`` (none where -1: no placement)."""
+    out = np.zeros((len(which), gpus), dtype=np.bool_)
+    has = (which >= 0).nonzero()[0]
+    out[has] = pl.taken[which[has]]
+    return out
 
 
 def learn(plugins: Iterable[object], req: GpuRequest) -> None:
@@ -407,13 +441,10 @@ class FragmentationPolicy(FragmentationBase):
         # the placements with a stranding penalty read it
         return (self._stranding_weight(fleet, w, ctx),)
 
-    def _pick_values(
-        self, req: GpuRequest, fleet: FleetArrays, pl: Placements, w: Workload, ctx: CycleContext
-    ) -> FloatA:
-        """:meth:`_values`, ties broken by the smaller raw dF, then the tightest GPU."""
-        primary = self._values(req, fleet, pl, w, ctx)
+    def _picked_by(self, values: FloatA, pl: Placements) -> FloatA:
+        """The values, ties broken by the smaller raw dF, then the tightest GPU."""
         return np.asarray(
-            primary - 1e-3 * np.tanh(pl.delta / MILLI_PER_GPU) + 1e-4 * (1.0 - pl.slot_left / MILLI_PER_GPU),
+            values - 1e-3 * np.tanh(pl.delta / MILLI_PER_GPU) + 1e-4 * (1.0 - pl.slot_left / MILLI_PER_GPU),
             dtype=np.float64,
         )
 

@@ -67,9 +67,10 @@ class SoftParts:
     arrays: tuple[FloatA, ...]
 
 
-Computed = tuple[FloatA, BoolA] | tuple[FloatA, BoolA, SoftParts]
-"""What a score computation gives for its rows: the scores, per row whether the score read the ``soft`` values, and
-(with a ``revalue``) the :class:`SoftParts` of the rows that read them."""
+Computed = tuple[FloatA, BoolA] | tuple[FloatA, BoolA, SoftParts | None] | tuple[FloatA, BoolA, SoftParts | None, BoolA]
+"""What a score computation gives for its rows: the scores, per row whether the score read the ``soft`` values,
+(with a ``revalue``) the :class:`SoftParts` of the rows that read them, and optionally each row's pick: (rows, G) the
+GPU slots the pod would get there (none: no placement), kept for :meth:`ScoreMemo.picked`."""
 
 Revalue = Callable[[tuple[FloatA, ...], tuple[Hashable, ...]], FloatA]
 """Each placement's value from its :attr:`SoftParts.arrays` and the ``soft`` values: exactly what the computation
@@ -91,6 +92,17 @@ class _Entry:
     """(K,) ... the row stamp it was computed for (a placement of a row computed since is stale) ..."""
     parts: tuple[FloatA, ...] = ()
     """... and the plugin's numbers."""
+    picks: BoolA | None = None
+    """(N, G) the GPU slots of each row's pick, where :attr:`picked` (none taken: no placement on the row)."""
+    picked: BoolA | None = None
+    """(N,) the row's pick is kept (computed with its kept score, and the score not valued again since)."""
+
+    def keep_picks(self, at: IntA, slots: BoolA) -> None:
+        if self.picks is None or self.picked is None or self.picks.shape[1] != slots.shape[1]:
+            self.picks = np.zeros((len(self.stamp), slots.shape[1]), dtype=np.bool_)
+            self.picked = np.zeros(len(self.stamp), dtype=np.bool_)
+        self.picks[at] = slots
+        self.picked[at] = True
 
     def keep_parts(self, at: IntA, stamps: IntA, new: SoftParts) -> None:
         """Add the soft placements of the rows ``at`` (computed for ``stamps``), the stale ones dropped when they
@@ -118,6 +130,8 @@ class _Entry:
         covered = np.zeros(len(self.stamp), dtype=np.bool_)
         covered[self.parts_row] = True
         self.stamp[self.reads & ~covered] = 0
+        if self.picked is not None:  # another value may win on the rows valued again: their picks are computed anew
+            self.picked[self.reads] = False
         self.value[covered] = -np.inf
         np.maximum.at(self.value, self.parts_row, revalue(self.parts, soft))
         self.soft = soft
@@ -186,9 +200,39 @@ class ScoreMemo:
                 out = compute(stale)
                 hit.value[at], hit.reads[at] = out[0], out[1]
                 hit.stamp[at] = now[stale]
-                if revalue is not None and len(out) == 3:
+                if revalue is not None and len(out) >= 3 and out[2] is not None:
                     hit.keep_parts(at, now[stale], out[2])
+                if len(out) == 4:
+                    hit.keep_picks(at, out[3])
             return hit.value[rows]
+
+    def picked(
+        self,
+        key: Hashable,
+        fleet: FleetArrays,
+        row: int,
+        w: Workload,
+        extra: tuple[Hashable, ...],
+        stamps: Callable[[], IntA],
+        soft: tuple[Hashable, ...] = (),
+    ) -> BoolA | None:
+        """(G,) the GPU slots of ``row``'s pick kept with its score for the shape ``key`` (none taken: the row has no
+        placement), when the score would be served from the memo now (the same workload, telemetry, ``extra`` and
+        ``soft`` as :meth:`scores` would check, and the row's content unchanged); None otherwise (compute it)."""
+        static = tuple(getattr(fleet, c) for c in STATIC)
+        with self._lock:
+            if self._workload is not w or not _same(self._static, static):
+                return None
+            hit = self._entries.get(key)
+            if hit is None or hit.picks is None or hit.picked is None or not hit.picked[row]:
+                return None
+            if not _same(hit.extra, extra) or (hit.reads[row] and not _same(hit.soft, soft)):
+                return None
+            now = stamps()
+            if len(now) != len(hit.stamp) or hit.stamp[row] != now[row]:
+                return None
+            slots: BoolA = hit.picks[row].copy()
+            return slots
 
 
 def _same(a: tuple[object, ...], b: tuple[object, ...]) -> bool:
