@@ -104,6 +104,9 @@ class _FleetNoise:
     xid_factor: FloatA  # (N, G) 1 - min(1, xid / xidScale)
     node_xid: FloatA  # (N,) min(1, node xid / xidScale)
     n_present: npt.NDArray[np.int64]  # (N,) GPUs, at least 1
+    silent: bool
+    """No GPU reports any utilisation, memory use or XID error (a fleet without that telemetry, such as a replayed
+    trace): with crowding weighed 0 (the default policy's) or no tenant anywhere, every GPU is perfectly quiet."""
 
 
 class _NodeQuiet:
@@ -156,12 +159,21 @@ class NoiseScore:
     def _noise_of(self, fleet: FleetArrays) -> _FleetNoise:
         rows = np.arange(fleet.n_nodes, dtype=np.int64)
         present = fleet.gpu_present
+        terms = _telemetry_terms(fleet, rows, self.args)
+        xid_factor = _xid_factor(fleet, rows, self.args)
         return _FleetNoise(
-            terms=_telemetry_terms(fleet, rows, self.args),
-            xid_factor=_xid_factor(fleet, rows, self.args),
+            terms=terms,
+            xid_factor=xid_factor,
             node_xid=np.clip(np.where(present, fleet.xid, 0).sum(axis=1) / self.args.xid_scale, 0, 1),
             n_present=np.maximum(present.sum(axis=1), 1),
+            silent=not np.where(present, terms, 0.0).any() and bool((np.where(present, xid_factor, 1.0) == 1.0).all()),
         )
+
+    def _quiet(self, fleet: FleetArrays, fn: _FleetNoise) -> bool:
+        """Every GPU is perfectly quiet now (pressure 0, no XID error): the score tells no node from another, and a
+        node scores 1 (whole GPUs), or 1 where the pod could get a GPU (a share), NaN where not, what the general
+        computation gives there."""
+        return fn.silent and (self.args.tenants_weight == 0 or not fleet.tenants.any())
 
     def _node(self, fleet: FleetArrays, idx: IntA, fn: _FleetNoise) -> FloatA:
         mean_p = _pressure(fn.terms[idx], fleet.tenants[idx], fleet.gpu_present[idx], self.args).sum(axis=1)
@@ -174,6 +186,8 @@ class NoiseScore:
             return np.zeros(0)
         fn = fleet.derive(self._noise_key, self._noise_of)
         if not req.shared:
+            if self._quiet(fleet, fn):
+                return np.ones(idx.shape[0], dtype=np.float64)
             if few_rows(idx.size, fleet):
                 return self._node(fleet, idx, fn)
             memo = fleet.derive(self._quiet_key, lambda _: _NodeQuiet())
@@ -196,7 +210,13 @@ class NoiseScore:
         return self._shared(fleet, rows, fn, eligible_gpus(req, fleet, rows, limits))
 
     def _shared(self, fleet: FleetArrays, idx: IntA, fn: _FleetNoise, elig: BoolA) -> FloatA:
-        """The raw score of a share on the ``idx`` rows: the quietest GPU of ``elig`` (NaN: none)."""
+        """The raw score of a share on the ``idx`` rows: the quietest GPU of ``elig`` (NaN: none); on a quiet fleet
+        (:meth:`_quiet`) 1 where the pod could get a GPU, what :meth:`_quietest` gives there."""
+        if self._quiet(fleet, fn):
+            return np.where(elig.any(axis=1), 1.0, np.nan)
+        return self._quietest(fleet, idx, fn, elig)
+
+    def _quietest(self, fleet: FleetArrays, idx: IntA, fn: _FleetNoise, elig: BoolA) -> FloatA:
         pressure = _pressure(fn.terms[idx], fleet.tenants[idx], fleet.gpu_present[idx], self.args)
         quiet = (1.0 - pressure) * fn.xid_factor[idx]
         best = np.where(elig, quiet, -np.inf).max(axis=1)

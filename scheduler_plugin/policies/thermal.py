@@ -247,6 +247,15 @@ QUALITY_COLUMNS = (
 SCORE_COLUMNS = tuple(dict.fromkeys((*QUALITY_COLUMNS, *STATIC_COLUMNS, "models")))
 
 
+@dataclass(frozen=True, slots=True)
+class _FlatQuality:
+    """A fleet whose present GPUs all have one thermal quality (see :meth:`ThermalScore._flat_of`)."""
+
+    quality: float
+    n_present: IntA
+    """(N,) present GPUs per row."""
+
+
 class ThermalScore:
     """Headroom below slowdown, predicted from the trend, with throttling penalised."""
 
@@ -258,6 +267,8 @@ class ThermalScore:
         self._odds_key = IndexKey[FloatA]("thermal.throttle_odds", (*QUALITY_COLUMNS, "cooling_samples"))
         self._rows_key = IndexKey[RowMemo]("thermal.score_rows", SCORE_COLUMNS, limit=64)
         """Snapshot index: the raw score of every row per request shape (:class:`~.row_memo.RowMemo`)."""
+        self._flat_key = IndexKey[_FlatQuality | None]("thermal.flat", QUALITY_COLUMNS)
+        """Snapshot index: the one quality every GPU of the fleet has, if they all have the same (:meth:`_flat_of`)."""
 
     def _quality_of(self, fleet: FleetArrays) -> tuple[FloatA, FloatA]:
         """(N, G) quality of every GPU and (N,) the worst per node: telemetry only, so once per snapshot."""
@@ -267,8 +278,31 @@ class ThermalScore:
             node_min = np.where(present.any(axis=1), np.where(present, q, np.inf).min(axis=1), np.nan)
         return q, node_min
 
+    def _flat_of(self, fleet: FleetArrays) -> _FlatQuality | None:
+        """The quality every present GPU has, when they all have the same finite one (a fleet without temperature
+        readings, such as a replayed trace: every GPU 0): then the score tells no node from another and a row's raw
+        score depends only on whether it has the pod's GPU count (:meth:`_flat_raw`). ``None`` otherwise."""
+        q, _ = fleet.derive(self._quality_key, self._quality_of)
+        present = fleet.gpu_present
+        values = q[present]
+        if not values.size or not np.isfinite(values[0]) or not (values == values[0]).all():
+            return None
+        return _FlatQuality(float(values[0]), present.sum(axis=1))
+
+    def _flat_raw(self, req: GpuRequest, fleet: FleetArrays, idx: IntA, flat: _FlatQuality) -> FloatA:
+        """:meth:`_raw` on a fleet of one GPU quality ``flat.quality``: every row with at least the pod's GPU count
+        scores what :meth:`_raw` gives such a row (the mean of ``k`` equal qualities, rounded as it rounds them),
+        whichever of its GPUs the pod could get; a row with fewer GPUs scores NaN (as there)."""
+        k = max(1, req.count)
+        c = flat.quality
+        pod_part = c if k == 1 else float(np.full((1, k), c).mean(axis=1)[0])
+        share = self.args.node_share
+        value = (1 - share) * pod_part + share * c
+        return np.where(flat.n_present[idx] >= k, value, np.nan)
+
     def prepare(self, fleet: FleetArrays) -> None:
         fleet.derive(self._quality_key, self._quality_of)
+        fleet.derive(self._flat_key, self._flat_of)
         if self.restricts():
             fleet.derive(self._odds_key, self._odds_of)
 
@@ -305,6 +339,9 @@ class ThermalScore:
             return np.zeros(0)
         if not req.wants_gpu:
             return fleet.derive(self._quality_key, self._quality_of)[1][idx]
+        flat = fleet.derive(self._flat_key, self._flat_of)
+        if flat is not None:
+            return self._flat_raw(req, fleet, idx, flat)
         if few_rows(idx.size, fleet):
             return self._raw(req, fleet, idx, cycle_eligible(req, fleet, idx, ctx))
         limits = limits_of(ctx)

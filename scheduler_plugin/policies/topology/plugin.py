@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from dataclasses import dataclass
 
 import numpy as np
 from pydantic import Field, model_validator
@@ -24,7 +25,15 @@ from ..eligibility import (
 from ..normalize import unit
 from ..policy_file import CamelModel
 from ..row_memo import RowMemo
-from .tables import EXACT_COMBINATIONS, LEVEL_NAMES, WIRING_COLUMNS, TopologyTables, best_set, set_quality
+from .tables import (
+    EXACT_COMBINATIONS,
+    LEVEL_NAMES,
+    WIRING_COLUMNS,
+    FleetTopology,
+    TopologyTables,
+    best_set,
+    set_quality,
+)
 
 SCORE_COLUMNS = tuple(dict.fromkeys((*STATIC_COLUMNS, *WIRING_COLUMNS, "models")))
 """The telemetry columns the topology score of a row reads (its capacity is content-checked by the row memo)."""
@@ -75,6 +84,42 @@ class _TopologyPlugin:
         self.tables.for_fleet(fleet)
 
 
+@dataclass(frozen=True, slots=True)
+class FlatWiring:
+    """What the topology score is on a fleet whose wiring tells no node from another for some pods (see
+    :func:`flat_wiring`)."""
+
+    single: bool
+    """Taking any one present slot of any node loses no connectivity: a one-GPU pod scores 1 wherever it fits."""
+    multi: dict[int, float]
+    """GPU count k -> the one best quality of k GPUs that every set of k present GPUs of every node reaches: such a
+    pod scores it wherever it fits."""
+
+    def value(self, count: int) -> float | None:
+        """The raw score of a pod of ``count`` GPUs on every node where it fits; ``None``: it differs by node."""
+        if count < 2:
+            return 1.0 if self.single else None
+        return self.multi.get(count)
+
+
+def flat_wiring(ft: FleetTopology) -> FlatWiring:
+    """Read from the fleet's tables (stacked: nodes of at most 16 GPUs): which pods the wiring scores alike on every
+    node (a fleet of one link level throughout, such as a replayed trace that reports no wiring). Wide nodes: none."""
+    if ft.loss is None or ft.best_quality is None or not ft.patterns:
+        return FlatWiring(False, {})
+    g = ft.best_quality.shape[1] - 1
+    masks = np.arange(1 << g, dtype=np.int64)
+    pop = ((masks[:, None] >> np.arange(g)) & 1).sum(axis=1)
+    present = mask_bits(np.stack([p.present for p in ft.patterns if p.present is not None]))
+    within = (masks[None, :] & ~present[:, None]) == 0  # (P, 2^G) the masks of present slots only
+    multi: dict[int, float] = {}
+    for k in range(2, g + 1):
+        values = ft.best_quality[:, k, :][within & (pop >= k)[None, :]]
+        if values.size and np.isfinite(values[0]) and (values == values[0]).all():
+            multi[k] = float(values[0])
+    return FlatWiring(bool((ft.loss[within] == 0.0).all()), multi)
+
+
 class TopologyScore(_TopologyPlugin):
     """Prefer nodes whose usable GPUs form the best-connected group; keep single pods off intact groups."""
 
@@ -82,6 +127,15 @@ class TopologyScore(_TopologyPlugin):
         super().__init__(args)
         self._rows_key = IndexKey[RowMemo]("topology.score_rows", SCORE_COLUMNS, limit=64)
         """Snapshot index: the raw score of every row per request shape (:class:`~..row_memo.RowMemo`)."""
+        self._flat_key = IndexKey[FlatWiring]("topology.flat", WIRING_COLUMNS)
+        """Snapshot index: the pods the fleet's wiring scores alike everywhere (:func:`flat_wiring`)."""
+
+    def prepare(self, fleet: FleetArrays) -> None:
+        super().prepare(fleet)
+        fleet.derive(self._flat_key, self._flat_of)
+
+    def _flat_of(self, fleet: FleetArrays) -> FlatWiring:
+        return flat_wiring(self.tables.for_fleet(fleet))
 
     def score(self, req: GpuRequest, fleet: FleetArrays, idx: IntA, ctx: CycleContext) -> FloatA:
         """The raw score of each row: a function of the row alone (its eligible GPUs and wiring), so for many
@@ -100,6 +154,15 @@ class TopologyScore(_TopologyPlugin):
         return self._raw(req, fleet, rows, eligible_gpus(req, fleet, rows, limits))
 
     def _raw(self, req: GpuRequest, fleet: FleetArrays, idx: IntA, elig: BoolA) -> FloatA:
+        """The raw score of the ``idx`` rows, ``elig`` the GPUs the pod could get there: on a fleet whose wiring
+        scores the pod alike everywhere (:func:`flat_wiring`), that one value where it fits and NaN where not, what
+        :meth:`_by_wiring` gives there without its table lookups."""
+        flat = fleet.derive(self._flat_key, self._flat_of).value(req.count)
+        if flat is not None:
+            return np.where(elig.sum(axis=1) >= max(1, req.count), flat, np.nan)
+        return self._by_wiring(req, fleet, idx, elig)
+
+    def _by_wiring(self, req: GpuRequest, fleet: FleetArrays, idx: IntA, elig: BoolA) -> FloatA:
         if req.count >= 2:
             q = self.tables.best_quality(fleet, idx, elig, req.count)
             return np.where(np.isfinite(q), q, np.nan)
