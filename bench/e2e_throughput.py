@@ -69,7 +69,7 @@ from tests.e2e.kelvin_scheduler import start as start_kelvin_scheduler  # noqa: 
 from tests.e2e.kubebin import MissingBinaries, find  # noqa: E402
 from tests.e2e.nodeagent import fake_nodes  # noqa: E402
 from tests.e2e.pods import gpu_pod  # noqa: E402
-from tests.e2e.telemetry import MAX_NODES_PER_EXPORTER, Telemetry  # noqa: E402
+from tests.e2e.telemetry import MAX_NODES_PER_EXPORTER, SHARED_SCRAPE_INTERVAL_S, Telemetry  # noqa: E402
 from tests.e2e.telemetry import running as telemetry_running  # noqa: E402
 
 DEFAULT_SCHEDULER = "default-scheduler"
@@ -503,6 +503,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--nodes-per-exporter", type=int, default=25, help="with --telemetry prometheus: nodes per exporter process"
     )
     parser.add_argument(
+        "--scrape-interval-s",
+        type=float,
+        default=SHARED_SCRAPE_INTERVAL_S,
+        help=f"with --telemetry prometheus: Prometheus's scrape interval of every node (default "
+        f"{SHARED_SCRAPE_INTERVAL_S:g}, the e2e suite's; the chart's ServiceMonitor scrapes every 15 s)",
+    )
+    parser.add_argument(
+        "--prometheus-timeout-s",
+        type=float,
+        default=None,
+        help="with --telemetry prometheus: the extender's prometheus_timeout_s (default: the installed chart's, 5)",
+    )
+    parser.add_argument(
         "--default-scheduler-qps",
         type=int,
         default=None,
@@ -530,6 +543,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         )
     if not 10 <= args.round_timeout_s <= 3600:
         parser.error("--round-timeout-s must be 10..3600")
+    if not 1 <= args.scrape_interval_s <= 300:
+        parser.error("--scrape-interval-s must be 1..300")
+    if args.prometheus_timeout_s is not None and not 0 < args.prometheus_timeout_s <= 120:
+        parser.error("--prometheus-timeout-s must be more than 0 and at most 120 (the extender's limit)")
     if args.default_scheduler_qps is not None and not 1 <= args.default_scheduler_qps <= 10_000:
         parser.error("--default-scheduler-qps must be 1..10000")
     return args
@@ -581,8 +598,11 @@ def run(args: argparse.Namespace) -> int:
                 prometheus_url = UNUSED_PROMETHEUS
             else:
                 telemetry = stack.enter_context(telemetry_running(workdir / "telemetry", cluster.logs, {}))
+                telemetry.shared_scrape_interval_s = args.scrape_interval_s
                 telemetry.add_shared(node_names(args.nodes), GPU_MODEL, args.nodes_per_exporter)
                 settings, prometheus_url = {}, telemetry.prometheus.url
+                if args.prometheus_timeout_s is not None:
+                    settings["KELVIN_PROMETHEUS_TIMEOUT_S"] = f"{args.prometheus_timeout_s:g}"
                 print(f"{args.nodes} nodes scraped by Prometheus from {len(telemetry.shared)} exporters", flush=True)
             kelvin = start_kelvin_scheduler(cluster, workdir / "kelvin-scheduler", prometheus_url, settings)
             try:

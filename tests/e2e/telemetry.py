@@ -190,6 +190,10 @@ class Prometheus:
 #: Nodes one shared exporter serves at most: Prometheus keeps one connection per target, and the exporter answers
 #: 503 past its ``--max-connections`` (64 by default).
 MAX_NODES_PER_EXPORTER = 64
+#: What an exporter whose port was taken before it bound it prints (click's error for ``--port``), and how many
+#: times :meth:`Telemetry.add_shared` starts such an exporter.
+PORT_TAKEN = "Address already in use"
+PORT_TRIES = 3
 #: The job of the exporters that serve several nodes each (:meth:`Telemetry.add_shared`).
 SHARED_JOB = "kelvin-exporter-shared"
 #: Its scrape interval: a few exporters serve ~100 nodes' targets, and Prometheus ingests every one's ~1,000 samples
@@ -197,7 +201,11 @@ SHARED_JOB = "kelvin-exporter-shared"
 SHARED_SCRAPE_INTERVAL_S = 5
 
 
-def prometheus_config(targets: Mapping[str, str], shared: Mapping[str, str] | None = None) -> dict[str, Any]:
+def prometheus_config(
+    targets: Mapping[str, str],
+    shared: Mapping[str, str] | None = None,
+    shared_interval_s: float = SHARED_SCRAPE_INTERVAL_S,
+) -> dict[str, Any]:
     """Static scrape targets: job ``kelvin-exporter`` with one exporter per node (node -> ``host:port``; the series'
     ``node`` label is the exporter's own ``--node-name``), and, when ``shared`` (node -> ``host:port``) is given, job
     :data:`SHARED_JOB` with one target per node on exporters that serve several nodes: the target's ``node`` label
@@ -215,8 +223,8 @@ def prometheus_config(targets: Mapping[str, str], shared: Mapping[str, str] | No
         jobs.append(
             {
                 "job_name": SHARED_JOB,
-                "scrape_interval": f"{SHARED_SCRAPE_INTERVAL_S}s",
-                "scrape_timeout": f"{SHARED_SCRAPE_INTERVAL_S}s",
+                "scrape_interval": f"{shared_interval_s:g}s",
+                "scrape_timeout": f"{shared_interval_s:g}s",
                 "honor_labels": False,
                 "static_configs": [{"targets": [target], "labels": {"node": node}} for node, target in shared.items()],
                 "metric_relabel_configs": [
@@ -251,6 +259,8 @@ class Telemetry:
     workdir: Path
     logs: Path
     shared: list[SharedExporter] = field(default_factory=list)
+    shared_scrape_interval_s: float = SHARED_SCRAPE_INTERVAL_S
+    """The scrape interval of the shared exporters' job (``bench/e2e_throughput.py --scrape-interval-s``)."""
 
     def targets(self) -> int:
         """Nodes Prometheus scrapes: one exporter each, and each node of the shared exporters."""
@@ -265,7 +275,8 @@ class Telemetry:
         80 s after the reload, and would be for the 5-minute lookback), so the next scenario would see them."""
         shared = {node: s.exporter.target for s in self.shared for node in s.nodes}
         targets = {n: e.target for n, e in self.exporters.items()}
-        _write_atomically(self.prometheus.config, yaml.safe_dump(prometheus_config(targets, shared)))
+        config = prometheus_config(targets, shared, self.shared_scrape_interval_s)
+        _write_atomically(self.prometheus.config, yaml.safe_dump(config))
         if not self.prometheus.alive():
             return
         assert self.prometheus.process is not None
@@ -318,8 +329,8 @@ class Telemetry:
                 group = tuple(nodes[i : i + per_exporter])
                 name = f"shared-{len(self.shared) + len(added) + 1}-{group[0]}"
                 added.append(SharedExporter(start_exporter(name, model, self.workdir, self.logs), group))
-            for s in added:
-                wait_for(f"exporter {s.exporter.node} /healthz", s.exporter.healthy, 120, 0.5)
+            for i, s in enumerate(added):
+                added[i] = self._listening(s, model)
             self.shared.extend(added)
             self.reload(timeout=120)
         except BaseException:
@@ -328,6 +339,27 @@ class Telemetry:
                 s.exporter.stop()
             raise
         return added
+
+    def _listening(self, shared: SharedExporter, model: str) -> SharedExporter:
+        """``shared`` once its exporter answers /healthz; started again on another port (at most twice) when the
+        port :func:`free_port` picked was taken before the exporter bound it: with a thousand fake nodes' and
+        Prometheus's connections, an ephemeral port is soon some connection's."""
+        current = shared
+        try:
+            for attempt in range(PORT_TRIES):
+                try:
+                    wait_for(f"exporter {current.exporter.node} /healthz", current.exporter.healthy, 120, 0.5)
+                    return current
+                except RuntimeError as e:
+                    if PORT_TAKEN not in str(e) or attempt == PORT_TRIES - 1:
+                        raise
+                exporter = start_exporter(shared.exporter.node, model, self.workdir, self.logs)
+                current = SharedExporter(exporter, shared.nodes)
+        except BaseException:
+            if current is not shared:  # add_shared stops the ones it started
+                current.exporter.stop()
+            raise
+        raise AssertionError("unreachable: the last try returns or raises")
 
     def remove_shared(self, exporters: Sequence[SharedExporter]) -> None:
         self.shared = [s for s in self.shared if s not in exporters]
