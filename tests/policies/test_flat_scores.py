@@ -20,6 +20,7 @@ from scheduler_plugin.policies.noise import NoiseArgs, NoiseScore
 from scheduler_plugin.policies.policy_file import PolicyConfig
 from scheduler_plugin.policies.thermal import ThermalArgs, ThermalScore
 from scheduler_plugin.policies.topology import TopologyArgs, TopologyScore
+from scheduler_plugin.policies.topology.plugin import FlatWiring, flat_wiring
 from tests.fleet_helpers import dgx, fleet, gpu, node, request, shared, whole
 
 SHAPES = [
@@ -209,3 +210,13 @@ def test_an_empty_fleet_is_scored_empty() -> None:
     idx = np.zeros(0, dtype=np.int64)
     for plugin in (ThermalScore(ThermalArgs()), NoiseScore(DEFAULT_NOISE), TopologyScore(TopologyArgs())):
         assert plugin.score(request(1), f, idx, CycleContext(now=0.0)).shape == (0,)
+
+
+def test_tables_without_a_pattern_per_row_or_with_unknown_slots_are_never_flat() -> None:
+    f = fleet(*random_nodes(3))
+    score = TopologyScore(TopologyArgs())
+    ft = score.tables.for_fleet(f)
+    assert flat_wiring(ft).single
+    unknown = dataclasses.replace(ft.patterns[0], present=None)
+    assert flat_wiring(dataclasses.replace(ft, patterns=[unknown, *ft.patterns[1:]])) == FlatWiring(False, {})
+    assert flat_wiring(dataclasses.replace(ft, patterns=ft.patterns[1:])) == FlatWiring(False, {})

@@ -107,6 +107,8 @@ def flat_wiring(ft: FleetTopology) -> FlatWiring:
     node (a fleet of one link level throughout, such as a replayed trace that reports no wiring). Wide nodes: none."""
     if ft.loss is None or ft.best_quality is None or not ft.patterns:
         return FlatWiring(False, {})
+    if len(ft.patterns) != len(ft.best_quality) or any(p.present is None for p in ft.patterns):
+        return FlatWiring(False, {})  # tables not one per pattern, or unknown slots: nothing is judged flat
     g = ft.best_quality.shape[1] - 1
     masks = np.arange(1 << g, dtype=np.int64)
     pop = ((masks[:, None] >> np.arange(g)) & 1).sum(axis=1)
