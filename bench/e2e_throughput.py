@@ -504,7 +504,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--scrape-interval-s",
-        type=float,
+        type=int,  # whole seconds: Prometheus reads "1.5s" as no duration at all
         default=SHARED_SCRAPE_INTERVAL_S,
         help=f"with --telemetry prometheus: Prometheus's scrape interval of every node (default "
         f"{SHARED_SCRAPE_INTERVAL_S:g}, the e2e suite's; the chart's ServiceMonitor scrapes every 15 s)",

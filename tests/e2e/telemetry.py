@@ -204,7 +204,7 @@ SHARED_SCRAPE_INTERVAL_S = 5
 def prometheus_config(
     targets: Mapping[str, str],
     shared: Mapping[str, str] | None = None,
-    shared_interval_s: float = SHARED_SCRAPE_INTERVAL_S,
+    shared_interval_s: int = SHARED_SCRAPE_INTERVAL_S,
 ) -> dict[str, Any]:
     """Static scrape targets: job ``kelvin-exporter`` with one exporter per node (node -> ``host:port``; the series'
     ``node`` label is the exporter's own ``--node-name``), and, when ``shared`` (node -> ``host:port``) is given, job
@@ -223,8 +223,8 @@ def prometheus_config(
         jobs.append(
             {
                 "job_name": SHARED_JOB,
-                "scrape_interval": f"{shared_interval_s:g}s",
-                "scrape_timeout": f"{shared_interval_s:g}s",
+                "scrape_interval": f"{shared_interval_s}s",
+                "scrape_timeout": f"{shared_interval_s}s",
                 "honor_labels": False,
                 "static_configs": [{"targets": [target], "labels": {"node": node}} for node, target in shared.items()],
                 "metric_relabel_configs": [
@@ -259,8 +259,8 @@ class Telemetry:
     workdir: Path
     logs: Path
     shared: list[SharedExporter] = field(default_factory=list)
-    shared_scrape_interval_s: float = SHARED_SCRAPE_INTERVAL_S
-    """The scrape interval of the shared exporters' job (``bench/e2e_throughput.py --scrape-interval-s``)."""
+    shared_scrape_interval_s: int = SHARED_SCRAPE_INTERVAL_S
+    """The shared exporters' job's scrape interval, whole seconds (``bench/e2e_throughput.py --scrape-interval-s``)."""
 
     def targets(self) -> int:
         """Nodes Prometheus scrapes: one exporter each, and each node of the shared exporters."""
