@@ -298,6 +298,14 @@ def thermal_table(seeds: Sequence[int], hours: float, con: Console) -> Table:
             "-" if p == "well-cooled" or not base else f"{100 * (cost - base) / base:+.0f} %",
             f"{mean(r.mean_wait_s for r in rs):.0f}",
         )
+    met = [
+        op.cost_gpu_minutes <= 0.1 * d.cost_gpu_minutes
+        for op, d in zip(res["kelvin+operator"], res["default"], strict=True)
+    ]
+    t.caption = (
+        f"kelvin+operator: throttled + eviction cost at least 90 % below the default's on {sum(met)} of {len(met)} "
+        f"seeds; missed on {', '.join(str(s) for s, ok in zip(seeds, met, strict=True) if not ok) or 'none'}"
+    )
     return t
 
 

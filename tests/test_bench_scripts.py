@@ -28,3 +28,28 @@ def test_benchmark_answers_help(script: Path) -> None:
     assert done.returncode == 0, done.stderr[-2000:]
     assert "usage" in done.stdout.lower(), done.stdout[:500]
     assert "Traceback" not in done.stderr
+
+
+def test_thermal_table_says_on_how_many_seeds_the_operator_goal_holds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The thermal table's caption counts the seeds where kelvin+operator's throttled time plus eviction cost is at
+    least 90 % below the default's, and names the others (the goal is judged per seed as well as on the means)."""
+    import io
+
+    from rich.console import Console
+
+    from scheduler_plugin.simulator.thermal import ThermalScenario, run_thermal
+
+    monkeypatch.syspath_prepend(str(BENCH))
+    import placement_quality
+
+    seeds, hours = [3, 4], 0.25
+    table = placement_quality.thermal_table(seeds, hours, Console(file=io.StringIO()))
+    met = []
+    for s in seeds:
+        sc = ThermalScenario(hours=hours, seed=s)
+        met.append(
+            run_thermal(sc, "kelvin+operator").cost_gpu_minutes <= 0.1 * run_thermal(sc, "default").cost_gpu_minutes
+        )
+    missed = ", ".join(str(s) for s, ok in zip(seeds, met, strict=True) if not ok) or "none"
+    assert f"on {sum(met)} of 2 seeds; missed on {missed}" in str(table.caption)
+    assert table.row_count == 6  # the well-cooled reference and the five arms

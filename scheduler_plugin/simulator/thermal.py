@@ -4,7 +4,9 @@ The fleet is :class:`~scheduler_plugin.simulator.simulated_fleet.SimulatedFleetS
 :mod:`scheduler_plugin.simulator.thermal_model`: temperature follows load and cooling quality; a few nodes have poor
 cooling). Pods arrive as a Poisson process, ask for 1-8 whole GPUs, run for an exponential time and leave; a pod that
 fits nowhere waits in a FIFO queue. Every step the fleet heats or cools, telemetry is read back into
-:class:`FleetArrays` (with the trend over the last step), finished pods leave and waiting pods are placed.
+:class:`FleetArrays` (with the trend over the last step), finished pods leave and waiting pods are placed. Each pod
+tried is observed by the policy's framework first, as the extender's filter observes every pod it sees (kelvin learns
+the scenario's mix from its arrivals).
 
 Policies compared:
 
@@ -343,6 +345,9 @@ def run_thermal(  # noqa: C901
                 pod_uid=pod.key,
                 pending_since=job.queued_at,
             )
+            # as the extender's filter does for every pod it sees: the fragmentation score learns the scenario's
+            # mix from its arrivals (a pod tried again, or evicted and queued again, counts once: same UID)
+            policy.framework.observe(req)
             ctx = policy.framework.context(fleet, t)
             cand = feasible(policy, req, fleet, rows, ctx)
             gpus: tuple[int, ...] | None = None

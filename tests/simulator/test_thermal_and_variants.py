@@ -11,11 +11,13 @@ import pytest
 
 from scheduler_plugin.model import GpuRequest
 from scheduler_plugin.policies.base import CycleContext
+from scheduler_plugin.policies.fragmentation.plugin import FragmentationBase
+from scheduler_plugin.policies.fragmentation.workload import PodShape
 from scheduler_plugin.policies.policy_file import PolicyConfig, ScorerConfig
 from scheduler_plugin.simulator import thermal
 from scheduler_plugin.simulator.fleet import apply_placement, build_fleet
 from scheduler_plugin.simulator.node_resources import LeastAllocated, NodeResourcesFit
-from scheduler_plugin.simulator.policies import kelvin_policy
+from scheduler_plugin.simulator.policies import SimPolicy, kelvin_policy
 from scheduler_plugin.simulator.thermal import (
     THERMAL_POLICIES,
     ThermalScenario,
@@ -91,6 +93,29 @@ def test_kelvin_holds_a_pod_rather_than_place_it_where_it_would_throttle(monkeyp
     unheld = run_thermal(sc, "kelvin")
     assert held.mean_wait_s > unheld.mean_wait_s + 30 and at_once.mean_wait_s < held.mean_wait_s
     assert held.throttled_gpu_minutes <= unheld.throttled_gpu_minutes
+
+
+def test_kelvin_learns_the_scenario_mix_from_its_arrivals_as_the_extender_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every pod the scenario tries to place is observed by the framework, as the extender's filter observes every
+    pod it sees: kelvin's fragmentation score packs against the scenario's 1/2/4/8-GPU mix, not its prior. A pod tried
+    again (it waited) or queued again (evicted) counts once."""
+    built: list[SimPolicy] = []
+    make = thermal.thermal_policy
+
+    def keep(name: str) -> SimPolicy:
+        built.append(make(name))
+        return built[-1]
+
+    monkeypatch.setattr(thermal, "thermal_policy", keep)
+    sc = ThermalScenario(nodes=4, hours=1.0, seed=5, poor_cooling_fraction=0.5, ambient_c=36.0, target_load=0.9)
+    r = run_thermal(sc, "kelvin+operator-warm")
+    frag = next(ws.plugin for ws in built[0].framework.scorers if ws.name == "fragmentation")
+    assert isinstance(frag, FragmentationBase)
+    observed = frag.estimator.observed
+    assert r.evictions > 0 and r.mean_wait_s > 0  # pods were tried more than once
+    assert r.placements <= observed <= len(arrivals(sc))
+    learned = frag.estimator.weights()
+    assert all(PodShape(sc.cpu_per_gpu * n, 1000, n, None) in learned for n in (1, 2, 4, 8))
 
 
 def test_least_allocated_spreads_and_node_resources_fit_checks_cpu() -> None:
