@@ -13,11 +13,13 @@ from typer.testing import CliRunner
 
 from scheduler_plugin.cli import app
 from scheduler_plugin.model import FleetArrays
+from scheduler_plugin.policies.fragmentation.plugin import FragmentationBase
+from scheduler_plugin.policies.fragmentation.workload import PodShape
 from scheduler_plugin.simulator.jobs.cluster import CoolingScenario, JobFleet, apply_cooling, build_job_fleet, racks_of
 from scheduler_plugin.simulator.jobs.engine import RunMetrics, simulate_jobs
 from scheduler_plugin.simulator.jobs.network import Network
 from scheduler_plugin.simulator.jobs.report import aggregate, goals
-from scheduler_plugin.simulator.jobs.schedulers import SCHEDULERS, build_scheduler, nodes_to_score
+from scheduler_plugin.simulator.jobs.schedulers import SCHEDULERS, PerPod, build_scheduler, nodes_to_score
 from scheduler_plugin.simulator.jobs.workload import JobMix, JobSpec, generate, read_jobs, write_jobs
 from scheduler_plugin.simulator.trace import TraceError, TraceNode
 
@@ -103,6 +105,28 @@ def test_per_pod_schedulers_hold_gpus_for_incomplete_gangs_and_gangs_do_not() ->
     assert held["kube-default"] == pytest.approx(8.0, rel=0.05)
     assert held["kelvin-pod"] == pytest.approx(8.0, rel=0.05)
     assert held["tas-greedy"] == held["kelvin-gang"] == 0.0
+
+
+def test_kelvin_s_schedulers_learn_the_job_pods_as_the_extender_s_filter_does() -> None:
+    """Every pod a kelvin scheduler tries to place is observed by its framework (kelvin's fragmentation score learns
+    the mix from the arrivals, as the extender's filter learns every pod it sees); the gang scheduler's planner and
+    per-pod frameworks learn the same pods, single-pod jobs included. A pod tried again counts once."""
+    jf = build_job_fleet(eight(4), rack_nodes=4)
+    jobs = [JobSpec("a", 0.0, 3600.0, 3, 8), JobSpec("b", 1.0, 3600.0, 3, 8), JobSpec("c", 2.0, 60.0, 1, 2)]
+    pods = sum(j.members for j in jobs)
+    for name in ("kelvin-pod", "kelvin-gang"):
+        sched = build_scheduler(name, jf, 1)
+        simulate_jobs(jobs, jf, sched, seed=1)
+        frameworks = (
+            [sched.policy.framework] if isinstance(sched, PerPod) else [sched.planner.fw, sched.single.policy.framework]  # type: ignore[attr-defined]
+        )
+        for fw in frameworks:
+            frag = next(ws.plugin for ws in fw.scorers if ws.name == "fragmentation")
+            assert isinstance(frag, FragmentationBase)
+            assert frag.estimator.observed == pods, name  # b waited for a: its pods were tried more than once
+            assert PodShape(0, 1000, 8, None) in frag.estimator.weights() and PodShape(0, 1000, 2, None) in (
+                frag.estimator.weights()
+            )
 
 
 def test_gangs_stay_in_one_rack_where_per_pod_spreads() -> None:

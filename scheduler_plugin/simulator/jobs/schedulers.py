@@ -1,7 +1,7 @@
 """The four schedulers the job simulator compares, each on the same mutable fleet.
 
 * ``kube-default``: kube-scheduler per pod (NodeResourcesFit LeastAllocated, the device plugin's first free GPUs);
-* ``kelvin-pod``: kelvin's extender per pod, as today (the default policy's framework);
+* ``kelvin-pod``: kelvin's extender per pod, as today (the default policy's framework, learning every pod it tries);
 * ``tas-greedy``: a Kueue-TAS-like greedy: all or nothing, the innermost level at which one domain holds the job, the
   domain with the least free capacity that does (best fit), nodes in order, first free GPUs; no fragmentation or
   heat;
@@ -76,6 +76,7 @@ class PerPod:
 
     def place_pod(self, req: GpuRequest, fleet: FleetArrays, now: float) -> tuple[int, tuple[int, ...]] | None:
         fw = self.policy.framework
+        fw.observe(req)  # as the extender's filter does for every pod it sees (a pod tried again counts once)
         ctx = fw.context(fleet, TELEMETRY_TIME)
         whole = ((fleet.free_milli >= MILLI_PER_GPU) & fleet.gpu_present).sum(axis=1)
         rows = np.flatnonzero(whole >= req.count).astype(np.int64)  # cheap pre-check of the fit filter
@@ -171,6 +172,9 @@ class KelvinGang:
         raise NotImplementedError("kelvin-gang places whole jobs")
 
     def place_job(self, job: JobSpec, reqs: list[GpuRequest], fleet: FleetArrays, now: float) -> Placed | None:
+        for r in reqs:  # every pod reaches the extender's filter, which learns it: both frameworks learn alike
+            self.planner.fw.observe(r)
+            self.single.policy.framework.observe(r)
         if job.members == 1:
             one = self.single.place_pod(reqs[0], fleet, now)
             return None if one is None else [one]
