@@ -19,7 +19,7 @@ from scheduler_plugin.simulator.jobs.cluster import CoolingScenario, JobFleet, a
 from scheduler_plugin.simulator.jobs.engine import RunMetrics, simulate_jobs
 from scheduler_plugin.simulator.jobs.network import Network
 from scheduler_plugin.simulator.jobs.report import aggregate, goals
-from scheduler_plugin.simulator.jobs.schedulers import SCHEDULERS, PerPod, build_scheduler, nodes_to_score
+from scheduler_plugin.simulator.jobs.schedulers import SCHEDULERS, KelvinGang, PerPod, build_scheduler, nodes_to_score
 from scheduler_plugin.simulator.jobs.workload import JobMix, JobSpec, generate, read_jobs, write_jobs
 from scheduler_plugin.simulator.trace import TraceError, TraceNode
 
@@ -117,9 +117,11 @@ def test_kelvin_s_schedulers_learn_the_job_pods_as_the_extender_s_filter_does() 
     for name in ("kelvin-pod", "kelvin-gang"):
         sched = build_scheduler(name, jf, 1)
         simulate_jobs(jobs, jf, sched, seed=1)
-        frameworks = (
-            [sched.policy.framework] if isinstance(sched, PerPod) else [sched.planner.fw, sched.single.policy.framework]  # type: ignore[attr-defined]
-        )
+        if isinstance(sched, KelvinGang):
+            frameworks = [sched.planner.fw, sched.single.policy.framework]
+        else:
+            assert isinstance(sched, PerPod)
+            frameworks = [sched.policy.framework]
         for fw in frameworks:
             frag = next(ws.plugin for ws in fw.scorers if ws.name == "fragmentation")
             assert isinstance(frag, FragmentationBase)
