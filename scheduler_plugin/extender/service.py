@@ -27,14 +27,16 @@ import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 import orjson
 
+from ..gang.plan_check import PlannedOn
 from ..gang.planner import GangPlanner
 from ..model import GpuAssignment, GpuRequest, RequestError, parse_pod, pod_key
 from ..model.claim import claim_of
+from ..model.snapshot import Snapshot
 from ..policies.base import IntA, Rejection, RejectionKind
 from ..policies.framework import Framework
 from ..policies.ledger import AssumedLedger
@@ -65,6 +67,8 @@ OUTAGE_RETRY = "the pod is retried with backoff"
 #: right after an outage, the filter answers ``Error`` (:meth:`Extender.candidates_stale`).
 NO_TELEMETRY_KINDS = frozenset({RejectionKind.STALE_TELEMETRY, RejectionKind.UNKNOWN_NODE})
 
+V = TypeVar("V")
+
 
 @runtime_checkable
 class BindingObserver(Protocol):
@@ -73,28 +77,36 @@ class BindingObserver(Protocol):
     def record_binding(self, node: str, assignment: GpuAssignment) -> None: ...
 
 
-class RequestMemo:
-    """Pod requests parsed by filter/prioritize, for bind (whose body carries no pod). Bounded LRU."""
+class PodMemo(Generic[V]):
+    """What filter or prioritize read from a pod, for bind (whose body carries no pod), by the pod's UID and by its
+    ``namespace/name``. Bounded LRU."""
 
     def __init__(self, size: int = 20_000) -> None:
         self.size = size
-        self._d: OrderedDict[str, GpuRequest] = OrderedDict()
+        self._d: OrderedDict[str, tuple[str, V]] = OrderedDict()
 
-    def put(self, req: GpuRequest) -> None:
-        for key in (req.pod_uid, req.pod_key):
+    def put(self, uid: str, pod_key: str, value: V) -> None:
+        for key in (uid, pod_key):
             if key:
-                self._d[key] = req
+                self._d[key] = (uid, value)
                 self._d.move_to_end(key)
         while len(self._d) > self.size:
             self._d.popitem(last=False)
 
-    def get(self, uid: str, pod_key: str) -> GpuRequest | None:
-        req = self._d.get(uid) if uid else None
-        if req is None:
-            req = self._d.get(pod_key)
-            if req is not None and uid and req.pod_uid and req.pod_uid != uid:
+    def get(self, uid: str, pod_key: str) -> V | None:
+        got = self._d.get(uid) if uid else None
+        if got is None:
+            got = self._d.get(pod_key)
+            if got is not None and uid and got[0] and got[0] != uid:
                 return None  # same name, another pod
-        return req
+        return None if got is None else got[1]
+
+
+class RequestMemo(PodMemo[GpuRequest]):
+    """Pod requests parsed by filter/prioritize, for bind."""
+
+    def remember(self, req: GpuRequest) -> None:
+        self.put(req.pod_uid, req.pod_key, req)
 
 
 class _BindFailed(Exception):
@@ -192,6 +204,8 @@ class Extender:
 
     def __post_init__(self) -> None:
         self.memo = RequestMemo()
+        #: The gang plans filter read from planned members' pods, for bind: the pod listing may not show a plan yet.
+        self.plans: PodMemo[PlannedOn] = PodMemo()
         #: Pods parsed lately, by their JSON text: prioritize reuses what filter parsed (:mod:`.pod_requests`).
         self.pods = PodRequests()
         #: NodeNames lists seen lately, decoded and looked up once (kube-scheduler repeats them pod after pod).
@@ -298,7 +312,7 @@ class Extender:
             self.metrics.rejections.labels(RejectionKind.BAD_REQUEST).inc(len(names))
             self.metrics.decisions.labels("filter", "rejected").inc(len(names))
             return wire.filter_result(args, [], {}, dict.fromkeys(names, reason))
-        self.memo.put(req)
+        self.memo.remember(req)
         # The one place a pod is learned (the target workload is the mix of arriving pods; see Framework.observe):
         # filter is the verb every managed pod reaches, fitting or not, with or without a prioritize verb.
         self.framework.observe(req)
@@ -318,9 +332,10 @@ class Extender:
                 self.metrics.rejections.labels(RejectionKind.STALE_TELEMETRY).inc(len(names))
                 self.metrics.decisions.labels("filter", "rejected").inc(len(names))
                 return wire.filter_result(args, [], {}, {}, error=down)
-            planned = gangs.planned_node(args.pod)
-            if planned is not None:  # a gang member: its node was planned with the whole gang
-                passed, refused = gangs.planned_filter(args.pod, req, planned, names, snap, self.gang_planner, ctx)
+            plan = gangs.plan_of(args.pod, req)
+            if plan is not None:  # a gang member: its node was planned with the whole gang
+                self.plans.put(req.pod_uid, req.pod_key, plan)
+                passed, refused = gangs.planned_filter(plan, names, snap, self.gang_planner, ctx)
                 self.metrics.decisions.labels("filter", "passed").inc(len(passed))
                 self.metrics.decisions.labels("filter", "rejected").inc(len(refused))
                 return wire.filter_result(args, passed, refused, {})
@@ -382,7 +397,7 @@ class Extender:
             req = self.pods.request(args)
         except RequestError as exc:
             raise WireError(f"Pod: {exc}") from None
-        self.memo.put(req)
+        self.memo.remember(req)
         fleet = self.cache.snapshot.arrays
         rows = args.name_list.rows(fleet.index)
         scores = np.zeros(len(args.names), dtype=np.int64)
@@ -510,7 +525,7 @@ class Extender:
             req = await self._read_request(b, key, deadline)
         async with self.turn:  # picking is CPU work: in turn with the other verbs (see ``turn``)
             now = self.clock()
-            gpus = self._pick(req, b.Node, key, now)
+            gpus = self._pick(req, b.Node, key, b.PodUID, now)
             if not gpus:
                 return gpus, None
             # Assume before the first await, so that a concurrent bind already sees these GPUs as taken.
@@ -535,7 +550,7 @@ class Extender:
         except RequestError as exc:
             raise _BindFailed(f"pod {key}: {exc}") from None
 
-    def _pick(self, req: GpuRequest, node: str, key: str, now: float) -> tuple[int, ...]:
+    def _pick(self, req: GpuRequest, node: str, key: str, uid: str, now: float) -> tuple[int, ...]:
         """The GPUs of ``node`` for ``req``: the gang's plan, else the framework's pick; refused when it no longer
         fits (with the filters' reasons)."""
         if not req.wants_gpu:
@@ -546,12 +561,27 @@ class Extender:
         if row is None:
             raise _BindFailed(f"node {node}: {UNKNOWN_NODE_REASON}")
         ctx = self.framework.context(fleet, now)
-        gpus = gangs.planned_gpus(snap, node, key) or self.framework.pick(req, fleet, row, ctx)
+        gpus = self._planned(snap, node, key, uid, now) or self.framework.pick(req, fleet, row, ctx)
         if gpus is None:
             why = self.framework.explain(req, fleet, row, ctx)
             reasons = "; ".join(v.reason for v in why.filters if v.reason) or "no GPUs left"
             raise _BindFailed(f"pod {key} no longer fits node {node}: {reasons}")
         return gpus
+
+    def _planned(self, snap: Snapshot, node: str, key: str, uid: str, now: float) -> tuple[int, ...] | None:
+        """A gang member's planned GPUs on ``node``: held in the snapshot, else the plan filter read from the pod
+        while the pod listing does not show it yet (refused when another pod took them meanwhile); ``None`` for a pod
+        without a plan there."""
+        held = gangs.planned_gpus(snap, node, key)
+        if held:
+            return held
+        plan = self.plans.get(uid, key)
+        if plan is None or plan.node != node or not plan.gpus:
+            return None
+        problem = gangs.bind_problem(plan, snap, self.ledger.entries(now).get(node, ()))
+        if problem is not None:
+            raise _BindFailed(f"pod {key} (gang member): {problem}; the operator re-plans the gang")
+        return plan.gpus
 
     async def _send_binding(
         self,

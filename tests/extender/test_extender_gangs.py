@@ -110,6 +110,38 @@ async def test_bind_uses_the_planned_gpus(started: Any) -> None:
     assert binder.calls == [("w-0", "gpu-node-1", (4, 5, 6, 7))]
 
 
+def member_planned(name: str, gpus: str) -> dict[str, Any]:
+    return pod(name, gpus=4, annotations={ann.GANG_PLANNED_NODE: "gpu-node-1", ann.GANG_PLANNED_GPUS: gpus})
+
+
+async def test_bind_uses_the_plan_on_the_pod_before_the_pod_listing_shows_it(started: Any) -> None:
+    """Two members planned on one node (GPUs 0-3 and 4-7) reach bind before the pod listing (refreshed every few
+    seconds) shows their plans: each gets its own planned GPUs, whichever binds first, not a fresh pick (the first
+    would take GPUs 0-3, the second's plan)."""
+    binder = ScriptedBinder()
+    ext = await started(make_extender([gpu_node("gpu-node-1"), gpu_node("gpu-node-2")], binder=binder)[0])
+    for name, gpus in (("w-1", "0,1,2,3"), ("w-0", "4,5,6,7")):
+        assert ext.filter(args(member_planned(name, gpus), NODES))["NodeNames"] == ["gpu-node-1"]
+    assert await ext.bind(binding("w-0", "gpu-node-1")) == {"Error": ""}
+    assert await ext.bind(binding("w-1", "gpu-node-1")) == {"Error": ""}
+    assert binder.calls == [("w-0", "gpu-node-1", (4, 5, 6, 7)), ("w-1", "gpu-node-1", (0, 1, 2, 3))]
+
+
+async def test_bind_refuses_a_plan_whose_gpus_another_bind_took_before_the_listing_showed_it(started: Any) -> None:
+    """An ordinary pod bound on GPU 5 (assumed in the ledger, not listed yet) after the member's filter: the member's
+    planned GPUs 4-7 are no longer free, so its bind fails with the reason instead of landing on other GPUs."""
+    binder = ScriptedBinder()
+    ext = await started(make_extender([gpu_node("gpu-node-1"), gpu_node("gpu-node-2")], binder=binder)[0])
+    assert ext.filter(args(planned("gpu-node-1"), NODES))["NodeNames"] == ["gpu-node-1"]
+    ext.ledger.assume("gpu-node-1", GpuAssignment(pod_key="other/intruder", gpu_indices=(5,)), ext.clock())
+    reply = await ext.bind(binding("w-0", "gpu-node-1"))
+    assert reply["Error"] == (
+        "pod default/w-0 (gang member): its planned GPUs 4,5,6,7 on gpu-node-1 are taken by other/intruder; "
+        "the operator re-plans the gang"
+    )
+    assert binder.calls == []
+
+
 # -- /explain for a gang member ----------------------------------------------------------------------------------
 
 RACKS = {"gpu-node-1": "r1", "gpu-node-2": "r1", "gpu-node-3": "r2"}

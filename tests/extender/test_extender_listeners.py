@@ -189,13 +189,13 @@ def test_probes_answer_while_the_verbs_loop_is_busy(
     """The metrics listener has its own thread and event loop: a verb that holds the verbs' loop (here for 3 s, as
     a queue of 5,000-node requests does under load) does not delay /healthz, /readyz or /metrics."""
     ext = extender
-    real_put = ext.memo.put
+    real_put = ext.memo.remember
 
     def slow_put(req: Any) -> None:  # called by every filter (the verbs table holds ext.filter itself)
         time.sleep(3.0)  # CPU work on the loop: nothing else on that loop runs meanwhile
         real_put(req)
 
-    monkeypatch.setattr(ext.memo, "put", slow_put)
+    monkeypatch.setattr(ext.memo, "remember", slow_put)
     busy = threading.Thread(
         target=lambda: httpx.post(servers.verbs_url + "/filter", content=args(pod("p1")), timeout=30), daemon=True
     )
