@@ -2,26 +2,35 @@
 
 A child process answers ``/api/v1/query`` on loopback with pre-rendered Prometheus API responses shaped exactly as
 Prometheus answers kelvin's queries (one vector per signal, every node at once, the kelvin exporter's label set), so
-the figure is the source's own cost: HTTP, JSON decoding and building the nodes.
+the figure is the source's own cost: HTTP, JSON decoding and building the nodes. Prints wall time and the source
+process's CPU time (``time.process_time``: the fixture server runs in another process) per refresh, for the source as
+it runs (``typed``: each answer decoded by msgspec into typed structs, :mod:`scheduler_plugin.telemetry.prom_vector`)
+and with every answer read the careful way (``careful``: orjson, then item by item, the only way before the typed
+read, and still the way for an answer with a bad sample), alternately in one run, and the ratio. Each refresh runs
+with the cyclic collector paused and then frozen, as ``kelvin extender``'s snapshot cache runs it
+(``CacheSettings.freeze_gc``; with the collector running, a refresh here costs about half as much again).
 
-    python bench/prometheus_source.py [--nodes 5000] [--gpus 8] [--refreshes 5]
+    python bench/prometheus_source.py [--nodes 5000] [--gpus 8] [--refreshes 5] [--rounds 2]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import http.server
 import multiprocessing as mp
 import socket
 import statistics
 import time
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 import orjson
 from harness import load_line
 
+from scheduler_plugin.telemetry import prom_vector
 from scheduler_plugin.telemetry.prometheus import KELVIN_QUERIES, KELVIN_STATIC, PrometheusSource
 
 XID_WINDOW = "10m"
@@ -116,25 +125,50 @@ def _serve(port: int, nodes: int, gpus: int, ready: Any) -> None:
     server.serve_forever()
 
 
-async def _run(url: str, refreshes: int) -> tuple[list[float], int, int]:
+@dataclass
+class Refreshes:
+    """One mode's refreshes: wall and CPU seconds of each (the first of each source apart: it reads every signal),
+    the nodes and GPUs of the last."""
+
+    wall: list[float] = field(default_factory=list)
+    cpu: list[float] = field(default_factory=list)
+    first_wall: list[float] = field(default_factory=list)
+    first_cpu: list[float] = field(default_factory=list)
+    nodes: int = 0
+    gpus: int = 0
+
+
+async def _run(url: str, refreshes: int, careful: bool, into: Refreshes) -> None:
+    """``refreshes`` refreshes of a fresh source (the first reads the static signals too) into ``into``; ``careful``:
+    every answer read the careful way (the typed read declines all)."""
     source = PrometheusSource(url, metrics="kelvin", timeout_s=120)
-    times = []
+    typed = prom_vector._typed
+    if careful:
+        prom_vector._typed = lambda content, rng: None  # type: ignore[assignment]
     nodes: Any = []
     try:
-        for _ in range(refreshes):
-            t0 = time.perf_counter()
-            nodes = await source.fetch()
-            times.append(time.perf_counter() - t0)
+        for i in range(refreshes):
+            t0, c0 = time.perf_counter(), time.process_time()
+            gc.disable()  # as the extender's snapshot cache runs a refresh (CacheSettings.freeze_gc)
+            try:
+                nodes = await source.fetch()
+            finally:
+                gc.freeze()
+                gc.enable()
+            (into.first_wall if i == 0 else into.wall).append(time.perf_counter() - t0)
+            (into.first_cpu if i == 0 else into.cpu).append(time.process_time() - c0)
     finally:
+        prom_vector._typed = typed
         await source.close()
-    return times, len(nodes), sum(len(n.gpus) for n in nodes)
+    into.nodes, into.gpus = len(nodes), sum(len(n.gpus) for n in nodes)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--nodes", type=int, default=5000)
     ap.add_argument("--gpus", type=int, default=8)
-    ap.add_argument("--refreshes", type=int, default=5)
+    ap.add_argument("--refreshes", type=int, default=4, help="refreshes per mode and round (the first reads all)")
+    ap.add_argument("--rounds", type=int, default=2, help="rounds, each running both modes")
     args = ap.parse_args()
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -149,16 +183,30 @@ def main() -> None:
         f"fixture: {len(KELVIN_QUERIES)} queries x {args.nodes * args.gpus} GPUs, rendered in "
         f"{time.perf_counter() - t0:.1f} s"
     )
+    modes = {"typed": Refreshes(), "careful": Refreshes()}
     try:
-        times, n_nodes, n_gpus = asyncio.run(_run(f"http://127.0.0.1:{port}", args.refreshes))
+        for _ in range(args.rounds):
+            for mode, into in modes.items():
+                asyncio.run(_run(f"http://127.0.0.1:{port}", args.refreshes, mode == "careful", into))
     finally:
         server.terminate()
-    assert n_nodes == args.nodes and n_gpus == args.nodes * args.gpus, (n_nodes, n_gpus)
-    print(f"first refresh (all {len(KELVIN_QUERIES)} queries): {times[0]:.2f} s")
-    rest = times[1:] or times
+    n_steady = len(KELVIN_QUERIES) - len(KELVIN_STATIC)
     print(
-        f"steady refreshes ({len(KELVIN_QUERIES) - len(KELVIN_STATIC)} queries; static signals cached) of {n_nodes} "
-        f"nodes / {n_gpus} GPUs: min {min(rest):.2f} s  median {statistics.median(rest):.2f} s  max {max(rest):.2f} s"
+        f"{args.nodes} nodes / {args.nodes * args.gpus} GPUs; {args.rounds} rounds of {args.refreshes} refreshes per "
+        f"mode, alternating; steady refreshes: {n_steady} queries (static signals cached), first: all "
+        f"{len(KELVIN_QUERIES)}"
+    )
+    print(f"{'mode':>8} {'first wall':>11} {'first CPU':>10} {'steady wall p50':>16} {'steady CPU p50':>15}")
+    for mode, r in modes.items():
+        assert r.nodes == args.nodes and r.gpus == args.nodes * args.gpus, (mode, r.nodes, r.gpus)
+        print(
+            f"{mode:>8} {statistics.median(r.first_wall):>9.2f} s {statistics.median(r.first_cpu):>8.2f} s "
+            f"{statistics.median(r.wall):>14.2f} s {statistics.median(r.cpu):>13.2f} s"
+        )
+    t, c = modes["typed"], modes["careful"]
+    print(
+        f"typed / careful, steady: wall {statistics.median(t.wall) / statistics.median(c.wall):.2f}, "
+        f"CPU {statistics.median(t.cpu) / statistics.median(c.cpu):.2f}"
     )
     print(load_line())
 

@@ -19,7 +19,7 @@ import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 import httpx
 import orjson
@@ -27,6 +27,7 @@ import orjson
 from ..model import MIB, GpuInfo, GpuNode, GpuProcess
 from ..model.catalogue import GpuModelSpec, defaults_for
 from ..model.node_topology import nvlink_peers, pcie_switches
+from .prom_vector import Sample, decode_vector
 from .sanity import (
     ANY,
     BITMASK,
@@ -143,7 +144,6 @@ DCGM_RANGES: dict[str, Range] = {
     "xid": COUNT,
 }
 
-Sample = tuple[dict[str, str], float]
 GpuKey = tuple[str, str]
 
 #: Signals that change only with the hardware or the driver: read every ``static_every`` refreshes, and at once when
@@ -169,63 +169,6 @@ class _Gpu:
 def _is_index(text: str) -> bool:
     """An ASCII decimal number (``str.isdigit`` also accepts ``'٥'`` and ``'²'``, which ``int`` reads or refuses)."""
     return text.isascii() and text.isdigit()
-
-
-def _samples(doc: Any, query: str, rng: Range, issues: SampleIssues) -> list[Sample]:
-    if not isinstance(doc, dict) or doc.get("status") != "success":
-        error = doc.get("error", "no status") if isinstance(doc, dict) else "not a JSON object"
-        raise SourceError(f"prometheus query {query!r} failed: {error}")
-    data = doc.get("data") or {}
-    if not isinstance(data, dict):
-        raise SourceError(f"prometheus query {query!r}: data is not an object ({type(data).__name__})")
-    if data.get("resultType") != "vector":
-        raise SourceError(f"prometheus query {query!r}: expected a vector, got {data.get('resultType')!r}")
-    result = data.get("result")
-    result = [] if result is None else result
-    if not isinstance(result, list):
-        raise SourceError(f"prometheus query {query!r}: data.result is not a list ({type(result).__name__})")
-    out: list[Sample] = []
-    for item in result:
-        if not isinstance(item, dict):
-            issues.report(
-                "bad_sample",
-                f"{query}:bad_sample",
-                f"prometheus query {query!r}: dropped a sample that is not an object: {item!r:.200}",
-            )
-            continue
-        metric = item.get("metric") or {}
-        if not isinstance(metric, dict):
-            raise SourceError(f"prometheus query {query!r}: a sample's metric is not a label map ({metric!r:.80})")
-        raw: Any = item.get("value")
-        if not all(isinstance(k, str) and isinstance(v, str) for k, v in metric.items()):
-            issues.report(
-                "bad_labels",
-                f"{query}:bad_labels",
-                f"prometheus query {query!r}: dropped series {metric!r:.300} (value {raw!r:.80}): label values must "
-                "be strings",
-            )
-            continue
-        try:
-            text = raw[1]
-            value = float(text)
-        except (IndexError, KeyError, TypeError, ValueError, OverflowError):
-            issues.report(
-                "bad_value",
-                f"{query}:bad_value",
-                f"prometheus query {query!r}: dropped series {metric!r:.300}: its value {raw!r:.80} is not a "
-                '[timestamp, "number"] pair',
-            )
-            continue
-        why = rng.check(value)
-        if why is not None:
-            issues.report(
-                "out_of_range",
-                f"{query}:out_of_range",
-                f"prometheus query {query!r}: dropped series {metric!r:.300}: value {text!r:.80} is {why}",
-            )
-            continue
-        out.append((metric, value))
-    return out
 
 
 class PrometheusSource:
@@ -310,14 +253,13 @@ class PrometheusSource:
                 f"prometheus at {self.url}: query {query!r} did not finish within {self.timeout_s:g} s "
                 "(prometheus_timeout_s)"
             ) from None
+        before = self.issues.total
         try:
-            doc = orjson.loads(resp.content)
+            samples = decode_vector(resp.content, query, rng, self.issues)
         except orjson.JSONDecodeError:
             raise SourceError(
                 f"prometheus at {self.url} answered HTTP {resp.status_code} with non-JSON: {resp.text[:200]!r}"
             ) from None
-        before = self.issues.total
-        samples = _samples(doc, query, rng, self.issues)
         log.debug("prometheus query %s: HTTP %d, %d samples", query, resp.status_code, len(samples))
         if self.issues.total > before:
             self._dropped.add(query)
