@@ -21,11 +21,12 @@ gets an ``Error`` too (:meth:`Extender.candidates_stale`), not parked while its 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import operator
 import time
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
@@ -144,31 +145,30 @@ _UNRESOLVABLE = operator.attrgetter("unresolvable")
 
 
 def _rejected(
-    names: wire.NodeNameList, positions: IntA, rows: IntA, rejected: Mapping[int, Rejection]
+    node_names: Sequence[str], rows: IntA, rejections: Sequence[Rejection]
 ) -> tuple[dict[str, str], dict[str, str], Counter[RejectionKind]]:
-    """The ``FailedNodes`` and ``FailedAndUnresolvableNodes`` of the names at ``positions`` (rows ``rows``, each in
-    ``rejected``), in that order, and how many rejections of each kind. Thousands of nodes can fail one pod; a
-    rejection's kind and resolvability are fixed by its class (a handful per pod), so they are counted per class
-    and the rest are C-level passes (``map``, a ``Counter`` of classes, numpy, a dict made from zipped lists), never a
-    Python loop per name."""
-    rejs = list(map(rejected.__getitem__, rows.tolist()))
+    """The ``FailedNodes`` and ``FailedAndUnresolvableNodes`` of the fleet ``rows`` the filters rejected
+    (``node_names``: the fleet's names by row; ``rejections``: why each row failed, in the same order), and how many
+    rejections of each kind. Thousands of nodes can fail one pod; a rejection's kind and resolvability are fixed by
+    its class (a handful per pod), so they are counted per class and the rest are C-level passes (``map``, a
+    ``Counter`` of classes, numpy, a dict made from zipped lists), never a Python loop per name."""
     counts: Counter[RejectionKind] = Counter()
-    if not rejs:
+    if not len(rejections):
         return {}, {}, counts
-    by_class: Counter[type[Rejection]] = Counter(map(type, rejs))
+    by_class: Counter[type[Rejection]] = Counter(map(type, rejections))
     for cls, n in by_class.items():
         counts[cls.kind] += n
-    reasons = list(map(_REASON, rejs))
+    names = list(map(node_names.__getitem__, rows.tolist()))
+    reasons = list(map(_REASON, rejections))
     n_unres = sum(n for cls, n in by_class.items() if cls.unresolvable)
     if not n_unres:
-        return dict(zip(names.subset(positions), reasons, strict=True)), {}, counts
-    if n_unres == len(rejs):
-        return {}, dict(zip(names.subset(positions), reasons, strict=True)), counts
-    unres = np.fromiter(map(_UNRESOLVABLE, rejs), dtype=np.bool_, count=len(rejs))
-    texts = np.empty(len(reasons), dtype=object)
-    texts[:] = reasons
-    failed = dict(zip(names.subset(positions[~unres]), texts[~unres].tolist(), strict=True))
-    unresolvable = dict(zip(names.subset(positions[unres]), texts[unres].tolist(), strict=True))
+        return dict(zip(names, reasons, strict=True)), {}, counts
+    if n_unres == len(rejections):
+        return {}, dict(zip(names, reasons, strict=True)), counts
+    unres = list(map(_UNRESOLVABLE, rejections))
+    res = list(map(operator.not_, unres))
+    failed = dict(zip(itertools.compress(names, res), itertools.compress(reasons, res), strict=True))
+    unresolvable = dict(zip(itertools.compress(names, unres), itertools.compress(reasons, unres), strict=True))
     return failed, unresolvable, counts
 
 
@@ -344,10 +344,8 @@ class Extender:
             outcome = self.framework.filter(req, fleet, rows[pos_known], ctx)
             ok = np.zeros(fleet.n_nodes, dtype=np.bool_)
             ok[outcome.passed] = True
-            ok_known = ok[rows[pos_known]]
-            passed_pos = pos_known[ok_known]
-            bad_pos = pos_known[~ok_known]
-            failed, unresolvable, counts = _rejected(args.name_list, bad_pos, rows[bad_pos], outcome.rejected)
+            passed_pos = pos_known[ok[rows[pos_known]]]
+            failed, unresolvable, counts = _rejected(fleet.names, outcome.rejected_rows, outcome.rejections)
             n_unknown = len(names) - len(pos_known)
             if n_unknown:
                 unknown_pos = np.flatnonzero(~known)

@@ -61,8 +61,15 @@ class BatchFilter(Protocol):
 class FilterOutcome:
     passed: IntA
     """Rows that passed every filter, in the order given."""
-    rejected: dict[int, Rejection]
-    """Row -> why it failed (the first filter that rejected it)."""
+    rejected_rows: IntA = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    """The rows that failed, those of the first filter first (each filter's in the order given)."""
+    rejections: Sequence[Rejection] = ()
+    """Why each of :attr:`rejected_rows` failed (the first filter that rejected it), in the same order."""
+
+    @property
+    def rejected(self) -> dict[int, Rejection]:
+        """Row -> why it failed."""
+        return dict(zip(self.rejected_rows.tolist(), self.rejections, strict=True))
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,10 +280,11 @@ class Framework:
     def filter(self, req: GpuRequest, fleet: FleetArrays, rows: IntA, ctx: CycleContext) -> FilterOutcome:
         rows = np.asarray(rows, dtype=np.int64)
         if not req.wants_gpu:
-            return FilterOutcome(rows, {})
+            return FilterOutcome(rows)
         self._prepare(ctx)
         fleet = self.view(fleet, ctx)
-        rejected: dict[int, Rejection] = {}
+        bad_rows: list[IntA] = []
+        rejections: list[Rejection] = []
         passed = rows
         for f in self.filters:
             if passed.size == 0:
@@ -284,9 +292,15 @@ class Framework:
             ok = f.filter(req, fleet, passed, ctx)
             if not ok.all():
                 bad = passed[~ok]
-                rejected.update(zip(bad.tolist(), f.reasons(req, fleet, bad, ctx), strict=True))
+                why = f.reasons(req, fleet, bad, ctx)
+                if len(why) != bad.size:
+                    raise ValueError(f"filter {f.name}: {len(why)} reasons for {bad.size} rejected rows")
+                bad_rows.append(bad)
+                rejections.extend(why)
                 passed = passed[ok]
-        return FilterOutcome(passed, rejected)
+        if not bad_rows:
+            return FilterOutcome(passed)
+        return FilterOutcome(passed, np.concatenate(bad_rows) if len(bad_rows) > 1 else bad_rows[0], rejections)
 
     def _raw_scores(
         self, req: GpuRequest, fleet: FleetArrays, rows: IntA, ctx: CycleContext
