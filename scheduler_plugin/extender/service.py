@@ -94,6 +94,14 @@ class PodMemo(Generic[V]):
         while len(self._d) > self.size:
             self._d.popitem(last=False)
 
+    def forget(self, uid: str, pod_key: str) -> None:
+        """Drop what was kept for this pod (its UID and its name, when the name is still this pod's)."""
+        if uid:
+            self._d.pop(uid, None)
+        got = self._d.get(pod_key)
+        if got is not None and (not uid or not got[0] or got[0] == uid):
+            del self._d[pod_key]
+
     def get(self, uid: str, pod_key: str) -> V | None:
         got = self._d.get(uid) if uid else None
         if got is None:
@@ -333,7 +341,9 @@ class Extender:
                 self.metrics.decisions.labels("filter", "rejected").inc(len(names))
                 return wire.filter_result(args, [], {}, {}, error=down)
             plan = gangs.plan_of(args.pod, req)
-            if plan is not None:  # a gang member: its node was planned with the whole gang
+            if plan is None:
+                self.plans.forget(req.pod_uid, req.pod_key)  # its plan withdrawn since: bind must not use it
+            else:  # a gang member: its node was planned with the whole gang
                 self.plans.put(req.pod_uid, req.pod_key, plan)
                 passed, refused = gangs.planned_filter(plan, names, snap, self.gang_planner, ctx)
                 self.metrics.decisions.labels("filter", "passed").inc(len(passed))

@@ -142,6 +142,17 @@ async def test_bind_refuses_a_plan_whose_gpus_another_bind_took_before_the_listi
     assert binder.calls == []
 
 
+async def test_bind_does_not_use_a_plan_the_pod_no_longer_carries(started: Any) -> None:
+    """Filter saw the member planned on GPUs 4-7; the plan is gone from the pod at its next filter (same UID): bind
+    picks afresh instead of using the remembered plan."""
+    binder = ScriptedBinder()
+    ext = await started(make_extender([gpu_node("gpu-node-1"), gpu_node("gpu-node-2")], binder=binder)[0])
+    assert ext.filter(args(planned("gpu-node-1"), NODES))["NodeNames"] == ["gpu-node-1"]
+    assert set(ext.filter(args(pod("w-0", gpus=4), NODES))["NodeNames"]) == set(NODES)
+    assert await ext.bind(binding("w-0", "gpu-node-1")) == {"Error": ""}
+    assert binder.calls == [("w-0", "gpu-node-1", (0, 1, 2, 3))]
+
+
 # -- /explain for a gang member ----------------------------------------------------------------------------------
 
 RACKS = {"gpu-node-1": "r1", "gpu-node-2": "r1", "gpu-node-3": "r2"}
