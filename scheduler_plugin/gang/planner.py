@@ -26,6 +26,7 @@ Pure: no I/O, no clock; the caller passes the fleet, the domains and the cycle c
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -174,7 +175,7 @@ class GangPlanner:
         hot = view.derive(self._hot, self._hot_nodes)
         hot = hot | (self.node_quality(view) < self.policy.min_thermal_quality)  # predicted hot under load
         out = []
-        for req, count in Counter(shape_of(m.request) for m in gang.members).items():
+        for req, count in _shape_counts(gang.members).items():
             passed = self.fw.filter(req, fleet, rows, ctx).passed
             eligible = np.zeros(fleet.n_nodes, dtype=np.bool_)
             eligible[passed] = True
@@ -337,7 +338,7 @@ class GangPlanner:
     ) -> list[Placement] | None:
         """Every member on ``rows`` (one domain), in rank order, or None. Works on its own copy of the capacity."""
         work = view
-        by_shape = {s.request: s for s in shapes}
+        by_shape = {shape_of(s.request): s for s in shapes}
         node_rows = self._node_order(shapes, domains, lv, rows, quality)
         pos = 0
         out: list[Placement] = []
@@ -424,5 +425,19 @@ def _keyed(req: GpuRequest, key: str) -> GpuRequest:
 
 
 def shape_of(req: GpuRequest) -> GpuRequest:
-    """The request without the pod's identity: members asking the same share one shape."""
-    return replace(req, pod_key="", pod_uid="")
+    """The request without the pod's identity and creation time: members asking the same share one shape, even when
+    they were created in different seconds (a Job creates its pods one by one)."""
+    return replace(req, pod_key="", pod_uid="", pending_since=None)
+
+
+def _shape_counts(members: Sequence[Member]) -> dict[GpuRequest, int]:
+    """Each shape of ``members`` and how many ask it; the shape waits since its earliest member (what the
+    framework's filters and scores read of the wait), while :func:`shape_of` keys it."""
+    counts = Counter(shape_of(m.request) for m in members)
+    since: dict[GpuRequest, float] = {}
+    for m in members:
+        t = m.request.pending_since
+        if t is not None:
+            key = shape_of(m.request)
+            since[key] = min(t, since.get(key, t))
+    return {replace(k, pending_since=since.get(k)): n for k, n in counts.items()}

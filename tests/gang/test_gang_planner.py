@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from scheduler_plugin.gang import GangPolicy, TopologyAsk, build_domains
-from scheduler_plugin.gang.planner import GangPlan, GangPlanner, PlanFailure, assume
+from scheduler_plugin.gang.planner import Gang, GangPlan, GangPlanner, PlanFailure, assume
 from scheduler_plugin.model import build_arrays
 from scheduler_plugin.policies.framework import Framework
 from scheduler_plugin.policies.policy_file import PolicyConfig
@@ -48,6 +50,28 @@ def test_a_gang_larger_than_any_rack_can_ever_hold_is_unresolvable() -> None:
     result = plan(rack("a", 4), gang(5, topology=TopologyAsk("rack", True)))
     assert isinstance(result, PlanFailure) and result.unresolvable
     assert "no rack can ever hold it (at most 4 even when empty)" in result.reason
+
+
+def waiting_since(g: Gang, times: list[float]) -> Gang:
+    members = [replace(m, request=replace(m.request, pending_since=t)) for m, t in zip(g.members, times, strict=True)]
+    return replace(g, members=tuple(members))
+
+
+def test_members_created_in_different_seconds_are_one_shape() -> None:
+    """A Job creates its pods one by one: members that wait since different seconds still ask the same, so the
+    gang is judged as 4 members of 8 GPUs (unresolvable in racks of 2), not as two shapes of 2 that each fit."""
+    g = waiting_since(gang(4, topology=TopologyAsk("rack", True)), [NOW - 10, NOW - 9, NOW - 9, NOW - 8])
+    result = plan([*rack("a", 2), *rack("b", 2)], g)
+    assert isinstance(result, PlanFailure) and result.unresolvable, result
+    assert result.reason.startswith("needs 4 nodes with 8 free GPUs in one rack; the best rack (a) has 2"), result
+    assert "no rack can ever hold it (at most 2 even when empty)" in result.reason
+
+
+def test_a_gang_of_members_created_in_different_seconds_is_planned_whole() -> None:
+    g = waiting_since(gang(4, topology=TopologyAsk("rack", True)), [NOW - 4, NOW - 4, NOW - 3, NOW - 3])
+    result = plan([*rack("a", 2), *rack("b", 4)], g)
+    assert isinstance(result, GangPlan), result
+    assert racks_of(result) == {"b"} and len(set(result.nodes)) == 4
 
 
 def test_required_at_a_level_no_node_has_is_refused() -> None:
