@@ -17,6 +17,7 @@ timer) and prints the 30 most expensive functions by cumulative time.
     python bench/extender_verbs.py --assumed 3000        # with 3,000 pods assumed
     python bench/extender_verbs.py --assumed 5400 --pods-per-second 180   # a busy cluster: the TTL at work
     python bench/extender_verbs.py --profile /tmp/verbs.prof
+    python bench/extender_verbs.py --cpu-only            # pods without GPUs (the chart's cpuOnlyPods)
 """
 
 from __future__ import annotations
@@ -56,6 +57,19 @@ def pod_with_uid(base: list[dict[str, Any]], i: int) -> dict[str, Any]:
     return p
 
 
+def cpu_only_pods() -> list[dict[str, Any]]:
+    """Pods without GPUs (sent to the extender with the chart's ``scheduler.extender.cpuOnlyPods``): 1, 4 and 16
+    cores, ranked by the policy's ``cpuOnly`` blend."""
+    out = []
+    for cores in (1, 4, 16):
+        p = copy.deepcopy(pods()[0])
+        p["metadata"]["name"] = f"bench-cpu-{cores}"
+        for c in p["spec"]["containers"]:
+            c["resources"] = {"requests": {"cpu": str(cores), "memory": f"{4 * cores}Gi"}}
+        out.append(p)
+    return out
+
+
 class Run:
     """The extender and the pods of one run."""
 
@@ -81,7 +95,7 @@ class Run:
             # a still clock: bound 20 to 5 s ago; a moving one: over the whole TTL, so that some reach it every pod
             at = t0 - ttl + i * ttl / args.assumed if self.rate else t0 - 20 + i * 15 / max(1, args.assumed)
             self.ext.ledger.assume(node, a, at)
-        base = pods()
+        base = cpu_only_pods() if args.cpu_only else pods()
         self.pods = [pod_with_uid(base, i) for i in range(args.warmup + args.pods)]
         self.bodies = [go_json({"Pod": p, "Nodes": None, "NodeNames": self.names}) for p in self.pods]
         self.cpu = dict.fromkeys(VERBS, 0.0)
@@ -132,6 +146,9 @@ def main() -> int:
         "cluster); 0 (default): a still clock",
     )
     ap.add_argument("--profile", type=Path, default=None, help="cProfile the measured pods into this file")
+    ap.add_argument(
+        "--cpu-only", action="store_true", help="pods without GPUs (1, 4, 16 cores): the cpuOnly ranking's cost"
+    )
     args = ap.parse_args()
     if not args.pods_per_second >= 0:
         ap.error(f"--pods-per-second must be >= 0, got {args.pods_per_second:g}")
@@ -148,7 +165,9 @@ def main() -> int:
         prof.dump_stats(str(args.profile))
     per = {verb: cpu / args.pods * 1000 for verb, cpu in run.cpu.items()}
     print(
-        f"{args.nodes} nodes x {args.gpus} GPUs, {args.assumed} pods assumed, {args.pods} pods"
+        f"{args.nodes} nodes x {args.gpus} GPUs, {args.assumed} pods assumed, {args.pods}"
+        + (" CPU-only" if args.cpu_only else "")
+        + " pods"
         + (f" at {args.pods_per_second:g} pods/s of clock" if args.pods_per_second else "")
         + "; "
         f"{load_line()}{' (under cProfile)' if prof else ''}"

@@ -38,7 +38,7 @@ from ..gang.planner import GangPlanner
 from ..model import GpuAssignment, GpuRequest, RequestError, parse_pod, pod_key
 from ..model.claim import claim_of
 from ..model.snapshot import Snapshot
-from ..policies.base import IntA, Rejection, RejectionKind
+from ..policies.base import MAX_EXTENDER_PRIORITY, IntA, Rejection, RejectionKind
 from ..policies.framework import Framework
 from ..policies.ledger import AssumedLedger
 from ..policies.plugins import PRODUCTION
@@ -410,7 +410,11 @@ class Extender:
         rows = args.name_list.rows(fleet.index)
         scores = np.zeros(len(args.names), dtype=np.int64)
         pos_known = np.flatnonzero(rows >= 0)
-        if pos_known.size and req.wants_gpu:
+        ranked = req.wants_gpu or bool(self.framework.cpu_only)
+        if not req.wants_gpu and ranked:
+            # a node kelvin has no GPUs for (a CPU node): a pod without GPUs takes no GPU pod's CPU there
+            scores[rows < 0] = MAX_EXTENDER_PRIORITY
+        if pos_known.size and ranked:
             ctx = self.framework.context(fleet, self.clock())
             ints, _raw = self.framework.prioritize(req, fleet, rows[pos_known], ctx)
             scores[pos_known] = ints

@@ -39,13 +39,14 @@ from .base import (
     RestrictsPlacement,
     ScorePlugin,
 )
+from .cpu_pack import PackScore
 from .eligibility import LIMITS_KEY
 from .fit import FitFilter, TelemetryFilter
 from .hot import HotNodeFilter
 from .ledger import AssumedLedger
 from .normalize import finite
 from .plugins import PRODUCTION
-from .policy_file import PolicyConfig, TelemetryPolicy
+from .policy_file import CpuOnlyPolicy, PolicyConfig, TelemetryPolicy
 from .registry import PolicyConfigError, Registry
 
 
@@ -152,6 +153,7 @@ class Framework:
         picker: GpuPicker,
         ledger: AssumedLedger | None = None,
         hot: HotNodeFilter | None = None,
+        cpu_only: Sequence[WeightedScore] = (),
     ) -> None:
         self.telemetry = telemetry
         self.fit = fit
@@ -165,9 +167,13 @@ class Framework:
         filters.extend(p for p in _distinct(tuple(restrictors)) if isinstance(p, RestrictsPlacement) and p.restricts())
         self.filters: tuple[BatchFilter, ...] = tuple(filters)
         self.scorers = tuple(s for s in scorers if s.weight > 0)
+        self.cpu_only = tuple(s for s in cpu_only if s.weight > 0)
+        """What ranks pods without GPUs (the policy file's ``cpuOnly``); empty: they score 0 everywhere."""
         self.picker = picker
         self.ledger = ledger
-        self.plugins: tuple[object, ...] = _distinct((*self.filters, *(ws.plugin for ws in self.scorers), picker))
+        self.plugins: tuple[object, ...] = _distinct(
+            (*self.filters, *(ws.plugin for ws in (*self.scorers, *self.cpu_only)), picker)
+        )
         """Every plugin once, in order: filters, scorers, the picker."""
         scoring: tuple[object, ...] = tuple(ws.plugin for ws in self.scorers)
         if isinstance(picker, BindsPeers) and all(picker is not p for p in scoring):
@@ -176,6 +182,9 @@ class Framework:
         self._observers = tuple(p for p in self.plugins if isinstance(p, ObservesPods))
         self._pre_scorers = tuple(
             p for p in _distinct(tuple(ws.plugin for ws in self.scorers)) if isinstance(p, PreScorePlugin)
+        )
+        self._cpu_only_pre_scorers = tuple(
+            p for p in _distinct(tuple(ws.plugin for ws in self.cpu_only)) if isinstance(p, PreScorePlugin)
         )
         self._overlay: FleetArrays | None = None
         self._overlay_fleet: FleetArrays | None = None
@@ -210,6 +219,7 @@ class Framework:
             picker=picker,
             ledger=ledger if ledger is not None else AssumedLedger(cfg.ledger.ttl_seconds),
             hot=HotNodeFilter(cfg.hotness, enabled=cfg.filters.hot_nodes),
+            cpu_only=cpu_only_scorers(cfg.cpu_only, scorers),
         )
 
     # --- cycle set-up -------------------------------------------------------------------------------------------
@@ -305,10 +315,11 @@ class Framework:
     def _raw_scores(
         self, req: GpuRequest, fleet: FleetArrays, rows: IntA, ctx: CycleContext
     ) -> list[tuple[WeightedScore, FloatA, FloatA]]:
-        for p in self._pre_scorers:
+        gpu = req.wants_gpu
+        for p in self._pre_scorers if gpu else self._cpu_only_pre_scorers:
             p.pre_score(req, fleet, rows, ctx)
         out = []
-        for ws in self.scorers:
+        for ws in self.scorers if gpu else self.cpu_only:
             raw = np.asarray(ws.plugin.score(req, fleet, rows, ctx), dtype=np.float64)
             norm = np.asarray(ws.plugin.normalize(raw), dtype=np.float64)
             out.append((ws, raw, norm))
@@ -328,9 +339,10 @@ class Framework:
         return ints, combined
 
     def prioritize(self, req: GpuRequest, fleet: FleetArrays, rows: IntA, ctx: CycleContext) -> tuple[IntA, FloatA]:
-        """(integer 0..10 scores, weighted mean as float for tie-breaking), one per row. No-GPU pods score 0."""
+        """(integer 0..10 scores, weighted mean as float for tie-breaking), one per row. Pods without GPUs are ranked
+        by :attr:`cpu_only` (0 everywhere when it is empty)."""
         rows = np.asarray(rows, dtype=np.int64)
-        if not req.wants_gpu or rows.size == 0:
+        if rows.size == 0 or not (req.wants_gpu or self.cpu_only):
             return np.zeros(rows.size, dtype=np.int64), np.zeros(rows.size, dtype=np.float64)
         self._prepare(ctx)
         fleet = self.view(fleet, ctx)
@@ -395,7 +407,7 @@ class Framework:
             cand = np.concatenate([cand, idx])
         cand = self.filter(req, fleet, cand, ctx).passed
         pos = int(np.nonzero(cand == row)[0][0])
-        parts = self._raw_scores(req, fleet, cand, ctx) if req.wants_gpu else []
+        parts = self._raw_scores(req, fleet, cand, ctx)
         ints, combined = self._combine(parts, cand.size)
         scores = [
             PolicyVerdict(
@@ -416,3 +428,15 @@ class Framework:
             gpu_details=details,
             candidates=int(cand.size),
         )
+
+
+def cpu_only_scorers(cfg: CpuOnlyPolicy, scorers: Sequence[WeightedScore]) -> list[WeightedScore]:
+    """The ranking of pods without GPUs that ``cfg`` asks for: the ``fragmentation`` scorer's own plugin (the same
+    instance, so the workload it learns is one) and best fit (:class:`~.cpu_pack.PackScore`)."""
+    out = []
+    frag = next((ws.plugin for ws in scorers if ws.name == "fragmentation" and ws.weight > 0), None)
+    if frag is not None and cfg.fragmentation_weight > 0:
+        out.append(WeightedScore("fragmentation", frag, cfg.fragmentation_weight))
+    if cfg.pack_weight > 0:
+        out.append(WeightedScore("pack", PackScore(cfg.cpu_scale_cores, cfg.gpu_scale), cfg.pack_weight))
+    return out

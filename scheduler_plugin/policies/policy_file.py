@@ -30,6 +30,9 @@ log = logging.getLogger("kelvin.policy")
 DEFAULT_MAX_AGE_S = 30.0
 DEFAULT_LEDGER_TTL_S = 30.0
 DEFAULT_PICKER = "fragmentation"
+#: The FGD paper's best-fit baseline weighs CPU against GPU by the largest node of its trace: 128 cores, 8 GPUs.
+DEFAULT_PACK_CPU_SCALE_CORES = 128.0
+DEFAULT_PACK_GPU_SCALE = 8.0
 
 
 class CamelModel(BaseModel):
@@ -67,6 +70,22 @@ class ScorerConfig(CamelModel):
     """The policy's own arguments (see docs/policies.md); checked against its registered model."""
 
 
+class CpuOnlyPolicy(CamelModel):
+    """How pods without GPUs are ranked (kube-scheduler sends them to the extender when the chart's
+    scheduler.extender.cpuOnlyPods is on; the simulator ranks every one): a weighted mean of the fragmentation
+    policy's score (the GPU capacity the pod's CPU strands) and best fit (the node left with the least free CPU and
+    GPU). Both weights 0: every node scores 0."""
+
+    fragmentation_weight: float = Field(0.8, ge=0, le=100)
+    """Weight of the ``fragmentation`` policy's normalised score (left out when ``scoring`` has no fragmentation)."""
+    pack_weight: float = Field(0.2, ge=0, le=100)
+    """Weight of best fit: the node left with the least free CPU and GPU."""
+    cpu_scale_cores: float = Field(DEFAULT_PACK_CPU_SCALE_CORES, gt=0, le=100_000)
+    """Best fit weighs this many free cores as much as ``gpuScale`` free GPUs (a large node's size)."""
+    gpu_scale: float = Field(DEFAULT_PACK_GPU_SCALE, gt=0, le=1_000)
+    """Best fit weighs this many free GPUs as much as ``cpuScaleCores`` free cores."""
+
+
 class LedgerPolicy(CamelModel):
     ttl_seconds: float = Field(DEFAULT_LEDGER_TTL_S, gt=0, le=3600)
     """How long an assumed (bound, not yet visible in telemetry) placement is remembered at most."""
@@ -98,6 +117,8 @@ class PolicyConfig(CamelModel):
     picker: str = DEFAULT_PICKER
     """The GPU picker that chooses GPUs inside the chosen node (a registered picker name)."""
     picker_args: dict[str, Any] = Field(default_factory=dict)
+    cpu_only: CpuOnlyPolicy = Field(default_factory=CpuOnlyPolicy)
+    """How pods without GPUs are ranked."""
     ledger: LedgerPolicy = Field(default_factory=LedgerPolicy)
     hotness: HotnessConfig = Field(default_factory=HotnessConfig)
     """Hot-node thresholds, shared with the operator (``scheduler_plugin.hotness``); validated here too."""

@@ -34,8 +34,8 @@ def rank(
     fw: Framework, req: GpuRequest, fleet: FleetArrays, rows: IntA, ctx: CycleContext, *, raw: bool = False
 ) -> FloatA:
     """What ``rows`` are ordered by (higher is better): the framework's weighted mean of normalised scores before
-    the extender rounds it (:meth:`Framework.prioritize <.framework.Framework.prioritize>`'s float; 0 for a pod
-    without GPUs, which the extender never scores).
+    the extender rounds it (:meth:`Framework.prioritize <.framework.Framework.prioritize>`'s float; a pod without
+    GPUs by the framework's ``cpu_only`` ranking, 0 without one).
 
     With ``raw``, the raw score of the framework's only score plugin instead, for every pod: the FGD paper defines
     its baselines on their raw scores (its normalisation may bin them, e.g. ``fgd``'s to 0..10)."""

@@ -7,8 +7,8 @@ extender runs it (no second filter or score combination).
   <scheduler_plugin.policies.framework.Framework.pick>`; arrivals are learned by its ``observe``.
 * ``kelvin`` is the framework built from the default :class:`~scheduler_plugin.policies.policy_file.PolicyConfig` (or a
   policy file, checked against the production registry as the extender checks it): nodes are ranked by its weighted
-  score before rounding. Pods without GPUs (which the extender never sees) are ranked by its ``fragmentation``
-  score: they change the CPU left for GPU pods.
+  score before rounding, pods without GPUs too (by the policy's ``cpuOnly`` ranking, as the extender ranks them when
+  kube-scheduler sends them: the chart's ``scheduler.extender.cpuOnlyPods``): they change the CPU left for GPU pods.
 * The paper's baselines (:mod:`.baselines`, in the simulator's registry only) are frameworks with that one score
   plugin, which is also the picker, ranked by its raw score (:func:`~scheduler_plugin.policies.ranking.rank`).
 """
@@ -18,8 +18,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from ..model import FleetArrays, GpuRequest
 from ..policies import ranking
@@ -48,8 +46,6 @@ class SimPolicy:
     raw: bool = False
     """Rank by the raw score of the framework's only score plugin (the paper's baselines), not by its weighted
     mean."""
-    no_gpu_score: ScorePlugin | None = None
-    """Ranks pods without GPUs (the framework scores them 0); default: the framework's ranking."""
 
 
 def feasible(policy: SimPolicy, req: GpuRequest, fleet: FleetArrays, rows: IntA, ctx: CycleContext) -> IntA:
@@ -60,8 +56,6 @@ def feasible(policy: SimPolicy, req: GpuRequest, fleet: FleetArrays, rows: IntA,
 
 def rank(policy: SimPolicy, req: GpuRequest, fleet: FleetArrays, rows: IntA, ctx: CycleContext) -> FloatA:
     """What the feasible ``rows`` are ordered by (higher is better)."""
-    if not req.wants_gpu and policy.no_gpu_score is not None:
-        return np.asarray(policy.no_gpu_score.score(req, fleet, rows, ctx), dtype=np.float64)
     return ranking.rank(policy.framework, req, fleet, rows, ctx, raw=policy.raw)
 
 
@@ -90,9 +84,7 @@ def single_score(name: str, plugin: ScorePlugin, fit: FitFilter, picker: GpuPick
 
 def kelvin_policy(config: PolicyConfig | None = None, name: str = "kelvin") -> SimPolicy:
     """kelvin's framework from ``config`` (default: the default policy), built through the production registry."""
-    fw = Framework.from_config(config or PolicyConfig())
-    frag = next((ws.plugin for ws in fw.scorers if ws.name == "fragmentation"), None)
-    return SimPolicy(name, fw, no_gpu_score=frag)
+    return SimPolicy(name, Framework.from_config(config or PolicyConfig()))
 
 
 def build_policy(name: str, seed: int = 0, *, policy_file: Path | None = None) -> SimPolicy:

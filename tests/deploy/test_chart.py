@@ -18,7 +18,19 @@ import jsonschema  # type: ignore[import-untyped]
 import kubernetes_validate
 import pytest
 import yaml
-from deploy_helpers import CHART, CI_VALUES, K8S_VERSION, NAMESPACE, Doc, Render, by_kind, one, pod_spec, run_helm
+from deploy_helpers import (
+    CHART,
+    CI_VALUES,
+    K8S_VERSION,
+    NAMESPACE,
+    RELEASE,
+    Doc,
+    Render,
+    by_kind,
+    one,
+    pod_spec,
+    run_helm,
+)
 
 pytestmark = pytest.mark.helm
 
@@ -271,6 +283,21 @@ def _kube_scheduler_config(docs: list[Doc]) -> dict[str, Any]:
     return yaml.safe_load(cm["data"]["scheduler-config.yaml"])  # type: ignore[no-any-return]
 
 
+def test_cpu_only_pods_cannot_keep_a_resource_the_scheduler_ignores(helm_bin: str) -> None:
+    """Sending every pod leaves kube-scheduler no managedResources list: an ignoredByScheduler resource would be
+    silently dropped, so the chart refuses it and says what to change."""
+    sets = ["scheduler.extender.managedResources[0].name=example.com/fpga",
+            "scheduler.extender.managedResources[0].ignoredByScheduler=true"]  # fmt: skip
+    args = ["template", RELEASE, str(CHART), "--namespace", NAMESPACE]
+    for s in sets:
+        args += ["--set", s]
+    proc = run_helm(helm_bin, *args, check=False)
+    assert proc.returncode != 0
+    assert "example.com/fpga has ignoredByScheduler: true" in proc.stderr and "cpuOnlyPods: false" in proc.stderr
+    proc = run_helm(helm_bin, *args, "--set", "scheduler.extender.cpuOnlyPods=false", check=False)
+    assert proc.returncode == 0, proc.stderr
+
+
 def test_scheduler_config_calls_the_sidecar_extender(render: Render, fixtures_dir: Path) -> None:
     docs = render()
     cfg = _kube_scheduler_config(docs)
@@ -282,7 +309,10 @@ def test_scheduler_config_calls_the_sidecar_extender(render: Render, fixtures_di
     assert set(ext) <= set(real["extenders"][0]) | {"bindVerb", "preemptVerb"}
     assert ext["nodeCacheCapable"] is True and ext["ignorable"] is False and ext["bindVerb"] == "bind"
     assert ext["preemptVerb"] == "preempt"
-    assert ext["managedResources"] == [
+    # cpuOnlyPods (default): no managedResources, so kube-scheduler sends every pod of the profile, CPU-only ones too
+    assert "managedResources" not in ext
+    (only_gpu,) = _kube_scheduler_config(render(None, "scheduler.extender.cpuOnlyPods=false"))["extenders"]
+    assert only_gpu["managedResources"] == [
         {"name": "nvidia.com/gpu", "ignoredByScheduler": False},
         {"name": "kelvin.dev/shared-gpu", "ignoredByScheduler": False},  # pool-only pods reach the extender too
     ]

@@ -20,3 +20,4 @@ def test_chart_policy_equals_the_code_defaults() -> None:
     assert chart.telemetry == defaults.telemetry
     assert chart.picker == defaults.picker
     assert chart.ledger == defaults.ledger
+    assert chart.cpu_only == defaults.cpu_only

@@ -70,12 +70,17 @@ class KelvinScheduler:
     def telemetry_nodes(self, state: str = "fresh") -> int:
         """The extender's own ``kelvin_telemetry_nodes{state=...}`` (its snapshot's nodes in that state; 0 when the
         series is absent), from its metrics port."""
+        return int(self.metric("kelvin_telemetry_nodes", state=state))
+
+    def metric(self, name: str, **labels: str) -> float:
+        """One sample of the extender's metrics (``name`` with these labels; 0 when the series is absent), from its
+        metrics port."""
         text = httpx.get(f"http://127.0.0.1:{self.extender_metrics_port}/metrics", timeout=5).text
         for family in text_string_to_metric_families(text):
             for sample in family.samples:
-                if sample.name == "kelvin_telemetry_nodes" and sample.labels.get("state") == state:
-                    return int(sample.value)
-        return 0
+                if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                    return float(sample.value)
+        return 0.0
 
     def check_alive(self) -> None:
         for proc in (self.extender, self.scheduler):

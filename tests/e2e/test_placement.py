@@ -6,7 +6,7 @@ from __future__ import annotations
 from tests.e2e.cluster import LoopbackCluster
 from tests.e2e.fleet import GPU_NODES, GPUS_PER_NODE, NVSWITCH_NODES
 from tests.e2e.kelvin_scheduler import KelvinScheduler
-from tests.e2e.pods import assigned, bound, gpu_pod, unschedulable
+from tests.e2e.pods import GPU_ASSIGNED, assigned, bound, gpu_pod, unschedulable
 
 
 def test_one_gpu_pod_is_bound_by_kelvin_with_its_gpu_recorded(
@@ -19,6 +19,25 @@ def test_one_gpu_pod_is_bound_by_kelvin_with_its_gpu_recorded(
     assert 0 <= index < GPUS_PER_NODE
     scheduled = next(c for c in pod["status"]["conditions"] if c["type"] == "PodScheduled")
     assert scheduled["status"] == "True"
+
+
+def test_a_pod_without_gpus_of_kelvins_profile_is_ranked_and_bound_by_kelvin(
+    cluster: LoopbackCluster, kelvin_scheduler: KelvinScheduler, namespace: str
+) -> None:
+    """The chart's default (scheduler.extender.cpuOnlyPods): no managedResources, so kube-scheduler sends a pod that
+    asks no GPU to the extender too, which ranks it (best fit with fragmentation) and binds it."""
+    pod = gpu_pod("cpu-only", 0)
+    pod["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "500m", "memory": "64Mi"}}
+    sent = {v: kelvin_scheduler.metric("kelvin_extender_requests_total", verb=v, code="200") for v in VERBS}
+    cluster.api.create(f"/api/v1/namespaces/{namespace}/pods", pod)
+    placed = bound(cluster, namespace, "cpu-only", kelvin_scheduler)
+    assert placed["spec"]["nodeName"], placed["spec"]
+    now = {v: kelvin_scheduler.metric("kelvin_extender_requests_total", verb=v, code="200") for v in VERBS}
+    assert all(now[v] > sent[v] for v in VERBS), (sent, now)  # filtered, ranked and bound through kelvin
+    assert GPU_ASSIGNED not in (placed["metadata"].get("annotations") or {})  # no GPU recorded
+
+
+VERBS = ("filter", "prioritize", "bind")
 
 
 def test_four_gpu_nvlink_required_pod_gets_four_nvlinked_gpus(

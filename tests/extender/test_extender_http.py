@@ -17,6 +17,7 @@ from fastapi.testclient import TestClient
 from scheduler_plugin.extender.app import create_app
 from scheduler_plugin.extender.server import ServerThread
 from scheduler_plugin.extender.service import Extender
+from scheduler_plugin.policies import Framework, PolicyConfig
 from scheduler_plugin.simulator.simulated_fleet import FleetSpec, SimulatedFleetSource
 
 
@@ -103,6 +104,38 @@ def test_bad_annotation_fails_every_node_unresolvable(client: TestClient) -> Non
     assert resp.status_code == 400 and "kelvin.dev/topology" in resp.json()["Error"]
     metrics = client.get("/metrics").text
     assert 'kelvin_extender_rejections_total{reason="bad_request"} 2.0' in metrics
+
+
+# -- pods without GPUs (sent when the chart's scheduler.extender.cpuOnlyPods is on) ---------------------------------
+
+
+def cpu_pod(cores: int) -> dict[str, Any]:
+    p = pod("cpu-only")
+    p["spec"]["containers"][0]["resources"] = {"requests": {"cpu": str(cores)}}
+    return p
+
+
+def test_a_pod_without_gpus_passes_every_node_and_is_ranked_by_best_fit() -> None:
+    """gpu-node-1 keeps 2 GPUs free, gpu-node-2 keeps 7: the pod's 8 cores strand nothing on either, so best fit
+    decides (node 1 is left fuller); a node kelvin has no GPUs for (a CPU node) scores the maximum."""
+    ext, _, _ = make_extender()
+    names = ["cpu-node-9", "gpu-node-1", "gpu-node-2"]
+    with TestClient(create_app(ext)) as c:
+        body = c.post("/filter", content=args(cpu_pod(8), names)).json()
+        assert body["NodeNames"] == names and not body["FailedNodes"] and not body["FailedAndUnresolvableNodes"]
+        prio = {h["Host"]: h["Score"] for h in c.post("/prioritize", content=args(cpu_pod(8), names)).json()}
+    assert prio["cpu-node-9"] == 10 and prio["gpu-node-1"] == 10, prio
+    assert prio["gpu-node-2"] < prio["gpu-node-1"], prio
+
+
+def test_without_cpu_only_ranking_a_pod_without_gpus_scores_zero_everywhere() -> None:
+    ext, _, _ = make_extender()
+    cfg = PolicyConfig.from_mapping({"cpuOnly": {"fragmentationWeight": 0, "packWeight": 0}})
+    ext.framework = Framework.from_config(cfg, ledger=ext.ledger)
+    names = ["cpu-node-9", "gpu-node-1", "gpu-node-2"]
+    with TestClient(create_app(ext)) as c:
+        prio = c.post("/prioritize", content=args(cpu_pod(8), names)).json()
+    assert [h["Score"] for h in prio] == [0, 0, 0], prio
 
 
 # -- unknown nodes and stale telemetry -----------------------------------------------------------------------------

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -11,6 +12,7 @@ import pytest
 from scheduler_plugin.model import FleetArrays, GpuAssignment, GpuNode, GpuRequest
 from scheduler_plugin.model.claim import claim_of
 from scheduler_plugin.policies import Framework, PolicyConfig
+from scheduler_plugin.policies.registry import PolicyConfigError
 from tests.fleet_helpers import NOW, dgx, fleet, gpu, node, nvlink_pairs, pcie_box, request, whole
 
 
@@ -51,8 +53,9 @@ def test_stale_allowed() -> None:
     assert fw.filter(request(1), f, all_rows(f), fw.context(f, NOW)).passed.tolist() == [0]
 
 
-def test_pods_without_gpu_pass_and_score_zero() -> None:
-    fw = framework()
+def test_pods_without_gpu_pass_every_filter_and_score_zero_without_cpu_only_ranking() -> None:
+    fw = framework(cpuOnly={"fragmentationWeight": 0, "packWeight": 0})
+    assert fw.cpu_only == ()
     f = fleet(node("cpu", [], observed_at=None), dgx("g"))
     ctx = fw.context(f, NOW)
     out = fw.filter(request(0), f, all_rows(f), ctx)
@@ -61,6 +64,55 @@ def test_pods_without_gpu_pass_and_score_zero() -> None:
     ints, _ = fw.prioritize(request(0), f, out.passed, ctx)
     assert ints.tolist() == [0, 0]
     assert fw.pick(request(0), f, 1, ctx) == ()
+
+
+def cpu_pod(cores: float) -> GpuRequest:
+    return replace(request(0), cpu_milli=int(cores * 1000))
+
+
+def test_pods_without_gpu_are_ranked_by_best_fit_of_cpu_and_gpu() -> None:
+    """Pack only: the node the pod leaves with the least free CPU and GPU wins; a node with free GPUs loses to an
+    equally busy one whose GPUs are taken (the pod would take CPU its free GPUs need)."""
+    fw = framework(cpuOnly={"fragmentationWeight": 0, "packWeight": 1})
+    assert [ws.name for ws in fw.cpu_only] == ["pack"]
+    busy = [whole(f"x{i}", i) for i in range(8)]
+    f = fleet(
+        replace(dgx("free-gpus"), cpu_requested_milli=48_000),
+        replace(dgx("gpus-taken", assignments=busy), cpu_requested_milli=48_000),
+        replace(dgx("idle", assignments=busy), cpu_requested_milli=0),
+    )
+    ctx = fw.context(f, NOW)
+    ints, combined = fw.prioritize(cpu_pod(8), f, all_rows(f), ctx)
+    assert int(np.argmax(combined)) == 1, combined
+    # left free: 8 cores + 8 GPUs, 8 cores, 56 cores -> 0.531, 0.031, 0.219 of a 128-core, 8-GPU node
+    assert ints.tolist() == [0, 10, 6], combined
+    why = fw.explain(cpu_pod(8), f, 1, ctx, all_rows(f))
+    assert [v.policy for v in why.scores] == ["pack"]
+    assert "leaves 8 cores and 0 GPUs free" in why.scores[0].reasons[0], why.scores[0].reasons
+
+
+def test_the_default_cpu_only_ranking_blends_fragmentation_with_best_fit() -> None:
+    fw = Framework.from_config(PolicyConfig())
+    assert [(ws.name, ws.weight) for ws in fw.cpu_only] == [("fragmentation", 0.8), ("pack", 0.2)]
+    frag = next(ws.plugin for ws in fw.scorers if ws.name == "fragmentation")
+    assert fw.cpu_only[0].plugin is frag  # one plugin: one learned workload
+    # without fragmentation in scoring, only best fit ranks them
+    fw = framework({"thermal": {}})
+    assert [ws.name for ws in fw.cpu_only] == ["pack"]
+
+
+@pytest.mark.parametrize(
+    ("section", "problem"),
+    [
+        ({"packWeight": -1}, "cpuOnly.packWeight: Input should be greater than or equal to 0"),
+        ({"cpuScaleCores": 0}, "cpuOnly.cpuScaleCores: Input should be greater than 0"),
+        ({"packweight": 1}, "cpuOnly.packweight"),
+    ],
+)
+def test_a_bad_cpu_only_section_is_refused_naming_the_field(section: dict[str, object], problem: str) -> None:
+    with pytest.raises(PolicyConfigError) as err:
+        PolicyConfig.from_mapping({"cpuOnly": section})
+    assert problem in str(err.value), err.value
 
 
 def test_weighted_mean_and_rounding() -> None:
