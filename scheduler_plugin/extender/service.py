@@ -411,13 +411,15 @@ class Extender:
         scores = np.zeros(len(args.names), dtype=np.int64)
         pos_known = np.flatnonzero(rows >= 0)
         ranked = req.wants_gpu or bool(self.framework.cpu_only)
-        if not req.wants_gpu and ranked:
-            # a node kelvin has no GPUs for (a CPU node): a pod without GPUs takes no GPU pod's CPU there
+        cpu_nodes = not req.wants_gpu and ranked and pos_known.size < rows.size
+        if cpu_nodes:
+            # a node kelvin has no GPUs for (a CPU node): a pod without GPUs takes no GPU pod's CPU there, so every
+            # CPU node comes first (kube-scheduler draws among them) and every GPU node below them
             scores[rows < 0] = MAX_EXTENDER_PRIORITY
         if pos_known.size and ranked:
             ctx = self.framework.context(fleet, self.clock())
             ints, _raw = self.framework.prioritize(req, fleet, rows[pos_known], ctx)
-            scores[pos_known] = ints
+            scores[pos_known] = np.minimum(ints, MAX_EXTENDER_PRIORITY - 1) if cpu_nodes else ints
         self.metrics.decisions.labels("prioritize", "scored").inc(len(args.names))
         return orjson.Fragment(args.name_list.priority_json(scores))
 

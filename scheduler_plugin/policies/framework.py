@@ -7,7 +7,8 @@ last seconds count against capacity before telemetry shows them.
 
 Scores: every policy's raw score is normalised to 0..10 by the policy; the framework takes the weighted mean
 ``sum(w_i * s_i) / sum(w_i)`` (a float, returned for tie-breaking) and rounds it to the integer 0..10 the extender
-protocol carries.
+protocol carries, with 10 for the one node it ranks first and at most 9 for every other (:mod:`.choice`: kube-scheduler
+draws at random among equal top totals).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from .base import (
     RestrictsPlacement,
     ScorePlugin,
 )
+from .choice import NodeOrder, single_best
 from .cpu_pack import PackScore
 from .eligibility import LIMITS_KEY
 from .fit import FitFilter, TelemetryFilter
@@ -191,6 +193,7 @@ class Framework:
         """The fleet :attr:`_overlay` overlays."""
         self._overlay_version = -1
         """The ledger's ``version`` whose entries :attr:`_overlay` charges."""
+        self._order = NodeOrder()
 
     @classmethod
     def from_config(
@@ -339,14 +342,24 @@ class Framework:
         return ints, combined
 
     def prioritize(self, req: GpuRequest, fleet: FleetArrays, rows: IntA, ctx: CycleContext) -> tuple[IntA, FloatA]:
-        """(integer 0..10 scores, weighted mean as float for tie-breaking), one per row. Pods without GPUs are ranked
-        by :attr:`cpu_only` (0 everywhere when it is empty)."""
+        """(integer 0..10 scores, weighted mean as float for tie-breaking), one per row: the rounded means, 10 for
+        the one row ranked first (equal means: by the node names' fixed order, :mod:`.choice`) and at most 9 for the
+        others. Pods without GPUs are ranked by :attr:`cpu_only` (0 everywhere when it is empty)."""
         rows = np.asarray(rows, dtype=np.int64)
         if rows.size == 0 or not (req.wants_gpu or self.cpu_only):
             return np.zeros(rows.size, dtype=np.int64), np.zeros(rows.size, dtype=np.float64)
         self._prepare(ctx)
         fleet = self.view(fleet, ctx)
-        return self._combine(self._raw_scores(req, fleet, rows, ctx), rows.size)
+        return self._ranked(fleet, rows, self._raw_scores(req, fleet, rows, ctx))
+
+    def _ranked(
+        self, fleet: FleetArrays, rows: IntA, parts: list[tuple[WeightedScore, FloatA, FloatA]]
+    ) -> tuple[IntA, FloatA]:
+        """:meth:`_combine`'s rounded and weighted means, with the first row alone at 10 when any policy scored."""
+        ints, combined = self._combine(parts, rows.size)
+        if not parts:
+            return ints, combined
+        return single_best(ints, combined, self._order.keys(fleet.names)[rows]), combined
 
     def pick(self, req: GpuRequest, fleet: FleetArrays, row: int, ctx: CycleContext) -> tuple[int, ...] | None:
         """The GPUs (their own indices) the pod gets on node ``row``; None if it does not fit there."""
@@ -408,7 +421,7 @@ class Framework:
         cand = self.filter(req, fleet, cand, ctx).passed
         pos = int(np.nonzero(cand == row)[0][0])
         parts = self._raw_scores(req, fleet, cand, ctx)
-        ints, combined = self._combine(parts, cand.size)
+        ints, combined = self._ranked(fleet, cand, parts)
         scores = [
             PolicyVerdict(
                 ws.name, _finite(float(raw[pos])), float(norm[pos]), ws.weight, ws.plugin.explain(req, fleet, row, ctx)

@@ -12,10 +12,12 @@ import numpy.typing as npt
 
 from ..model import MILLI_PER_GPU, FleetArrays, GpuRequest
 from ..model.claim import charge_milli
+from ..policies.base import CycleContext
 from ..policies.fragmentation import DEFAULT_REFERENCE_GPU_MEMORY, WORKLOAD_KEY, Workload, workload_of
 from ..policies.ranking import tied_best
 from .fleet import apply_placement, build_fleet, gpu_memory_bytes
-from .policies import SimPolicy, feasible, pick, rank
+from .kube_scheduler import KubeCycle, KubeScheduler
+from .policies import SimPolicy, feasible, kube_fits, pick, rank
 from .protocol import DEFAULT_TARGET, arrivals
 from .trace import Trace, TracePod
 
@@ -135,6 +137,25 @@ def prepare(trace: Trace) -> Prepared:
     return Prepared(trace, build_fleet(trace.nodes), reqs, workload_of(reqs, reference_gpu_memory=reference))
 
 
+def choose_row(
+    policy: SimPolicy, req: GpuRequest, fleet: FleetArrays, ctx: CycleContext, node_rank: IntA, cycle: KubeCycle | None
+) -> int:
+    """The row the pod goes to, -1 when none is feasible: the best ranked (ties by ``node_rank``), or with ``cycle``
+    the one kube-scheduler binds among the nodes its filter pass sent."""
+    all_rows = np.arange(fleet.n_nodes, dtype=np.int64)
+    if cycle is None:
+        cand = feasible(policy, req, fleet, all_rows, ctx)
+        if not len(cand):
+            return -1
+        tied = tied_best(cand, rank(policy, req, fleet, cand, ctx))
+        return int(tied[np.argmin(node_rank[tied])])
+    cand = feasible(policy, req, fleet, cycle.window(kube_fits(req, fleet, all_rows, ctx)), ctx)
+    if len(cand) <= 1:  # kube-scheduler binds a lone feasible node without scoring it
+        return int(cand[0]) if len(cand) else -1
+    ints, combined = policy.framework.prioritize(req, fleet, cand, ctx)
+    return int(cand[cycle.choose(req, fleet, cand, ints, combined)])
+
+
 def run(
     prep: Prepared,
     policy: SimPolicy,
@@ -144,6 +165,7 @@ def run(
     progress: Callable[[float, float], None] | None = None,
     workload: Workload | None = None,
     learn_workload: bool = False,
+    kube: KubeScheduler | None = None,
 ) -> RunResult:
     """Replay ``prep``'s trace through ``policy`` with the paper's protocol and ``seed``.
 
@@ -152,6 +174,10 @@ def run(
     M), or with ``learn_workload`` none at all: they learn it from the arriving pods (the framework's ``observe`` on
     each arrival, before it is scored, fitting or not), as the extender does at filter in a cluster (a decayed
     histogram seeded with a default mix).
+
+    With ``kube``, kube-scheduler's side of a cluster's placement is replayed too (:mod:`.kube_scheduler`): only
+    the nodes its own filter pass finds reach the policy, and the node is the highest total of the policy's integer
+    scores (and kube-scheduler's resource scores when on), equal totals drawn at random.
     """
     if target <= 0:
         raise ValueError(f"target must be positive, got {target}")
@@ -159,7 +185,6 @@ def run(
     fleet = prep.fleet.copy()
     n = fleet.n_nodes
     node_rank = np.random.default_rng([seed, 1]).permutation(n)
-    all_rows = np.arange(n, dtype=np.int64)
     cap = max(prep.capacity_milli, 1)
     goal = target * prep.capacity_milli
     arrived: list[float] = []
@@ -171,6 +196,7 @@ def run(
     placed = 0
     w = workload if workload is not None else prep.workload
     fw = policy.framework
+    cycle = KubeCycle(kube, prep.fleet, seed) if kube is not None else None
     for p in arrivals(prep.trace.pods, seed):
         req = prep.requests[p]
         pod = prep.trace.pods[p]
@@ -180,13 +206,8 @@ def run(
         ctx = fw.context(fleet, 0.0)
         if not learn_workload:
             ctx.state.write(WORKLOAD_KEY, w)
-        cand = feasible(policy, req, fleet, all_rows, ctx)
-        gpus: tuple[int, ...] | None = None
-        row = -1
-        if len(cand):
-            tied = tied_best(cand, rank(policy, req, fleet, cand, ctx))
-            row = int(tied[np.argmin(node_rank[tied])])
-            gpus = pick(policy, req, fleet, row, ctx)
+        row = choose_row(policy, req, fleet, ctx, node_rank, cycle)
+        gpus = pick(policy, req, fleet, row, ctx) if row >= 0 else None
         if gpus is None or (req.wants_gpu and len(gpus) != req.count):
             failed.append(True)
             demand_so_far += pod.gpu_demand_milli  # what it would take (a memory pool: on the median GPU)

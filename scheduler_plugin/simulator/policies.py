@@ -21,7 +21,7 @@ from typing import Any
 
 from ..model import FleetArrays, GpuRequest
 from ..policies import ranking
-from ..policies.base import CycleContext, FloatA, GpuPicker, IntA, ScorePlugin
+from ..policies.base import BoolA, CycleContext, FloatA, GpuPicker, IntA, ScorePlugin
 from ..policies.fit import FitFilter
 from ..policies.framework import Framework, WeightedScore
 from ..policies.policy_file import PolicyConfig, TelemetryPolicy
@@ -52,6 +52,11 @@ def feasible(policy: SimPolicy, req: GpuRequest, fleet: FleetArrays, rows: IntA,
     """The rows that pass kube-scheduler's NodeResourcesFit, then every filter of the policy's framework."""
     rows = rows[_KUBE_FIT.filter(req, fleet, rows, ctx)]
     return ranking.feasible(policy.framework, req, fleet, rows, ctx) if rows.size else rows
+
+
+def kube_fits(req: GpuRequest, fleet: FleetArrays, rows: IntA, ctx: CycleContext) -> BoolA:
+    """Per row, whether kube-scheduler's own NodeResourcesFit passes it (CPU and memory)."""
+    return _KUBE_FIT.filter(req, fleet, rows, ctx)
 
 
 def rank(policy: SimPolicy, req: GpuRequest, fleet: FleetArrays, rows: IntA, ctx: CycleContext) -> FloatA:

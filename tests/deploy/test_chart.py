@@ -283,6 +283,18 @@ def _kube_scheduler_config(docs: list[Doc]) -> dict[str, Any]:
     return yaml.safe_load(cm["data"]["scheduler-config.yaml"])  # type: ignore[no-any-return]
 
 
+def test_profile_score_plugins_and_nodes_to_score_are_values(render: Render, helm_bin: str) -> None:
+    (kept,) = _kube_scheduler_config(render(None, "scheduler.disabledScorePlugins=null"))["profiles"]
+    assert kept == {"schedulerName": "kelvin-scheduler"}  # every plugin of kube-scheduler's default profile
+    (every,) = _kube_scheduler_config(render(None, "scheduler.percentageOfNodesToScore=100"))["profiles"]
+    assert every["percentageOfNodesToScore"] == 100
+    args = ["template", RELEASE, str(CHART), "--namespace", NAMESPACE]
+    for bad, what in (("scheduler.percentageOfNodesToScore=101", "percentageOfNodesToScore"),
+                      ("scheduler.disabledScorePlugins[0]=NodeResourcesFitt", "disabledScorePlugins")):  # fmt: skip
+        proc = run_helm(helm_bin, *args, "--set", bad, check=False)
+        assert proc.returncode != 0 and what in proc.stderr, proc.stderr
+
+
 def test_cpu_only_pods_cannot_keep_a_resource_the_scheduler_ignores(helm_bin: str) -> None:
     """Sending every pod leaves kube-scheduler no managedResources list: an ignoredByScheduler resource would be
     silently dropped, so the chart refuses it and says what to change."""
@@ -316,7 +328,15 @@ def test_scheduler_config_calls_the_sidecar_extender(render: Render, fixtures_di
         {"name": "nvidia.com/gpu", "ignoredByScheduler": False},
         {"name": "kelvin.dev/shared-gpu", "ignoredByScheduler": False},  # pool-only pods reach the extender too
     ]
-    assert cfg["profiles"] == [{"schedulerName": "kelvin-scheduler"}]
+    # kube-scheduler's resource scores off in kelvin's profile (they spread against kelvin's packing), its filters on
+    assert cfg["profiles"] == [
+        {
+            "schedulerName": "kelvin-scheduler",
+            "plugins": {
+                "score": {"disabled": [{"name": "NodeResourcesFit"}, {"name": "NodeResourcesBalancedAllocation"}]}
+            },
+        }
+    ]
     le = cfg["leaderElection"]
     assert le["leaderElect"] is True and le["resourceLock"] == "leases" and le["resourceNamespace"] == NAMESPACE
     # componentbaseconfig/v1alpha1 LeaderElectionConfiguration (what KubeSchedulerConfiguration v1 embeds)

@@ -117,15 +117,18 @@ def cpu_pod(cores: int) -> dict[str, Any]:
 
 def test_a_pod_without_gpus_passes_every_node_and_is_ranked_by_best_fit() -> None:
     """gpu-node-1 keeps 2 GPUs free, gpu-node-2 keeps 7: the pod's 8 cores strand nothing on either, so best fit
-    decides (node 1 is left fuller); a node kelvin has no GPUs for (a CPU node) scores the maximum."""
+    decides (node 1 is left fuller); a node kelvin has no GPUs for (a CPU node) scores the maximum and every GPU
+    node less. Without a CPU node among the names, kelvin's first GPU node gets 10 alone."""
     ext, _, _ = make_extender()
     names = ["cpu-node-9", "gpu-node-1", "gpu-node-2"]
     with TestClient(create_app(ext)) as c:
         body = c.post("/filter", content=args(cpu_pod(8), names)).json()
         assert body["NodeNames"] == names and not body["FailedNodes"] and not body["FailedAndUnresolvableNodes"]
         prio = {h["Host"]: h["Score"] for h in c.post("/prioritize", content=args(cpu_pod(8), names)).json()}
-    assert prio["cpu-node-9"] == 10 and prio["gpu-node-1"] == 10, prio
+        gpu_only = {h["Host"]: h["Score"] for h in c.post("/prioritize", content=args(cpu_pod(8), names[1:])).json()}
+    assert prio["cpu-node-9"] == 10 and prio["gpu-node-1"] == 9, prio
     assert prio["gpu-node-2"] < prio["gpu-node-1"], prio
+    assert gpu_only["gpu-node-1"] == 10 and gpu_only["gpu-node-2"] < 10, gpu_only
 
 
 def test_without_cpu_only_ranking_a_pod_without_gpus_scores_zero_everywhere() -> None:
