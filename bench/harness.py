@@ -11,8 +11,12 @@ import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
+
+if TYPE_CHECKING:
+    from scheduler_plugin.simulator.trace import Trace
 
 ROOT = Path(__file__).resolve().parent.parent
 # ../shared (the real scheduler captures, the public traces; README.md, Test data); KELVIN_SHARED_DIR overrides it.
@@ -24,6 +28,16 @@ def shared_file(path: Path) -> Path:
     if not path.exists():
         raise SystemExit(f"error: {path} not found (shared test data: set KELVIN_SHARED_DIR, see README.md, Test data)")
     return path
+
+
+def openb_default(traces: Path) -> Trace:
+    """The openb default trace under ``traces`` (its node list and default pod list), or exit naming what is
+    missing."""
+    from scheduler_plugin.simulator.trace import load_trace
+
+    return load_trace(
+        shared_file(traces / "openb_node_list_gpu_node.csv"), shared_file(traces / "openb_pod_list_default.csv")
+    )
 
 
 def load_line() -> str:

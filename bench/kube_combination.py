@@ -37,7 +37,7 @@ from dataclasses import replace
 from pathlib import Path
 from statistics import mean
 
-from harness import SHARED, load_line, shared_file
+from harness import SHARED, load_line, openb_default
 from rich.console import Console
 from rich.table import Table
 
@@ -46,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from scheduler_plugin.simulator.engine import Prepared, prepare, run
 from scheduler_plugin.simulator.kube_scheduler import KubeScheduler
 from scheduler_plugin.simulator.policies import build_policy
-from scheduler_plugin.simulator.trace import Trace, load_trace
+from scheduler_plugin.simulator.trace import Trace
 from scheduler_plugin.simulator.variants import variant
 
 #: configuration -> (policy, kube-scheduler model or None for the replay's own ranking)
@@ -106,10 +106,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.replicate < 1:
         raise SystemExit(f"error: --replicate must be at least 1, got {args.replicate}")
     seeds = parse_seeds(args.seeds)
-    base = load_trace(
-        shared_file(args.traces / "openb_node_list_gpu_node.csv"),
-        shared_file(args.traces / "openb_pod_list_default.csv"),
-    )
+    base = openb_default(args.traces)
     traces: dict[str, Trace] = {"default": replicated(base, args.replicate)}
     for item in (v for v in args.variants.split(",") if v):
         family, _, level = item.partition("@")

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from harness import SHARED, load_line, shared_file
+from harness import SHARED, load_line, openb_default
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -48,7 +48,6 @@ sys.path.insert(0, str(ROOT))
 from scheduler_plugin.simulator.engine import RunResult, prepare, run  # noqa: E402
 from scheduler_plugin.simulator.policies import POLICIES, build_policy  # noqa: E402
 from scheduler_plugin.simulator.protocol import DEFAULT_TARGET  # noqa: E402
-from scheduler_plugin.simulator.trace import load_trace  # noqa: E402
 from scheduler_plugin.simulator.variants import FAMILIES, thinned, variant  # noqa: E402
 
 #: CPU seconds one replay may take (issue 17, target 5).
@@ -145,10 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.scale < 1:
         raise SystemExit(f"error: --scale must be at least 1, got {args.scale}")
     seeds = parse_seeds(args.seeds)
-    trace = load_trace(
-        shared_file(args.traces / "openb_node_list_gpu_node.csv"),
-        shared_file(args.traces / "openb_pod_list_default.csv"),
-    )
+    trace = openb_default(args.traces)
     trace = thinned(trace, args.scale)
     what = "openb default trace"
     goal = TARGET_DEFAULT_S
