@@ -11,7 +11,7 @@ import os
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
@@ -32,8 +32,10 @@ from .binder import Binder, KubeBinder, LocalBinder, NoApiBinder
 from .metrics import ExtenderMetrics
 from .node_labels import NodeLabelLister
 from .pdb_lister import PdbLister
-from .routes import install_health_routes, install_routes
+from .routes import ExtenderApp, install_health_routes, install_routes
 from .service import Extender
+
+App = TypeVar("App", bound=FastAPI)
 
 
 class StartupError(RuntimeError):
@@ -147,7 +149,7 @@ def build_extender(
     )
 
 
-def create_app(ext: Extender, *, metrics: bool = True) -> FastAPI:
+def create_app(ext: Extender, *, metrics: bool = True) -> ExtenderApp:
     """The verbs app; it owns the extender's lifespan (snapshot refresh). With ``metrics`` it also serves /readyz
     and /metrics (one listener for everything: tests, the demo, ``metrics_port: 0``); without, they are served by
     :func:`create_metrics_app` on the metrics listener. /healthz is served on both."""
@@ -170,16 +172,17 @@ def create_app(ext: Extender, *, metrics: bool = True) -> FastAPI:
             await ext.source.close()
             await ext.binder.close()
 
-    app = _bare_app("kelvin extender", lifespan=lifespan)
+    app = _bare_app(ExtenderApp, "kelvin extender", lifespan=lifespan)
     app.state.extender = ext
     install_routes(app, ext, health=metrics)
     return app
 
 
-def _bare_app(title: str, **kwargs: Any) -> FastAPI:
-    """A FastAPI app with no OpenAPI schema or docs pages, and no redirect of "/filter/" to "/filter" (a 307 that
-    kube-scheduler would not follow with its body): kelvin serves exactly its routes, anything else is a 404."""
-    return FastAPI(
+def _bare_app(cls: type[App], title: str, **kwargs: Any) -> App:
+    """A FastAPI app (of class ``cls``) with no OpenAPI schema or docs pages, and no redirect of "/filter/" to
+    "/filter" (a 307 that kube-scheduler would not follow with its body): kelvin serves exactly its routes, anything
+    else is a 404."""
+    return cls(
         title=title,
         version=__version__,
         docs_url=None,
@@ -194,7 +197,7 @@ def create_metrics_app(ext: Extender) -> FastAPI:
     """/healthz, /readyz and /metrics only, for the metrics listener (``metrics_host:metrics_port``): what probes
     and Prometheus reach, while the verbs stay on loopback. It shares ``ext`` and the event loop with the verbs app
     and has no lifespan of its own."""
-    app = _bare_app("kelvin extender metrics")
+    app = _bare_app(FastAPI, "kelvin extender metrics")
     app.state.extender = ext
     install_health_routes(app, ext)
     return app

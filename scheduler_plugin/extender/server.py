@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Generator
 from types import TracebackType
+from typing import Literal
 
 import uvicorn
 from fastapi import FastAPI
@@ -24,13 +25,22 @@ from .service import Extender
 log = logging.getLogger(__name__)
 
 
+def _config(app: FastAPI, *, log_level: str, lifespan: Literal["on", "off"]) -> uvicorn.Config:
+    """uvicorn's settings for a kelvin listener: no access log (the verbs have metrics), no proxy headers middleware
+    (kelvin reads no client address; it would cost every request a pass over its headers) and no ``server`` header
+    naming uvicorn on every reply."""
+    return uvicorn.Config(
+        app, log_level=log_level, lifespan=lifespan, access_log=False, proxy_headers=False, server_header=False
+    )
+
+
 class ServerThread:
     """``with ServerThread(app) as url:`` serves ``app`` on 127.0.0.1 at a free port until the block ends."""
 
     def __init__(self, app: FastAPI, host: str = "127.0.0.1", startup_timeout_s: float = 30.0) -> None:
         self.host = host
         self.startup_timeout_s = startup_timeout_s
-        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on", access_log=False))
+        self.server = uvicorn.Server(_config(app, log_level="warning", lifespan="on"))
         # proto=IPPROTO_TCP: asyncio sets TCP_NODELAY on accepted sockets only then (else 40 ms delayed-ACK stalls)
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -173,14 +183,10 @@ class ExtenderServers:
         self.settings = settings
         level = log_level.lower()
         separate = self.metrics_sock is not None
-        self.verbs = _MainServer(
-            uvicorn.Config(create_app(ext, metrics=not separate), log_level=level, lifespan="on", access_log=False)
-        )
+        self.verbs = _MainServer(_config(create_app(ext, metrics=not separate), log_level=level, lifespan="on"))
         self.metrics: uvicorn.Server | None = None
         if separate:
-            self.metrics = _SideServer(
-                uvicorn.Config(create_metrics_app(ext), log_level=level, lifespan="off", access_log=False)
-            )
+            self.metrics = _SideServer(_config(create_metrics_app(ext), log_level=level, lifespan="off"))
 
     @property
     def verbs_url(self) -> str:

@@ -258,12 +258,13 @@ class NameCache:
     def put_passed(self, names: NodeNameList) -> None:
         """Keep the names a filter passed under the JSON text kube-scheduler sends them in to prioritize next (Go's
         ``encoding/json``: compact, as orjson writes them; a name Go escapes otherwise, such as one with ``<``, is
-        only a miss, decoded as any new list)."""
+        only a miss, decoded as any new list). A list kept already under the same text (the same names: a filter
+        of the same shape passed the same nodes) stays, with the rows and the reply template it derived since."""
         if names.sent < self.min_names:
             return
         text = orjson.dumps(names.names)
         with self._lock:
-            self._passed[text] = names
+            self._passed.setdefault(text, names)
             self._passed.move_to_end(text)
             while len(self._passed) > self.passed_size:
                 self._passed.popitem(last=False)

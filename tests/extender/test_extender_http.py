@@ -360,7 +360,11 @@ def test_real_uvicorn_server_on_loopback() -> None:
         assert c.get("/readyz").status_code == 200
         p = pod("real", gpus=2)
         names = src.node_names
-        f = c.post("/scheduler/filter", content=json.dumps({"Pod": p, "Nodes": None, "NodeNames": names})).json()
+        fr = c.post("/scheduler/filter", content=json.dumps({"Pod": p, "Nodes": None, "NodeNames": names}))
+        # the verbs' replies, written by kelvin's own ASGI endpoint: typed, sized, and no server header naming uvicorn
+        assert fr.headers["content-type"] == "application/json" and int(fr.headers["content-length"]) == len(fr.content)
+        assert "server" not in fr.headers and "date" in fr.headers
+        f = fr.json()
         assert f["Error"] == "" and f["NodeNames"]
         prio = c.post(
             "/scheduler/prioritize", content=json.dumps({"Pod": p, "Nodes": None, "NodeNames": f["NodeNames"]})

@@ -5,12 +5,14 @@ after a SIGTERM."""
 from __future__ import annotations
 
 import gzip
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -41,6 +43,40 @@ def test_a_trailing_slash_is_404_not_a_redirect(client: TestClient, path: str) -
     assert r.status_code == 404 and "location" not in r.headers
     r = client.request("POST", path, content=args(pod()), follow_redirects=False)
     assert r.status_code in (404, 405) and not r.is_redirect
+
+
+@pytest.mark.parametrize("path", ["/filter", "/prioritize", "/bind", "/explain", "/preempt", "/scheduler/filter"])
+@pytest.mark.parametrize("method", ["GET", "PUT", "DELETE"])
+def test_a_verb_asked_without_post_is_405_naming_post(client: TestClient, path: str, method: str) -> None:
+    """The verbs are served ahead of FastAPI's router (routes.ExtenderApp); another method than POST is a 405 with
+    ``Allow: POST`` and a message, as a router would answer, and never reaches the verb."""
+    r = client.request(method, path)
+    assert r.status_code == 405 and r.headers["allow"] == "POST"
+    assert "answers POST only" in r.json()["Error"] and method in r.json()["Error"]
+
+
+async def test_a_body_in_many_asgi_messages_is_read_whole() -> None:
+    """The server hands a big body over in pieces (``more_body``): the verb reads them all before parsing."""
+    ext = make_extender()[0]
+    app = create_app(ext)
+    body = args(pod())
+    pieces = [body[i : i + 7] for i in range(0, len(body), 7)]
+    events = [{"type": "http.request", "body": b, "more_body": True} for b in pieces[:-1]]
+    events.append({"type": "http.request", "body": pieces[-1], "more_body": False})
+    scope = {"type": "http", "method": "POST", "path": "/filter", "headers": [(b"content-length", b"%d" % len(body))]}
+
+    async def receive() -> dict[str, Any]:
+        return events.pop(0)
+
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    await app(scope, receive, send)
+    assert not events and len(pieces) > 10
+    assert sent[0]["status"] == 200  # the first piece alone would be a 400 (not valid JSON)
+    assert json.loads(sent[1]["body"]) == ext.filter(body)
 
 
 @pytest.mark.parametrize("verb", ["filter", "prioritize", "bind", "explain"])

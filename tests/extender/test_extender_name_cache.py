@@ -159,3 +159,26 @@ def test_prioritize_finds_the_names_its_filter_passed() -> None:
     for _ in range(20):  # a passed list per pod never pushes the repeated filter list out
         wire.filter_result(args, np.arange(1, 150), {}, {}, names=cache)
     assert wire.parse_args(body(NAMES), names=cache).name_list is args.name_list
+
+
+def test_the_same_names_passed_again_keep_the_list_prioritize_used() -> None:
+    """The next pod of a shape passes the same nodes more often than not: prioritize then gets the list kept for the
+    first one, whose reply template was cut already (not cut again), and the same reply bytes."""
+    cache = wire.NameCache()
+    args = wire.parse_args(body(NAMES), names=cache)
+    positions = np.arange(0, 200, 3)
+    scores = np.arange(positions.size, dtype=np.int64) % 11
+    first = wire.filter_result(args, positions, {}, {}, names=cache)
+    prio_body = orjson.dumps({"Pod": POD, "NodeNames": first["NodeNames"]})
+    kept = wire.parse_args(prio_body, names=cache).name_list
+    reply = kept.priority_json(scores)
+    template = kept._template
+    assert template is not None
+    again = wire.filter_result(args, positions.copy(), {}, {}, names=cache)
+    assert again["NodeNames"] == first["NodeNames"]
+    later = wire.parse_args(prio_body, names=cache).name_list
+    assert later is kept and later._template is template
+    assert later.priority_json(scores) == reply
+    other = wire.filter_result(args, np.arange(1, 200, 3), {}, {}, names=cache)  # other names: a list of their own
+    other_body = orjson.dumps({"Pod": POD, "NodeNames": other["NodeNames"]})
+    assert wire.parse_args(other_body, names=cache).name_list is not kept
