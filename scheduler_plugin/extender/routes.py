@@ -173,6 +173,8 @@ class VerbEndpoint:
         self.max_body = max_body
         self._duration = metrics.duration.labels(verb.name)
         self._requests = metrics.requests
+        self._answered = self._requests.labels(verb.name, "200")
+        """The counter of 200 replies (nearly every request), without a label lookup each time."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = time.perf_counter()
@@ -192,7 +194,7 @@ class VerbEndpoint:
             reply, status = verb.on_error(f"kelvin {verb.name} failed: {type(exc).__name__}: {exc}")
             content = wire.dumps(reply)
         self._duration.observe(time.perf_counter() - started)
-        self._requests.labels(verb.name, str(status)).inc()
+        (self._answered if status == 200 else self._requests.labels(verb.name, str(status))).inc()
         await send_json(send, status, content, close=close)
 
 
