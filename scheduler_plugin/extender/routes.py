@@ -14,7 +14,10 @@ Error behaviour (see docs/extender.md):
   500 (:mod:`.verbs`: filter and bind reply 200 with ``Error`` set, the others 503);
 * kelvin never answers 422: FastAPI's validation handler is replaced by a 400 that names the fields;
 * a path kelvin does not serve, with or without a trailing slash (``/filter/``) -> HTTP 404, never a redirect; no
-  OpenAPI schema or docs pages are served.
+  OpenAPI schema or docs pages are served; a verb's path asked with another method than POST -> 405, ``Allow: POST``.
+
+The verbs are served ahead of FastAPI (:class:`ExtenderApp`, :class:`VerbRoutes`: raw ASGI, no router or
+middleware per request); /healthz, /readyz, /metrics and every other path go through FastAPI.
 
 Bodies over :data:`PARSE_INLINE_MAX_BYTES` are decoded in a worker thread, so that the event loop keeps answering
 /healthz and other requests meanwhile; small ones, the common case, inline.
